@@ -1,0 +1,50 @@
+// swift-tools-version: 6.1
+// Swift 6 language mode (the default for tools 6.x) gives complete concurrency checking.
+import PackageDescription
+
+let package = Package(
+    name: "swift-httpdns",
+    products: [
+        .library(name: "HTTPDNS", targets: ["HTTPDNS"]),
+        .library(name: "DNSCore", targets: ["DNSCore"]),
+        .executable(name: "resolve", targets: ["resolve"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // System libraries. shim.h holds only static inline wrappers for variadic C calls.
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "CCares",
+            pkgConfig: "libcares",
+            providers: [.apt(["libc-ares-dev"])]
+        ),
+
+        // Pure Swift: wire codec, names, addresses, errors. No C, no Foundation networking.
+        .target(name: "DNSCore"),
+
+        // One libcurl multi handle driven on its own thread.
+        .target(name: "CurlSupport", dependencies: ["CCurl"]),
+
+        // Public façade: trusted DoH / JSON upstreams, bootstrap, presets.
+        .target(name: "HTTPDNS", dependencies: ["DNSCore", "CurlSupport"]),
+
+        // The CLI: argument parsing and printing only.
+        .executableTarget(
+            name: "resolve",
+            dependencies: [
+                "HTTPDNS",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+
+        .testTarget(name: "DNSCoreTests", dependencies: ["DNSCore"]),
+        .testTarget(name: "HTTPDNSTests", dependencies: ["HTTPDNS", "CurlSupport", "DNSCore"]),
+        .testTarget(name: "ResolveCLITests", dependencies: ["resolve"]),
+    ]
+)

@@ -1,0 +1,48 @@
+# Shared helpers for the project's scripts. Sourced, not run.
+
+# Fixed loopback ports of the integration environment.
+DOH_PORT=18443     # doh-a.test (127.0.0.1, ::1), and nginx on 127.0.0.3
+DNS_PORT=18053     # doh-a's plain DNS
+DOH_PORT_B=18444   # doh-b.test
+DNS_PORT_B=18054   # doh-b's plain DNS
+export DOH_PORT DNS_PORT DOH_PORT_B DNS_PORT_B
+
+# Installs the Debian packages that are missing (apt-get needs root; CI and dev machines run as root).
+need_packages() {
+    local missing=()
+    for package in "$@"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "installing: ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# The system packages the Swift build itself needs.
+need_build_packages() {
+    need_packages libcurl4-openssl-dev libc-ares-dev pkg-config ca-certificates
+    command -v swift >/dev/null || { echo "swift is not on PATH (Swift 6.x toolchain required)" >&2; exit 2; }
+}
+
+wait_for_port() { # host port [seconds]
+    local host=$1 port=$2 deadline=$((SECONDS + ${3:-10}))
+    while ! (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; do
+        if [ $SECONDS -ge $deadline ]; then echo "timed out waiting for $host:$port" >&2; return 1; fi
+        sleep 0.1
+    done
+}
+
+stop_pidfile() { # pidfile
+    local pidfile=$1 pid
+    [ -f "$pidfile" ] || return 0
+    pid=$(cat "$pidfile" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidfile"
+}

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The integration environment: real servers on loopback only, started and stopped by PID.
+#
+#   Scripts/testenv.sh start    generate the test CA and certificates (once), write configs, start servers
+#   Scripts/testenv.sh stop     stop every server this script started
+#   Scripts/testenv.sh status   show what is running
+#
+# Everything lives in .testenv/ (git-ignored). Idempotent: start on a running environment restarts it.
+#
+# Servers (all on loopback, all names under .test, RFC 6761):
+#   doh-a.test  BIND 9.18 named, DoH on 127.0.0.1:18443 and [::1]:18443, plain DNS 127.0.0.1:18053
+#   doh-b.test  BIND 9.18 named, DoH on 127.0.0.1:18444, plain DNS 127.0.0.1:18054 (same zone data)
+#               (named binds only addresses assigned to an interface, and lo has just 127.0.0.1)
+#   nginx       127.0.0.3:18443: hostile.test (broken resolvers: HTML, 500, wrong type, oversized,
+#               truncated, mismatched, garbage) and json.test (the JSON API over the same zone data)
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+env_dir="$root/.testenv"
+ca_dir="$env_dir/ca"
+
+# shellcheck source=Scripts/lib.sh
+. "$root/Scripts/lib.sh"
+
+zone_names() {
+    # The test zone, as "name type value ttl" lines; the zone file, the JSON API files and the
+    # tests all derive from this one list.
+    cat <<'EOF'
+www.hd.test A 198.18.0.10 300
+www.hd.test AAAA 2001:2::10 300
+alias.hd.test CNAME alias2.hd.test 120
+alias2.hd.test CNAME www.hd.test 60
+short.hd.test A 198.18.0.20 1
+short.hd.test AAAA 2001:2::20 2
+v6only.hd.test AAAA 2001:2::30 300
+v4only.hd.test A 198.18.0.40 300
+private.hd.test A 10.0.0.1 300
+loopback.hd.test A 127.0.0.1 300
+mixed.hd.test A 10.0.0.2 300
+mixed.hd.test A 198.18.0.50 300
+EOF
+    for i in $(seq 1 16); do echo "many.hd.test A 198.18.1.$i 300"; done
+    for i in $(seq 1 4); do echo "many.hd.test AAAA 2001:2::1:$i 300"; done
+}
+
+make_ca() {
+    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/other-ca.pem" ] && return 0
+    mkdir -p "$ca_dir"
+    cd "$ca_dir"
+    # The project's test CA, and a second unrelated CA for "untrusted" cases.
+    for ca in ca other-ca; do
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+            -keyout "$ca.key" -out "$ca.pem" -subj "/CN=swift-httpdns $ca" \
+            -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+    done
+    # name → signing CA; subjectAltName = the name (and the loopback IPs for the DoH servers).
+    issue() { # name ca extra-sans
+        local name=$1 ca=$2 sans="DNS:$1${3:+,$3}"
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$name.key" \
+            -out "$name.csr" -subj "/CN=$name" 2>/dev/null
+        openssl x509 -req -in "$name.csr" -CA "$ca.pem" -CAkey "$ca.key" -CAcreateserial -days 3650 \
+            -out "$name.pem" -extfile <(printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$sans") 2>/dev/null
+        rm -f "$name.csr"
+    }
+    issue doh-a.test ca "IP:127.0.0.1,IP:::1"
+    issue doh-b.test ca "IP:127.0.0.1"
+    issue hostile.test ca
+    issue json.test ca
+    issue doh-untrusted.test other-ca
+    cd "$root"
+}
+
+write_zone() {
+    local file=$1
+    {
+        echo '$TTL 300'
+        echo '@ 300 IN SOA ns.hd.test. admin.hd.test. 1 3600 600 86400 60'
+        echo '@ 300 IN NS ns.hd.test.'
+        echo 'ns 300 IN A 127.0.0.1'
+        zone_names | while read -r name type value ttl; do
+            [ "$type" = CNAME ] && value="$value."
+            echo "$name. $ttl IN $type $value"
+        done
+        # Benchmark names: any label under bench.hd.test answers.
+        echo '*.bench 300 IN A 198.18.2.1'
+    } >"$file"
+}
+
+write_named_conf() { # dir doh-port dns-port listen-v6 cert
+    local dir=$1 doh_port=$2 dns_port=$3 doh_v6=$4 cert=$5
+    mkdir -p "$dir"
+    write_zone "$dir/hd.test.zone"
+    cat >"$dir/named.conf" <<EOF
+tls local-tls { cert-file "$ca_dir/$cert.pem"; key-file "$ca_dir/$cert.key"; };
+http local-http { endpoints { "/dns-query"; }; listener-clients 4096; streams-per-connection 1024; };
+controls { };
+options {
+    directory "$dir";
+    pid-file "$dir/named.pid";
+    session-keyfile "$dir/session.key";
+    listen-on port $dns_port { 127.0.0.1; };
+    listen-on port $doh_port tls local-tls http local-http { 127.0.0.1; };
+    listen-on-v6 port $doh_port tls local-tls http local-http { $doh_v6; };
+    recursion no;
+    dnssec-validation no;
+    minimal-responses yes;
+    max-udp-size 4096;
+    querylog no;
+};
+logging { channel default_log { file "$dir/named.log" versions 1 size 5m; severity info; }; category default { default_log; }; };
+zone "hd.test" { type primary; file "$dir/hd.test.zone"; };
+EOF
+}
+
+write_hostile() {
+    local dir="$env_dir/nginx"
+    mkdir -p "$dir/www/json" "$dir/logs"
+    python3 "$root/Scripts/make_fixtures.py" "$dir/www" <(zone_names)
+    cat >"$dir/nginx.conf" <<EOF
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log warn;
+daemon on;
+events { worker_connections 1024; }
+http {
+    access_log $dir/logs/access.log;
+    client_body_temp_path $dir/tmp;
+    proxy_temp_path $dir/tmp;
+    fastcgi_temp_path $dir/tmp;
+    uwsgi_temp_path $dir/tmp;
+    scgi_temp_path $dir/tmp;
+    types { }
+    default_type application/octet-stream;
+    server {
+        listen 127.0.0.3:$DOH_PORT ssl http2;
+        server_name hostile.test;
+        ssl_certificate $ca_dir/hostile.test.pem;
+        ssl_certificate_key $ca_dir/hostile.test.key;
+        root $dir/www;
+        location = /html { default_type text/html; return 200 "<html><body>Welcome to your ISP</body></html>\n"; }
+        location = /status500 { return 500; }
+        location = /wrong-type { default_type text/plain; alias $dir/www/valid.bin; }
+        location = /oversized { default_type application/dns-message; alias $dir/www/oversized.bin; }
+        location = /truncated { default_type application/dns-message; alias $dir/www/truncated.bin; }
+        location = /mismatched { default_type application/dns-message; alias $dir/www/mismatched.bin; }
+        location = /garbage { default_type application/dns-message; alias $dir/www/garbage.bin; }
+        location = /query-echo { default_type application/dns-message; alias $dir/www/query.bin; }
+        location = /json-garbage { default_type application/dns-json; return 200 "{\"Status\": \"zero\""; }
+    }
+    server {
+        listen 127.0.0.3:$DOH_PORT ssl http2;
+        server_name json.test;
+        ssl_certificate $ca_dir/json.test.pem;
+        ssl_certificate_key $ca_dir/json.test.key;
+        root $dir/www;
+        # The JSON API (application/dns-json) over the same zone data: one file per name and type.
+        location = /resolve {
+            default_type application/dns-json;
+            try_files /json/\$arg_name.\$arg_type.json /json/nxdomain.\$arg_type.json =404;
+        }
+    }
+}
+EOF
+}
+
+start() {
+    need_packages bind9 dnsmasq-base nginx-light openssl python3
+    stop >/dev/null 2>&1 || true
+    mkdir -p "$env_dir"
+    make_ca
+    write_named_conf "$env_dir/named-a" "$DOH_PORT" "$DNS_PORT" "::1" doh-a.test
+    write_named_conf "$env_dir/named-b" "$DOH_PORT_B" "$DNS_PORT_B" "none" doh-b.test
+    write_hostile
+    local named_bin
+    named_bin=$(command -v named || echo /usr/sbin/named)
+    for server in named-a named-b; do
+        "$named_bin" -c "$env_dir/$server/named.conf" -u root -n 2 2>"$env_dir/$server/stderr.log" \
+            || { cat "$env_dir/$server/stderr.log" "$env_dir/$server/named.log" 2>/dev/null; exit 1; }
+    done
+    local nginx_bin
+    nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+    "$nginx_bin" -c "$env_dir/nginx/nginx.conf" -p "$env_dir/nginx" -e "$env_dir/nginx/logs/error.log"
+    wait_for_port 127.0.0.1 "$DOH_PORT"
+    wait_for_port 127.0.0.1 "$DOH_PORT_B"
+    wait_for_port 127.0.0.3 "$DOH_PORT"
+    touch "$env_dir/ready"
+    echo "testenv: DoH doh-a.test 127.0.0.1/[::1]:$DOH_PORT, doh-b.test 127.0.0.1:$DOH_PORT_B;" \
+         "nginx hostile.test/json.test on 127.0.0.3:$DOH_PORT; CA $ca_dir/ca.pem"
+}
+
+stop() {
+    rm -f "$env_dir/ready"
+    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid; do
+        stop_pidfile "$pidfile"
+    done
+    echo "testenv: stopped"
+}
+
+status() {
+    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid; do
+        if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+            echo "running  $(basename "$(dirname "$pidfile")") pid $(cat "$pidfile")"
+        else
+            echo "stopped  $(basename "$(dirname "$pidfile")")"
+        fi
+    done
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    status) status ;;
+    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,50 @@
+#ifndef SWIFT_HTTPDNS_CCURL_SHIM_H
+#define SWIFT_HTTPDNS_CCURL_SHIM_H
+// Only static inline wrappers for libcurl's variadic calls live here: Swift cannot call C varargs.
+#include <curl/curl.h>
+
+static inline CURLcode httpdns_easy_setopt_long(CURL *handle, CURLoption option, long value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode httpdns_easy_setopt_off(CURL *handle, CURLoption option, curl_off_t value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode httpdns_easy_setopt_string(CURL *handle, CURLoption option, const char *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode httpdns_easy_setopt_pointer(CURL *handle, CURLoption option, void *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode httpdns_easy_setopt_slist(CURL *handle, CURLoption option, struct curl_slist *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode httpdns_easy_setopt_blob(CURL *handle, CURLoption option, struct curl_blob *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode httpdns_easy_setopt_write_callback(CURL *handle, CURLoption option,
+                                                          size_t (*callback)(char *, size_t, size_t, void *)) {
+    return curl_easy_setopt(handle, option, callback);
+}
+static inline CURLcode httpdns_easy_setopt_xferinfo_callback(CURL *handle,
+        int (*callback)(void *, curl_off_t, curl_off_t, curl_off_t, curl_off_t)) {
+    return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);
+}
+static inline CURLcode httpdns_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+static inline CURLcode httpdns_easy_getinfo_double(CURL *handle, CURLINFO info, double *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+static inline CURLcode httpdns_easy_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+static inline CURLcode httpdns_easy_getinfo_string(CURL *handle, CURLINFO info, char **value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+static inline CURLcode httpdns_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+static inline CURLMcode httpdns_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
+    return curl_multi_setopt(handle, option, value);
+}
+#endif

@@ -1,0 +1,119 @@
+import CCurl
+import Foundation
+import Synchronization
+
+/// One libcurl multi handle driven on its own thread, serving every transfer of the process.
+///
+/// Sharing one multi handle means HTTP/2 connections, TLS sessions and keep-alive are reused across
+/// DoH queries and intercepted requests alike. Callers use `async` ``perform(_:)``; cancelling the
+/// calling task removes the transfer at once.
+package final class CurlEngine: @unchecked Sendable {
+    // Safety: the multi handle and every easy handle are used only on `thread`, except
+    // curl_multi_wakeup, which libcurl documents as callable from any thread. The hand-over queues
+    // are guarded by `queue`. A Transfer is touched by callers only before it is enqueued.
+
+    /// The process-wide engine.
+    package static let shared = CurlEngine()
+
+    private struct Queue {
+        var adds: [Transfer] = []
+        var cancels: [Transfer] = []
+        var running = true
+    }
+
+    private let multi: UnsafeMutableRawPointer
+    private let queue = Mutex(Queue())
+    private var active: [UnsafeMutableRawPointer: Transfer] = [:]
+
+    package init() {
+        _ = Self.globalInit
+        multi = curl_multi_init()
+        // Multiplex over HTTP/2 where the server offers it (the default since 7.62; made explicit).
+        _ = httpdns_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+        _ = httpdns_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, 256)
+        let thread = Thread { [self] in self.run() }
+        thread.name = "httpdns.curl"
+        thread.start()
+    }
+
+    private static let globalInit: Void = {
+        curl_global_init(Int(CURL_GLOBAL_ALL))
+    }()
+
+    /// Runs `request` to completion.
+    /// - Throws: ``CurlError`` (cancellation included, as ``CurlError/Code/cancelled``).
+    package func perform(_ request: CurlRequest) async throws -> CurlResponse {
+        let transfer = Transfer(request: request)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<CurlResponse, Error>) in
+                transfer.continuation = continuation
+                let accepted = queue.withLock { state -> Bool in
+                    guard state.running else { return false }
+                    state.adds.append(transfer)
+                    return true
+                }
+                if accepted {
+                    curl_multi_wakeup(multi)
+                } else {
+                    transfer.finish(.failure(CurlError(.invalidRequest, "the transfer engine has stopped")))
+                }
+            }
+        } onCancel: {
+            transfer.cancelRequested.store(true, ordering: .relaxed)
+            queue.withLock { $0.cancels.append(transfer) }
+            curl_multi_wakeup(multi)
+        }
+    }
+
+    // MARK: Engine thread
+
+    private func run() {
+        var stillRunning: Int32 = 0
+        while true {
+            let (adds, cancels, running) = queue.withLock { state in
+                defer { state.adds.removeAll(); state.cancels.removeAll() }
+                return (state.adds, state.cancels, state.running)
+            }
+            for transfer in adds { start(transfer) }
+            for transfer in cancels { cancel(transfer) }
+            if !running && active.isEmpty { break }
+
+            curl_multi_perform(multi, &stillRunning)
+            var queued: Int32 = 0
+            while let message = curl_multi_info_read(multi, &queued) {
+                guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+                let result = message.pointee.data.result
+                complete(easy: easy, result: result)
+            }
+            curl_multi_poll(multi, nil, 0, 1000, nil)
+        }
+    }
+
+    private func start(_ transfer: Transfer) {
+        if transfer.cancelRequested.load(ordering: .relaxed) {
+            transfer.finish(.failure(CurlError(.cancelled, "cancelled")))
+            return
+        }
+        do {
+            let easy = try transfer.makeEasyHandle()
+            active[easy] = transfer
+            curl_multi_add_handle(multi, easy)
+        } catch let error as CurlError {
+            transfer.finish(.failure(error))
+        } catch {
+            transfer.finish(.failure(CurlError(.invalidRequest, "\(error)")))
+        }
+    }
+
+    private func cancel(_ transfer: Transfer) {
+        guard let easy = transfer.easy, active.removeValue(forKey: easy) != nil else { return }
+        curl_multi_remove_handle(multi, easy)
+        transfer.finish(.failure(CurlError(.cancelled, "cancelled")))
+    }
+
+    private func complete(easy: UnsafeMutableRawPointer, result: CURLcode) {
+        guard let transfer = active.removeValue(forKey: easy) else { return }
+        curl_multi_remove_handle(multi, easy)
+        transfer.finish(transfer.outcome(result))
+    }
+}

@@ -1,0 +1,230 @@
+import CCurl
+import Foundation
+import Synchronization
+
+/// The state of one transfer: its easy handle, the C lists it must keep alive, and what arrived.
+///
+/// Owned by ``CurlEngine``; after enqueueing, only the engine thread touches it, except
+/// `cancelRequested`, which is atomic.
+final class Transfer: @unchecked Sendable {
+    // Safety: every mutable field but `cancelRequested` is used on the engine thread only once the
+    // transfer is enqueued; the caller sets `continuation` before enqueueing.
+    let request: CurlRequest
+    var continuation: CheckedContinuation<CurlResponse, Error>?
+    let cancelRequested = Atomic<Bool>(false)
+
+    private(set) var easy: UnsafeMutableRawPointer?
+    private var lists: [UnsafeMutablePointer<curl_slist>] = []
+    private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+    fileprivate var body: [UInt8] = []
+    fileprivate var headers: [(name: String, value: String)] = []
+    fileprivate var exceededLimit = false
+
+    init(request: CurlRequest) {
+        self.request = request
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+    }
+
+    deinit {
+        if let easy { curl_easy_cleanup(easy) }
+        for list in lists { curl_slist_free_all(list) }
+        errorBuffer.deallocate()
+    }
+
+    /// Resumes the caller exactly once.
+    func finish(_ result: Result<CurlResponse, CurlError>) {
+        guard let continuation else { return }
+        self.continuation = nil
+        continuation.resume(with: result.mapError { $0 as Error })
+    }
+
+    func makeEasyHandle() throws -> UnsafeMutableRawPointer {
+        guard let easy = curl_easy_init() else {
+            throw CurlError(.invalidRequest, "curl_easy_init failed")
+        }
+        self.easy = easy
+        let request = self.request
+        try set(CURLOPT_URL, request.url)
+        try set(CURLOPT_NOSIGNAL, 1)
+        try set(CURLOPT_PROTOCOLS_STR, request.protocols)
+        try set(CURLOPT_REDIR_PROTOCOLS_STR, request.protocols)
+        try set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
+        // Wait for a multiplexable connection rather than opening a second one.
+        try set(CURLOPT_PIPEWAIT, 1)
+        // Environment proxies would send the trusted path through hosts nobody chose.
+        try set(CURLOPT_PROXY, "")
+        try set(CURLOPT_FOLLOWLOCATION, 0)
+        try set(CURLOPT_TIMEOUT_MS, Self.milliseconds(request.timeout))
+        try set(CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(request.connectTimeout ?? request.timeout))
+        try set(CURLOPT_MAXFILESIZE_LARGE, offset: curl_off_t(request.maxResponseBytes))
+        try check(httpdns_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer), CURLOPT_ERRORBUFFER)
+
+        if let caFile = request.trust.caFile {
+            try set(CURLOPT_CAINFO, caFile)
+            if let path = request.trust.systemCAPath { try set(CURLOPT_CAPATH, path) }
+        }
+        if let pin = request.trust.pinnedPublicKey { try set(CURLOPT_PINNEDPUBLICKEY, pin) }
+
+        if let list = makeList(request.resolve) { try check(httpdns_easy_setopt_slist(easy, CURLOPT_RESOLVE, list), CURLOPT_RESOLVE) }
+        if let list = makeList(request.connectTo) { try check(httpdns_easy_setopt_slist(easy, CURLOPT_CONNECT_TO, list), CURLOPT_CONNECT_TO) }
+        if let list = makeList(request.headers) { try check(httpdns_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, list), CURLOPT_HTTPHEADER) }
+
+        switch request.method {
+        case "GET":
+            try set(CURLOPT_HTTPGET, 1)
+        case "HEAD":
+            try set(CURLOPT_NOBODY, 1)
+        default:
+            if let body = request.body {
+                try set(CURLOPT_POSTFIELDSIZE_LARGE, offset: curl_off_t(body.count))
+                try body.withUnsafeBytes { buffer in
+                    // COPYPOSTFIELDS copies, so the array need not outlive this call.
+                    let pointer = UnsafeMutableRawPointer(mutating: buffer.baseAddress ?? UnsafeRawPointer(errorBuffer))
+                    try check(httpdns_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, pointer), CURLOPT_COPYPOSTFIELDS)
+                }
+            }
+            if request.method != "POST" || request.body == nil { try set(CURLOPT_CUSTOMREQUEST, request.method) }
+        }
+
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        try check(httpdns_easy_setopt_write_callback(easy, CURLOPT_WRITEFUNCTION, onBody), CURLOPT_WRITEFUNCTION)
+        try check(httpdns_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context), CURLOPT_WRITEDATA)
+        try check(httpdns_easy_setopt_write_callback(easy, CURLOPT_HEADERFUNCTION, onHeader), CURLOPT_HEADERFUNCTION)
+        try check(httpdns_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context), CURLOPT_HEADERDATA)
+        return easy
+    }
+
+    /// Builds the response, or maps libcurl's code to a ``CurlError``.
+    func outcome(_ code: CURLcode) -> Result<CurlResponse, CurlError> {
+        guard let easy else { return .failure(CurlError(.invalidRequest, "no handle")) }
+        if code != CURLE_OK { return .failure(error(for: code)) }
+        var status = 0
+        _ = httpdns_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+        var version = 0
+        _ = httpdns_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
+        var total = 0.0
+        _ = httpdns_easy_getinfo_double(easy, CURLINFO_TOTAL_TIME, &total)
+        return .success(CurlResponse(
+            status: status, headers: headers, body: body,
+            contentType: string(CURLINFO_CONTENT_TYPE)?.lowercased(),
+            remoteIP: string(CURLINFO_PRIMARY_IP),
+            httpVersion: Self.httpVersion(version), totalTime: total))
+    }
+
+    private func error(for code: CURLcode) -> CurlError {
+        let detail = String(cString: errorBuffer)
+        let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+        let raw = Int32(code.rawValue)
+        switch code {
+        case CURLE_WRITE_ERROR where exceededLimit, CURLE_FILESIZE_EXCEEDED:
+            return CurlError(.responseTooLarge, "response body exceeds \(request.maxResponseBytes) bytes", curlCode: raw)
+        case CURLE_OPERATION_TIMEDOUT:
+            return CurlError(.timeout, message, curlCode: raw)
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
+            return CurlError(.connectFailed, message, curlCode: raw)
+        case CURLE_PEER_FAILED_VERIFICATION:
+            let lowered = message.lowercased()
+            if lowered.contains("subject name") || lowered.contains("does not match") || lowered.contains("no alternative") {
+                return CurlError(.nameMismatch, message, curlCode: raw)
+            }
+            return CurlError(.untrustedCertificate, message, curlCode: raw)
+        case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+            return CurlError(.pinMismatch, message, curlCode: raw)
+        case CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE,
+             CURLE_SSL_ISSUER_ERROR, CURLE_SSL_CRL_BADFILE:
+            return CurlError(.tlsFailed, message, curlCode: raw)
+        case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, CURLE_BAD_FUNCTION_ARGUMENT:
+            return CurlError(.invalidRequest, message, curlCode: raw)
+        default:
+            return CurlError(.protocolError, message, curlCode: raw)
+        }
+    }
+
+    fileprivate func append(header line: String) {
+        let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
+        if trimmed.hasPrefix("HTTP/") {
+            // A new response head (after 100-continue or a redirect) replaces the previous one.
+            headers.removeAll()
+            return
+        }
+        guard let colon = trimmed.firstIndex(of: ":") else { return }
+        let name = String(trimmed[..<colon])
+        let value = trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        headers.append((name, value))
+    }
+
+    // MARK: Helpers
+
+    private func string(_ info: CURLINFO) -> String? {
+        guard let easy else { return nil }
+        var pointer: UnsafeMutablePointer<CChar>?
+        guard httpdns_easy_getinfo_string(easy, info, &pointer) == CURLE_OK, let pointer else { return nil }
+        return String(cString: pointer)
+    }
+
+    private func makeList(_ strings: [String]) -> UnsafeMutablePointer<curl_slist>? {
+        guard !strings.isEmpty else { return nil }
+        var list: UnsafeMutablePointer<curl_slist>?
+        for string in strings { list = curl_slist_append(list, string) }
+        if let list { lists.append(list) }
+        return list
+    }
+
+    private func set(_ option: CURLoption, _ value: String) throws {
+        try check(httpdns_easy_setopt_string(easy, option, value), option)
+    }
+
+    private func set(_ option: CURLoption, _ value: Int) throws {
+        try check(httpdns_easy_setopt_long(easy, option, value), option)
+    }
+
+    private func set(_ option: CURLoption, offset value: curl_off_t) throws {
+        try check(httpdns_easy_setopt_off(easy, option, value), option)
+    }
+
+    private func check(_ code: CURLcode, _ option: CURLoption) throws {
+        guard code == CURLE_OK else {
+            throw CurlError(.invalidRequest, "libcurl refused option \(option.rawValue): \(String(cString: curl_easy_strerror(code)))",
+                            curlCode: Int32(code.rawValue))
+        }
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Int {
+        let (seconds, attoseconds) = duration.components
+        return max(1, Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
+    }
+
+    private static func httpVersion(_ value: Int) -> Int {
+        switch value {
+        case Int(CURL_HTTP_VERSION_1_0): return 10
+        case Int(CURL_HTTP_VERSION_1_1): return 11
+        case Int(CURL_HTTP_VERSION_2_0): return 20
+        case Int(CURL_HTTP_VERSION_3): return 30
+        default: return 0
+        }
+    }
+}
+
+// libcurl's C callbacks; the user pointer is the unretained Transfer, alive while its handle is.
+private let onBody: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {
+    data, size, count, context in
+    guard let context else { return 0 }
+    let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+    let length = size * count
+    if transfer.body.count + length > transfer.request.maxResponseBytes {
+        transfer.exceededLimit = true
+        return 0
+    }
+    if let data { transfer.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: length)) }
+    return length
+}
+
+private let onHeader: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {
+    data, size, count, context in
+    guard let context, let data else { return 0 }
+    let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+    let length = size * count
+    let line = String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
+    transfer.append(header: line)
+    return length
+}

@@ -1,0 +1,99 @@
+/// An address record with the TTL it may be cached for.
+public struct ResolvedAddress: Sendable, Hashable, CustomStringConvertible {
+    public var ip: IPAddress
+    /// Seconds the record may be used, capped by every CNAME on the way to it.
+    public var ttl: UInt32
+
+    public init(ip: IPAddress, ttl: UInt32) {
+        self.ip = ip
+        self.ttl = ttl
+    }
+
+    public var description: String { "\(ip) (ttl \(ttl))" }
+}
+
+/// What a validated response says about one (name, type) question.
+public enum AddressAnswer: Sendable, Hashable {
+    /// Address records found at the end of the CNAME chain.
+    case addresses([ResolvedAddress], canonicalName: DomainName)
+    /// The name does not exist; `negativeTTL` from the SOA, when the response carried one (RFC 2308).
+    case nxdomain(negativeTTL: UInt32?)
+    /// The name exists but has no record of this type.
+    case nodata(negativeTTL: UInt32?)
+}
+
+extension DNSMessage {
+    /// How many CNAMEs a response may chain before it is treated as malformed.
+    public static let maxCNAMEChain = 16
+
+    /// Checks that this message answers `question` sent with `id`, then extracts the addresses.
+    ///
+    /// The CNAME chain is followed from the question's name inside the response only; records for
+    /// names not reached through that chain are ignored, never returned.
+    ///
+    /// - Throws: ``WireError`` when the message is not a response to that query (QR, opcode, ID,
+    ///   question echo compared case-insensitively) or the chain is too long; ``DNSError`` for
+    ///   SERVFAIL, REFUSED and other error RCODEs.
+    public func addressAnswer(for question: Question, id: UInt16) throws -> AddressAnswer {
+        try validate(answering: question, id: id)
+        let rcode = responseCode
+        switch rcode {
+        case .noError:
+            break
+        case .nameError:
+            return .nxdomain(negativeTTL: negativeTTL)
+        case .serverFailure:
+            throw DNSError(.serverFailure, "the resolver answered SERVFAIL for \(question.name)")
+        default:
+            throw DNSError(.refused, "the resolver answered \(rcode) for \(question.name)")
+        }
+
+        var target = question.name
+        var chainTTL = UInt32.max
+        var visited: Set<DomainName> = [target]
+        for _ in 0...Self.maxCNAMEChain {
+            var found: [ResolvedAddress] = []
+            var next: DomainName?
+            for record in answers where record.name == target && record.recordClass == Self.classIN {
+                if record.type == question.type, case let .address(ip) = record.data {
+                    found.append(ResolvedAddress(ip: ip, ttl: Swift.min(record.ttl, chainTTL)))
+                } else if record.type == .cname, case let .cname(alias) = record.data, next == nil {
+                    next = alias
+                    chainTTL = Swift.min(chainTTL, record.ttl)
+                }
+            }
+            if !found.isEmpty { return .addresses(found, canonicalName: target) }
+            guard let alias = next else { return .nodata(negativeTTL: negativeTTL) }
+            guard visited.insert(alias).inserted else {
+                throw DNSError(.malformedResponse, "CNAME loop at \(alias) in the answer for \(question.name)")
+            }
+            target = alias
+        }
+        throw DNSError(.malformedResponse, "CNAME chain for \(question.name) is longer than \(Self.maxCNAMEChain)")
+    }
+
+    /// Throws unless this is a response to the query `question` with `id`.
+    public func validate(answering question: Question, id expectedID: UInt16) throws(WireError) {
+        guard isResponse else { throw .notAResponse }
+        guard opcode == 0 else { throw .opcodeMismatch(got: opcode) }
+        guard id == expectedID else { throw .idMismatch(expected: expectedID, got: id) }
+        guard questions.count == 1 else {
+            throw .questionMismatch("\(questions.count) questions instead of 1")
+        }
+        let echoed = questions[0]
+        guard echoed.name == question.name else {
+            throw .questionMismatch("asked \(question.name), answered \(echoed.name)")
+        }
+        guard echoed.type == question.type, echoed.recordClass == question.recordClass else {
+            throw .questionMismatch("asked \(question.type), answered \(echoed.type)")
+        }
+    }
+
+    /// The negative-caching TTL: the smaller of the SOA record's TTL and its MINIMUM (RFC 2308 §5).
+    public var negativeTTL: UInt32? {
+        for record in authorities where record.type == .soa {
+            if case let .soa(soa) = record.data { return Swift.min(record.ttl, soa.minimum) }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,68 @@
+/// The answer to a lookup: the addresses, where they came from, and until when they may be used.
+///
+/// ```swift
+/// let resolution = try await resolver.resolve("api.example.test")
+/// for address in resolution.addresses { print(address.ip, address.ttl) }
+/// print(resolution.source, resolution.upstream ?? "-")
+/// ```
+public struct Resolution: Sendable, Hashable {
+    /// Where an answer came from.
+    public enum Source: String, Sendable, Hashable, CaseIterable {
+        /// A trusted RFC 8484 DoH resolver.
+        case doh
+        /// A trusted resolver speaking the JSON API.
+        case json
+        /// A fresh cached answer.
+        case cache
+        /// An expired cached answer served within the stale window (RFC 8767).
+        case stale
+        /// The system (plain, hijackable) DNS, used only when policy allows fallback.
+        case system
+        /// The host was an IP literal; nothing was resolved.
+        case literal
+    }
+
+    /// The host as the caller gave it.
+    public var host: String
+    /// Addresses in the order the caller should try them.
+    public var addresses: [ResolvedAddress]
+    /// The name at the end of the CNAME chain, when it differs from the host.
+    public var canonicalName: String?
+    public var source: Source
+    /// The URL of the upstream that answered; nil for literals.
+    public var upstream: String?
+    /// Wall time the lookup took.
+    public var elapsed: Duration
+    /// Monotonic instant after which the answer is stale (the smallest TTL).
+    public var expiresAt: ContinuousClock.Instant
+    /// Upstreams that failed before one answered, in order.
+    public var failedAttempts: [DNSError.Attempt]
+
+    public init(host: String, addresses: [ResolvedAddress], canonicalName: String? = nil, source: Source,
+                upstream: String?, elapsed: Duration, expiresAt: ContinuousClock.Instant,
+                failedAttempts: [DNSError.Attempt] = []) {
+        self.host = host
+        self.addresses = addresses
+        self.canonicalName = canonicalName
+        self.source = source
+        self.upstream = upstream
+        self.elapsed = elapsed
+        self.expiresAt = expiresAt
+        self.failedAttempts = failedAttempts
+    }
+
+    /// Whether this is an expired answer served under RFC 8767.
+    public var isStale: Bool { source == .stale }
+}
+
+/// A trusted resolver that answers one (name, type) question. Implemented by the DoH and JSON
+/// transports; tests inject fakes.
+public protocol DNSUpstream: Sendable {
+    /// The URL that identifies this upstream in results and errors.
+    var identifier: String { get }
+    /// What a successful answer from this upstream is marked as.
+    var source: Resolution.Source { get }
+    /// Asks the question within `timeout`.
+    /// - Throws: ``DNSError``; NXDOMAIN and NODATA are answers, not errors.
+    func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer
+}

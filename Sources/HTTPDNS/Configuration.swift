@@ -1,0 +1,152 @@
+@_exported import DNSCore
+import Foundation
+
+/// A trusted resolver: where it is, how to reach it without DNS, and how to verify it.
+///
+/// ```swift
+/// let upstream = try UpstreamEndpoint.doh("https://dns.example.test/dns-query",
+///                                         bootstrap: ["192.0.2.53", "2001:db8::53"])
+/// ```
+public struct UpstreamEndpoint: Sendable, Hashable {
+    /// The protocol spoken to the resolver.
+    public enum Kind: Sendable, Hashable {
+        /// RFC 8484 DNS over HTTPS with the given method.
+        case doh(DoHMethod)
+        /// The JSON API (`application/dns-json`, `?name=&type=`).
+        case json
+    }
+
+    /// RFC 8484 §4.1: GET (`?dns=` base64url, cache-friendly) or POST (`application/dns-message`).
+    public enum DoHMethod: String, Sendable, Hashable {
+        case get, post
+    }
+
+    public var kind: Kind
+    /// The `https` URL of the endpoint, as users write it.
+    public let url: String
+    /// The URL's host name (or IP literal, without brackets).
+    public let host: String
+    public let port: Int
+    /// Addresses for ``host``, so that reaching the resolver needs no DNS. Required unless the
+    /// host is an IP literal.
+    public var bootstrap: [IPAddress]
+    /// SPKI pins, `sha256//BASE64` (`;`-separated for several), checked after normal validation.
+    public var pinnedPublicKey: String?
+
+    /// - Throws: ``DNSError`` (``DNSError/Code/invalidConfiguration``) for a URL that is not
+    ///   `https://host[:port]/path`.
+    public init(_ kind: Kind, url: String, bootstrap: [IPAddress] = [],
+                pinnedPublicKey: String? = nil) throws(DNSError) {
+        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
+              let host = components.host, !host.isEmpty
+        else {
+            throw DNSError(.invalidConfiguration, "'\(url)' is not a URL")
+        }
+        guard scheme == "https" else {
+            throw DNSError(.invalidConfiguration, "'\(url)': trusted resolvers must use https (no plaintext fallback)")
+        }
+        guard components.user == nil, components.password == nil, components.fragment == nil else {
+            throw DNSError(.invalidConfiguration, "'\(url)': credentials and fragments are not allowed")
+        }
+        let port = components.port ?? 443
+        guard (1...65535).contains(port) else {
+            throw DNSError(.invalidConfiguration, "'\(url)': port \(port) is out of range")
+        }
+        var bareHost = host
+        if bareHost.hasPrefix("["), bareHost.hasSuffix("]") { bareHost = String(bareHost.dropFirst().dropLast()) }
+        if IPAddress(bareHost) == nil {
+            do { _ = try DomainName(bareHost) } catch {
+                throw DNSError(.invalidConfiguration, "'\(url)': \(error.message)")
+            }
+        }
+        self.kind = kind
+        self.url = url
+        self.host = bareHost.lowercased()
+        self.port = port
+        self.bootstrap = bootstrap
+        self.pinnedPublicKey = pinnedPublicKey
+    }
+
+    /// An RFC 8484 resolver.
+    public static func doh(_ url: String, bootstrap: [String] = [], method: DoHMethod = .get,
+                           pinnedPublicKey: String? = nil) throws(DNSError) -> UpstreamEndpoint {
+        try UpstreamEndpoint(.doh(method), url: url, bootstrap: try parse(bootstrap), pinnedPublicKey: pinnedPublicKey)
+    }
+
+    /// A JSON API resolver.
+    public static func json(_ url: String, bootstrap: [String] = [],
+                            pinnedPublicKey: String? = nil) throws(DNSError) -> UpstreamEndpoint {
+        try UpstreamEndpoint(.json, url: url, bootstrap: try parse(bootstrap), pinnedPublicKey: pinnedPublicKey)
+    }
+
+    private static func parse(_ addresses: [String]) throws(DNSError) -> [IPAddress] {
+        var result: [IPAddress] = []
+        for text in addresses {
+            guard let address = IPAddress(text) else {
+                throw DNSError(.invalidConfiguration, "bootstrap address '\(text)' is not an IP address")
+            }
+            result.append(address)
+        }
+        return result
+    }
+
+    /// Whether the host is an IP literal, reachable without bootstrap.
+    public var hostIsLiteral: Bool { IPAddress(host) != nil }
+
+    /// The `CURLOPT_RESOLVE` entry pinning host:port to the bootstrap addresses.
+    var curlResolveEntry: String? {
+        guard !hostIsLiteral, !bootstrap.isEmpty else { return nil }
+        return "\(host):\(port):" + bootstrap.map(\.urlHost).joined(separator: ",")
+    }
+}
+
+/// Where to ask: the trusted resolvers and the trust anchors (hickory-dns's `ResolverConfig`).
+public struct HTTPDNSConfiguration: Sendable, Hashable {
+    /// Trusted resolvers in order of preference.
+    public var upstreams: [UpstreamEndpoint]
+    /// Extra trust anchors (PEM file) for the resolvers, added to the system's. Default: none.
+    public var caFile: String?
+
+    public init(upstreams: [UpstreamEndpoint], caFile: String? = nil) {
+        self.upstreams = upstreams
+        self.caFile = caFile
+    }
+
+    /// The built-in public resolvers (Cloudflare, Google, Quad9), each with bootstrap addresses.
+    public static var publicDefault: HTTPDNSConfiguration {
+        HTTPDNSConfiguration(upstreams: [ResolverPreset.cloudflare, .google, .quad9].map(\.endpoint))
+    }
+
+    /// Checks that every upstream can be reached without DNS and that the CA file is readable.
+    public func validate() throws(DNSError) {
+        guard !upstreams.isEmpty else {
+            throw DNSError(.invalidConfiguration, "no trusted upstream is configured")
+        }
+        for upstream in upstreams where !upstream.hostIsLiteral && upstream.bootstrap.isEmpty {
+            throw DNSError(.invalidConfiguration,
+                           "upstream \(upstream.url) has no bootstrap address for \(upstream.host); "
+                           + "add one (--bootstrap \(upstream.host)=IP) so that reaching it needs no DNS")
+        }
+        if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
+            throw DNSError(.invalidConfiguration, "CA file '\(caFile)' cannot be read")
+        }
+    }
+}
+
+/// How to ask (hickory-dns's `ResolverOpts`).
+public struct HTTPDNSOptions: Sendable, Hashable {
+    /// The budget for one lookup across every upstream. Default 3 s.
+    public var timeout: Duration = .seconds(3)
+    /// Accept answers in private, loopback, link-local and other special ranges (see
+    /// ``IPAddress/specialPurposeRange``). Default false: such answers are dropped (rebinding guard).
+    public var allowPrivate: Bool = false
+    /// The cap on a resolver's response body. Default 64 KiB, as OkHttp's `MAX_RESPONSE_SIZE`.
+    public var maxResponseBytes: Int = 64 * 1024
+    /// Order of families in a dual-stack answer. Default IPv6 first (RFC 6724).
+    public var preferIPv6: Bool = true
+
+    public init(timeout: Duration = .seconds(3), allowPrivate: Bool = false) {
+        self.timeout = timeout
+        self.allowPrivate = allowPrivate
+    }
+}

@@ -1,0 +1,240 @@
+import CurlSupport
+import Foundation
+
+/// An RFC 8484 resolver reached over the shared libcurl engine.
+struct DoHUpstream: DNSUpstream {
+    static let contentType = "application/dns-message"
+
+    let endpoint: UpstreamEndpoint
+    let method: UpstreamEndpoint.DoHMethod
+    let transport: HTTPTransport
+
+    var identifier: String { endpoint.url }
+    var source: Resolution.Source { .doh }
+
+    func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        // RFC 8484 §4.1: ID 0, so identical queries are identical HTTP requests.
+        let wire = DNSMessage.query(name: question.name, type: question.type, id: 0)
+        var request = transport.request(for: endpoint, timeout: timeout)
+        request.headers.append("Accept: \(Self.contentType)")
+        switch method {
+        case .get:
+            let separator = endpoint.url.contains("?") ? "&" : "?"
+            request.url = endpoint.url + separator + "dns=" + Base64URL.encode(wire)
+        case .post:
+            request.method = "POST"
+            request.body = wire
+            request.headers.append("Content-Type: \(Self.contentType)")
+        }
+        let response = try await transport.perform(request, upstream: endpoint.url)
+        try HTTPTransport.check(response, accepting: [Self.contentType], upstream: endpoint.url)
+        let message: DNSMessage
+        do {
+            message = try DNSMessage(decoding: response.body)
+        } catch {
+            throw DNSError(error.code, error.description)
+        }
+        do {
+            return try message.addressAnswer(for: question, id: 0)
+        } catch let error as WireError {
+            throw DNSError(error.code, error.description)
+        } catch let error as DNSError {
+            throw error
+        } catch {
+            throw DNSError(.malformedResponse, "\(error)")
+        }
+    }
+}
+
+/// A resolver speaking the JSON API (`application/dns-json`), as Cloudflare and Google serve it.
+///
+/// The JSON is turned into a ``DNSMessage`` and checked by the same code as wire answers: the
+/// question must be echoed, the CNAME chain is followed inside the answer, and records for other
+/// names are ignored.
+struct JSONUpstream: DNSUpstream {
+    static let contentTypes = ["application/dns-json", "application/json"]
+
+    let endpoint: UpstreamEndpoint
+    let transport: HTTPTransport
+
+    var identifier: String { endpoint.url }
+    var source: Resolution.Source { .json }
+
+    func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        var request = transport.request(for: endpoint, timeout: timeout)
+        let separator = endpoint.url.contains("?") ? "&" : "?"
+        let name = question.name.description
+        request.url = endpoint.url + separator + "name=\(name)&type=\(question.type)"
+        request.headers.append("Accept: application/dns-json")
+        let response = try await transport.perform(request, upstream: endpoint.url)
+        try HTTPTransport.check(response, accepting: Self.contentTypes, upstream: endpoint.url)
+        let message = try Self.message(fromJSON: response.body)
+        do {
+            return try message.addressAnswer(for: question, id: 0)
+        } catch let error as WireError {
+            throw DNSError(error.code, error.description)
+        } catch let error as DNSError {
+            throw error
+        } catch {
+            throw DNSError(.malformedResponse, "\(error)")
+        }
+    }
+
+    /// The JSON API's shape; unknown members (`Comment`, `edns_client_subnet`) are ignored.
+    private struct Body: Decodable {
+        struct Question: Decodable {
+            var name: String
+            var type: Int
+        }
+
+        struct Record: Decodable {
+            var name: String
+            var type: Int
+            var TTL: Int
+            var data: String
+        }
+
+        var Status: Int
+        var Question: [Question]?
+        var Answer: [Record]?
+        var Authority: [Record]?
+    }
+
+    /// Decodes a JSON API body into a response message with ID 0.
+    static func message(fromJSON bytes: [UInt8]) throws(DNSError) -> DNSMessage {
+        func malformed(_ why: String) -> DNSError { DNSError(.malformedResponse, "JSON answer: \(why)") }
+        let body: Body
+        do {
+            body = try JSONDecoder().decode(Body.self, from: Data(bytes))
+        } catch DecodingError.dataCorrupted {
+            throw malformed("not valid JSON")
+        } catch {
+            throw malformed("unexpected structure (\(Self.describe(error)))")
+        }
+        guard (0...4095).contains(body.Status) else { throw malformed("Status \(body.Status) is out of range") }
+        guard let questions = body.Question else { throw malformed("missing Question") }
+        var message = DNSMessage(id: 0, flags: 0x8180 | UInt16(body.Status & 0xf), questions: [])
+        for entry in questions {
+            guard (0...65535).contains(entry.type) else { throw malformed("question type \(entry.type)") }
+            message.questions.append(.init(name: try domain(entry.name), type: RecordType(rawValue: UInt16(entry.type))))
+        }
+        message.answers = try records(body.Answer ?? [], section: "Answer")
+        message.authorities = try records(body.Authority ?? [], section: "Authority")
+        if body.Status > 15 {
+            // Extended RCODEs travel in an OPT record, as on the wire.
+            message.additionals = [.init(name: .root, type: .opt, recordClass: 1232,
+                                         ttl: UInt32(body.Status >> 4) << 24, data: .opaque([]))]
+        }
+        return message
+
+        func domain(_ text: String) throws(DNSError) -> DomainName {
+            do { return try DomainName(text) } catch { throw malformed("bad name '\(text)'") }
+        }
+
+        func records(_ entries: [Body.Record], section: String) throws(DNSError) -> [DNSMessage.Record] {
+            var result: [DNSMessage.Record] = []
+            result.reserveCapacity(entries.count)
+            for entry in entries {
+                guard (0...65535).contains(entry.type), entry.TTL >= 0 else {
+                    throw malformed("invalid record in \(section)")
+                }
+                let type = RecordType(rawValue: UInt16(entry.type))
+                let data: DNSMessage.RecordData
+                switch type {
+                case .a, .aaaa:
+                    guard let ip = IPAddress(entry.data), (ip.family == .ipv4) == (type == .a) else {
+                        throw malformed("\(type) record with data '\(entry.data)'")
+                    }
+                    data = .address(ip)
+                case .cname:
+                    data = .cname(try domain(entry.data))
+                case .soa:
+                    let fields = entry.data.split(separator: " ")
+                    let numbers = fields.dropFirst(2).compactMap { UInt32($0) }
+                    guard fields.count == 7, numbers.count == 5 else {
+                        throw malformed("SOA record with data '\(entry.data)'")
+                    }
+                    data = .soa(.init(primary: try domain(String(fields[0])), mailbox: try domain(String(fields[1])),
+                                      serial: numbers[0], refresh: numbers[1], retry: numbers[2],
+                                      expire: numbers[3], minimum: numbers[4]))
+                default:
+                    data = .opaque(Array(entry.data.utf8))
+                }
+                result.append(.init(name: try domain(entry.name), type: type,
+                                    ttl: UInt32(min(entry.TTL, Int(Int32.max))), data: data))
+            }
+            return result
+        }
+    }
+
+    private static func describe(_ error: Error) -> String {
+        switch error {
+        case let DecodingError.keyNotFound(key, _): return "missing \(key.stringValue)"
+        case let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context):
+            return "wrong type at \(context.codingPath.map(\.stringValue).joined(separator: "."))"
+        default: return "\(error)"
+        }
+    }
+}
+
+/// The HTTP side shared by both transports: bootstrap pinning, trust, status and type checks.
+struct HTTPTransport: Sendable {
+    let engine: CurlEngine
+    let trust: TLSTrust
+    let maxResponseBytes: Int
+
+    func request(for endpoint: UpstreamEndpoint, timeout: Duration) -> CurlRequest {
+        var trust = self.trust
+        trust.pinnedPublicKey = endpoint.pinnedPublicKey
+        return CurlRequest(
+            url: endpoint.url,
+            resolve: endpoint.curlResolveEntry.map { [$0] } ?? [],
+            timeout: timeout,
+            trust: trust,
+            maxResponseBytes: maxResponseBytes,
+            protocols: "https")
+    }
+
+    func perform(_ request: CurlRequest, upstream: String) async throws(DNSError) -> CurlResponse {
+        do {
+            return try await engine.perform(request)
+        } catch let error as CurlError {
+            throw DNSError(Self.code(for: error.code), error.message)
+        } catch {
+            throw DNSError(.cancelled, "cancelled")
+        }
+    }
+
+    static func check(_ response: CurlResponse, accepting types: [String], upstream: String) throws(DNSError) {
+        guard response.status == 200 else {
+            throw DNSError(.httpStatus, "HTTP status \(response.status)")
+        }
+        let mediaType = response.contentType?.split(separator: ";").first
+            .map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+        guard types.contains(mediaType) else {
+            throw DNSError(.badContentType, "content type '\(mediaType.isEmpty ? "none" : mediaType)', expected \(types[0])")
+        }
+    }
+
+    static func code(for code: CurlError.Code) -> DNSError.Code {
+        switch code {
+        case .connectFailed: return .connectFailed
+        case .timeout: return .timeout
+        case .untrustedCertificate, .nameMismatch, .pinMismatch, .tlsFailed: return .tlsFailed
+        case .responseTooLarge: return .responseTooLarge
+        case .cancelled: return .cancelled
+        case .invalidRequest: return .invalidConfiguration
+        case .protocolError: return .malformedResponse
+        }
+    }
+}
+
+/// base64url without padding (RFC 4648 §5), as RFC 8484 GET requires.
+enum Base64URL {
+    static func encode(_ bytes: [UInt8]) -> String {
+        var text = Data(bytes).base64EncodedString()
+        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        while text.hasSuffix("=") { text.removeLast() }
+        return text
+    }
+}

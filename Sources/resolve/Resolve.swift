@@ -1,0 +1,194 @@
+import ArgumentParser
+import Foundation
+import HTTPDNS
+
+/// Exit codes of the contract (ARCHITECTURE.md).
+enum Exit {
+    static let ok: Int32 = 0
+    static let failed: Int32 = 1
+    static let usage: Int32 = 2
+}
+
+@main
+struct Resolve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "resolve",
+        abstract: "Resolve host names through trusted DNS-over-HTTPS resolvers, immune to DNS hijacking.",
+        subcommands: [Lookup.self],
+        defaultSubcommand: Lookup.self)
+
+    /// Parses and runs; maps every parse or validation error to exit 2, as the contract says.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch let exit as ExitCode {
+            Foundation.exit(exit.rawValue)
+        } catch {
+            let code = exitCode(for: error)
+            if code == .success {
+                print(fullMessage(for: error))
+                Foundation.exit(Exit.ok)
+            }
+            FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+            Foundation.exit(Exit.usage)
+        }
+    }
+}
+
+/// Options shared by every subcommand that resolves names.
+struct LookupOptions: ParsableArguments {
+    @Option(name: .customLong("doh"), help: ArgumentHelp("Trusted RFC 8484 resolver URL; repeatable, in order of preference.", valueName: "URL"))
+    var doh: [String] = []
+
+    @Option(name: .customLong("json-api"), help: ArgumentHelp("Trusted resolver speaking the JSON API (application/dns-json); repeatable.", valueName: "URL"))
+    var jsonAPI: [String] = []
+
+    @Option(name: .customLong("bootstrap"), help: ArgumentHelp("Reach resolver NAME at IP (v4 or v6) without DNS; repeatable.", valueName: "NAME=IP"))
+    var bootstrap: [String] = []
+
+    @Option(name: .customLong("preset"), help: ArgumentHelp("Built-in public resolver (\(ResolverPreset.allCases.map(\.rawValue).joined(separator: ", "))); repeatable.", valueName: "NAME"))
+    var presets: [String] = []
+
+    @Option(name: .customLong("pin"), help: ArgumentHelp("SPKI pin for resolver NAME (sha256//BASE64); repeatable.", valueName: "NAME=PIN"))
+    var pins: [String] = []
+
+    @Option(name: .customLong("doh-method"), help: ArgumentHelp("RFC 8484 method: get or post (default get).", valueName: "METHOD"))
+    var dohMethod: String = "get"
+
+    @Option(name: .customLong("ca-file"), help: ArgumentHelp("Extra trust anchors for HTTPS (PEM), added to the system's.", valueName: "PEM"))
+    var caFile: String?
+
+    @Option(name: .customLong("type"), help: ArgumentHelp("a, aaaa or both (default both).", valueName: "TYPE"))
+    var type: String = "both"
+
+    @Option(name: .customLong("timeout"), help: ArgumentHelp("Budget per host in seconds (default 3).", valueName: "SECONDS"))
+    var timeout: Double = 3
+
+    @Flag(name: .customLong("allow-private"), help: "Accept private/loopback/link-local answers (rejected by default: rebinding guard).")
+    var allowPrivate = false
+
+    @Flag(name: .customLong("json"), help: "JSON Lines: one object per host, in argument order.")
+    var json = false
+
+    var addressQuery: AddressQuery {
+        get throws { try AddressQuery(rawValue: type.lowercased()).orThrow(ValidationError("--type must be a, aaaa or both, not '\(type)'")) }
+    }
+
+    /// Builds the resolver's configuration and options from the flags.
+    func makeResolver() throws -> HTTPDNSResolver {
+        guard timeout > 0, timeout <= 300, timeout.isFinite else {
+            throw ValidationError("--timeout must be a number of seconds between 0 and 300, not \(timeout)")
+        }
+        guard let method = UpstreamEndpoint.DoHMethod(rawValue: dohMethod.lowercased()) else {
+            throw ValidationError("--doh-method must be get or post, not '\(dohMethod)'")
+        }
+        var bootstrapByHost: [String: [IPAddress]] = [:]
+        for entry in bootstrap {
+            let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2, !parts[0].isEmpty else {
+                throw ValidationError("--bootstrap takes NAME=IP, not '\(entry)'")
+            }
+            guard let ip = IPAddress(parts[1]) else {
+                throw ValidationError("--bootstrap \(entry): '\(parts[1])' is not an IP address")
+            }
+            bootstrapByHost[parts[0].lowercased(), default: []].append(ip)
+        }
+        var pinByHost: [String: String] = [:]
+        for entry in pins {
+            let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2, parts[1].hasPrefix("sha256//") else {
+                throw ValidationError("--pin takes NAME=sha256//BASE64, not '\(entry)'")
+            }
+            pinByHost[parts[0].lowercased()] = parts[1]
+        }
+
+        var upstreams: [UpstreamEndpoint] = []
+        do {
+            for url in doh { upstreams.append(try UpstreamEndpoint(.doh(method), url: url)) }
+            for url in jsonAPI { upstreams.append(try UpstreamEndpoint(.json, url: url)) }
+        } catch {
+            throw ValidationError(error.message)
+        }
+        for name in presets {
+            guard let preset = ResolverPreset(rawValue: name.lowercased()) else {
+                throw ValidationError("unknown --preset '\(name)'; known: \(ResolverPreset.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            upstreams.append(preset.endpoint)
+        }
+        if upstreams.isEmpty { upstreams = HTTPDNSConfiguration.publicDefault.upstreams }
+        for index in upstreams.indices {
+            if let extra = bootstrapByHost[upstreams[index].host] {
+                upstreams[index].bootstrap = extra + upstreams[index].bootstrap.filter { !extra.contains($0) }
+            }
+            if let pin = pinByHost[upstreams[index].host] { upstreams[index].pinnedPublicKey = pin }
+        }
+        let known = Set(upstreams.map(\.host))
+        for host in bootstrapByHost.keys.sorted() where !known.contains(host) {
+            throw ValidationError("--bootstrap \(host)=… names no configured resolver")
+        }
+
+        let configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile)
+        let options = HTTPDNSOptions(timeout: .milliseconds(Int64(timeout * 1000)), allowPrivate: allowPrivate)
+        do {
+            return try HTTPDNSResolver(configuration: configuration, options: options)
+        } catch {
+            throw ValidationError(error.message)
+        }
+    }
+}
+
+struct Lookup: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Look up host names through the trusted resolvers (the default subcommand).",
+        discussion: "Exit status: 0 all resolved, 1 any host failed, 2 usage or configuration error.")
+
+    @OptionGroup var options: LookupOptions
+
+    @Argument(help: "Host names (or IP literals, returned as they are).")
+    var hosts: [String] = []
+
+    func validate() throws {
+        if hosts.isEmpty { throw ValidationError("give at least one HOST") }
+        _ = try options.addressQuery
+    }
+
+    func run() async throws {
+        let resolver = try options.makeResolver()
+        let type = try options.addressQuery
+        // Every host is resolved concurrently; output keeps argument order.
+        let results = await withTaskGroup(of: (Int, Result<Resolution, DNSError>).self) { group in
+            for (index, host) in hosts.enumerated() {
+                group.addTask {
+                    do throws(DNSError) { return (index, .success(try await resolver.resolve(host, type: type))) }
+                    catch { return (index, .failure(error)) }
+                }
+            }
+            var ordered = [Result<Resolution, DNSError>?](repeating: nil, count: hosts.count)
+            for await (index, result) in group { ordered[index] = result }
+            return ordered.map { $0! }
+        }
+        var failed = false
+        for (host, result) in zip(hosts, results) {
+            switch result {
+            case let .success(resolution):
+                print(options.json ? LookupOutput.json(resolution) : LookupOutput.human(resolution))
+            case let .failure(error):
+                failed = true
+                print(options.json ? LookupOutput.json(host: host, error: error) : LookupOutput.human(host: host, error: error))
+            }
+        }
+        throw ExitCode(failed ? Exit.failed : Exit.ok)
+    }
+}
+
+extension Optional {
+    func orThrow(_ error: @autoclosure () -> Error) throws -> Wrapped {
+        guard let self else { throw error() }
+        return self
+    }
+}
