@@ -28,9 +28,9 @@ public struct DomainName: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``DNSError`` with code ``DNSError/Code/invalidName``.
     public init(_ text: String) throws(DNSError) {
         var utf8 = Array(text.utf8)
-        if utf8.last == UInt8(ascii: ".") && utf8.count > 1 { utf8.removeLast() }
-        guard !utf8.isEmpty else { throw DNSError(.invalidName, "the host name is empty") }
         if utf8 == [UInt8(ascii: ".")] { self = .root; return }
+        if utf8.last == UInt8(ascii: ".") { utf8.removeLast() }
+        guard !utf8.isEmpty else { throw DNSError(.invalidName, "the host name is empty") }
         guard utf8.count <= 253 else {
             throw DNSError(.invalidName, "the host name is \(utf8.count) characters long (253 at most)")
         }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds, starts the loopback integration
+# environment, runs every test, and always stops the environment. Exits non-zero on any failure.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+. Scripts/lib.sh
+
+need_build_packages
+trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+bash Scripts/testenv.sh start
+swift build --build-tests
+swift test --skip-build "$@"

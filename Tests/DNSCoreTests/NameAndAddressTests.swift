@@ -1,0 +1,74 @@
+import Testing
+@testable import DNSCore
+
+@Suite struct DomainNameTests {
+    @Test func foldsCaseAndDropsTheTrailingDot() throws {
+        let name = try DomainName("API.Example.TEST.")
+        #expect(name.description == "api.example.test")
+        #expect(name == (try DomainName("api.example.test")))
+        #expect(name.wire == [3] + Array("api".utf8) + [7] + Array("example".utf8) + [4] + Array("test".utf8) + [0])
+        #expect(name.labelCount == 3)
+    }
+
+    @Test(arguments: [
+        "", ".", "..", "a..test", ".a.test", "bad name.test", "-lead.test", "trail-.test", "a/b.test",
+        "émoji.test", String(repeating: "a", count: 64) + ".test",
+        (0..<50).map { _ in "abcd" }.joined(separator: "."),   // 249 characters, 254 wire octets: fine
+        (0..<51).map { _ in "abcd" }.joined(separator: "."),   // 254 characters: too long
+    ])
+    func validatesNames(text: String) {
+        let valid = text == "." || text == (0..<50).map { _ in "abcd" }.joined(separator: ".")
+        if valid {
+            #expect(throws: Never.self) { try DomainName(text) }
+        } else {
+            #expect { try DomainName(text) } throws: { ($0 as? DNSError)?.code == .invalidName }
+        }
+    }
+
+    @Test func acceptsUnderscoresAndPunycode() throws {
+        #expect(try DomainName("_dmarc.xn--bcher-kva.test").description == "_dmarc.xn--bcher-kva.test")
+    }
+
+    @Test func escapesUnprintableBytesFromTheWire() {
+        let name = DomainName(uncheckedWire: [3, 0x61, 0x2e, 0x01, 4] + Array("test".utf8) + [0])
+        #expect(name.description == "a\\046\\001.test")
+    }
+}
+
+@Suite struct IPAddressTests {
+    @Test(arguments: [
+        ("192.0.2.1", "192.0.2.1"), ("0.0.0.0", "0.0.0.0"), ("255.255.255.255", "255.255.255.255"),
+        ("2001:db8::1", "2001:db8::1"), ("2001:DB8:0:0:0:0:0:1", "2001:db8::1"), ("::", "::"), ("::1", "::1"),
+        ("[2001:db8::53]", "2001:db8::53"), ("2001:db8:0:1:1:1:1:1", "2001:db8:0:1:1:1:1:1"),
+        ("2001:0:0:1:0:0:0:1", "2001:0:0:1::1"), ("::ffff:192.0.2.1", "::ffff:c000:201"), ("fe80::", "fe80::"),
+    ])
+    func parsesAndPrintsCanonically(input: String, canonical: String) throws {
+        let address = try #require(IPAddress(input))
+        #expect(address.description == canonical)
+        #expect(IPAddress(address.description) == address)
+        #expect(IPAddress(bytes: address.bytes) == address)
+    }
+
+    @Test(arguments: ["", "1.2.3", "1.2.3.4.5", "256.1.1.1", "01.2.3.4", "1.2.3.-4", "a.b.c.d", ":::", "1:2:3:4:5:6:7:8:9",
+                      "1::2::3", "12345::", "::g", "1:2:3:4:5:6:7:", "[::1", "www.hd.test", "1.2.3.4 "])
+    func rejectsMalformedAddresses(input: String) {
+        #expect(IPAddress(input) == nil)
+    }
+
+    @Test(arguments: [
+        ("10.1.2.3", "private"), ("172.31.255.255", "private"), ("192.168.0.1", "private"), ("127.0.0.1", "loopback"),
+        ("169.254.1.1", "link-local"), ("100.64.0.1", "CGNAT"), ("0.0.0.0", "unspecified"), ("224.0.0.1", "multicast"),
+        ("192.0.2.5", "documentation"), ("198.51.100.5", "documentation"), ("203.0.113.5", "documentation"),
+        ("255.255.255.255", "reserved"), ("::1", "loopback"), ("::", "unspecified"), ("fd00::1", "unique-local"),
+        ("fe80::1", "link-local"), ("ff02::1", "multicast"), ("2001:db8::1", "documentation"), ("3fff::1", "documentation"),
+        ("::ffff:10.0.0.1", "IPv4-mapped private"), ("64:ff9b::7f00:1", "NAT64 loopback"),
+    ])
+    func classifiesSpecialRanges(input: String, range: String) {
+        #expect(IPAddress(input)?.specialPurposeRange == range)
+    }
+
+    @Test(arguments: ["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "198.18.0.10", "2001:2::10", "2606:4700::1111", "::ffff:8.8.8.8"])
+    func globalAddressesAreNotSpecial(input: String) {
+        #expect(IPAddress(input)?.specialPurposeRange == nil)
+    }
+}
