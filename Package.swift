@@ -43,8 +43,10 @@ let package = Package(
             ]
         ),
 
+        // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "DNSCoreTests", dependencies: ["DNSCore"]),
-        .testTarget(name: "HTTPDNSTests", dependencies: ["HTTPDNS", "CurlSupport", "DNSCore"]),
-        .testTarget(name: "ResolveCLITests", dependencies: ["resolve"]),
+        .testTarget(name: "HTTPDNSTests", dependencies: ["HTTPDNS", "CurlSupport", "DNSCore", "TestSupport"]),
+        .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport"]),
     ]
 )

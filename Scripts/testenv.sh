@@ -12,7 +12,9 @@
 #   doh-b.test  BIND 9.18 named, DoH on 127.0.0.1:18444, plain DNS 127.0.0.1:18054 (same zone data)
 #               (named binds only addresses assigned to an interface, and lo has just 127.0.0.1)
 #   nginx       127.0.0.3:18443: hostile.test (broken resolvers: HTML, 500, wrong type, oversized,
-#               truncated, mismatched, garbage) and json.test (the JSON API over the same zone data)
+#               truncated, mismatched, garbage; the default server, so any other SNI gets its
+#               certificate: a name mismatch), doh-untrusted.test (certificate from an unknown CA),
+#               and json.test (the JSON API over the same zone data)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,7 +46,7 @@ EOF
 }
 
 make_ca() {
-    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/other-ca.pem" ] && return 0
+    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && return 0
     mkdir -p "$ca_dir"
     cd "$ca_dir"
     # The project's test CA, and a second unrelated CA for "untrusted" cases.
@@ -67,6 +69,9 @@ make_ca() {
     issue hostile.test ca
     issue json.test ca
     issue doh-untrusted.test other-ca
+    # SPKI pin of doh-a.test's key, as CURLOPT_PINNEDPUBLICKEY takes it.
+    printf 'sha256//%s' "$(openssl pkey -in doh-a.test.key -pubout -outform DER 2>/dev/null \
+        | openssl dgst -sha256 -binary | openssl base64 -A)" >doh-a.test.pin
     cd "$root"
 }
 
@@ -146,6 +151,15 @@ http {
         location = /garbage { default_type application/dns-message; alias $dir/www/garbage.bin; }
         location = /query-echo { default_type application/dns-message; alias $dir/www/query.bin; }
         location = /json-garbage { default_type application/dns-json; return 200 "{\"Status\": \"zero\""; }
+    }
+    server {
+        # A resolver whose certificate comes from a CA nobody trusts.
+        listen 127.0.0.3:$DOH_PORT ssl http2;
+        server_name doh-untrusted.test;
+        ssl_certificate $ca_dir/doh-untrusted.test.pem;
+        ssl_certificate_key $ca_dir/doh-untrusted.test.key;
+        root $dir/www;
+        location = /dns-query { default_type application/dns-message; alias $dir/www/valid.bin; }
     }
     server {
         listen 127.0.0.3:$DOH_PORT ssl http2;

@@ -1,5 +1,6 @@
 import CurlSupport
 import Foundation
+import Synchronization
 
 /// An RFC 8484 resolver reached over the shared libcurl engine.
 struct DoHUpstream: DNSUpstream {
@@ -26,7 +27,7 @@ struct DoHUpstream: DNSUpstream {
             request.body = wire
             request.headers.append("Content-Type: \(Self.contentType)")
         }
-        let response = try await transport.perform(request, upstream: endpoint.url)
+        let response = try await transport.perform(request, endpoint: endpoint)
         try HTTPTransport.check(response, accepting: [Self.contentType], upstream: endpoint.url)
         let message: DNSMessage
         do {
@@ -66,7 +67,7 @@ struct JSONUpstream: DNSUpstream {
         let name = question.name.description
         request.url = endpoint.url + separator + "name=\(name)&type=\(question.type)"
         request.headers.append("Accept: application/dns-json")
-        let response = try await transport.perform(request, upstream: endpoint.url)
+        let response = try await transport.perform(request, endpoint: endpoint)
         try HTTPTransport.check(response, accepting: Self.contentTypes, upstream: endpoint.url)
         let message = try Self.message(fromJSON: response.body)
         do {
@@ -182,20 +183,43 @@ struct HTTPTransport: Sendable {
     let engine: CurlEngine
     let trust: TLSTrust
     let maxResponseBytes: Int
+    /// The bootstrap address that last worked, per resolver URL, tried first next time.
+    let preferred = PreferredAddresses()
 
     func request(for endpoint: UpstreamEndpoint, timeout: Duration) -> CurlRequest {
         var trust = self.trust
         trust.pinnedPublicKey = endpoint.pinnedPublicKey
-        return CurlRequest(
-            url: endpoint.url,
-            resolve: endpoint.curlResolveEntry.map { [$0] } ?? [],
-            timeout: timeout,
-            trust: trust,
-            maxResponseBytes: maxResponseBytes,
-            protocols: "https")
+        return CurlRequest(url: endpoint.url, timeout: timeout, trust: trust,
+                           maxResponseBytes: maxResponseBytes, protocols: "https")
     }
 
-    func perform(_ request: CurlRequest, upstream: String) async throws(DNSError) -> CurlResponse {
+    /// Sends `request` to the endpoint's bootstrap addresses in turn: a refused connection moves to
+    /// the next address at once; any other outcome (an answer, a timeout, a TLS failure) is final.
+    func perform(_ request: CurlRequest, endpoint: UpstreamEndpoint) async throws(DNSError) -> CurlResponse {
+        guard !endpoint.hostIsLiteral, !endpoint.bootstrap.isEmpty else {
+            return try await perform(request)
+        }
+        let clock = ContinuousClock()
+        let deadline = clock.now + request.timeout
+        var lastError = DNSError(.connectFailed, "no bootstrap address")
+        for address in preferred.order(endpoint.bootstrap, for: endpoint.url) {
+            let remaining = deadline - clock.now
+            guard remaining > .milliseconds(1) else { break }
+            var pinned = request
+            pinned.connectTo = [endpoint.connectTo(address)]
+            pinned.timeout = remaining
+            do {
+                let response = try await perform(pinned)
+                preferred.remember(address, for: endpoint.url)
+                return response
+            } catch where error.code == .connectFailed {
+                lastError = DNSError(.connectFailed, "\(address): \(error.message)")
+            }
+        }
+        throw lastError
+    }
+
+    private func perform(_ request: CurlRequest) async throws(DNSError) -> CurlResponse {
         do {
             return try await engine.perform(request)
         } catch let error as CurlError {
@@ -236,5 +260,23 @@ enum Base64URL {
         text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
         while text.hasSuffix("=") { text.removeLast() }
         return text
+    }
+}
+
+/// Remembers which bootstrap address of each resolver answered last.
+final class PreferredAddresses: Sendable {
+    private let lastGood = Mutex<[String: IPAddress]>([:])
+
+    func order(_ addresses: [IPAddress], for url: String) -> [IPAddress] {
+        guard let good = lastGood.withLock({ $0[url] }), let index = addresses.firstIndex(of: good), index > 0 else {
+            return addresses
+        }
+        var ordered = addresses
+        ordered.swapAt(0, index)
+        return ordered
+    }
+
+    func remember(_ address: IPAddress, for url: String) {
+        lastGood.withLock { $0[url] = address }
     }
 }

@@ -1,0 +1,183 @@
+import Testing
+@testable import HTTPDNS
+
+/// The resolver's failover, merging and policy logic, against scripted upstreams.
+@Suite struct HTTPDNSResolverTests {
+    func resolver(_ upstreams: [FakeUpstream], timeout: Duration = .seconds(3), allowPrivate: Bool = false) -> HTTPDNSResolver {
+        HTTPDNSResolver(options: HTTPDNSOptions(timeout: timeout, allowPrivate: allowPrivate), upstreams: upstreams)
+    }
+
+    @Test func failingFirstUpstreamHandsOverToTheSecond() async throws {
+        let first = FakeUpstream("https://first.test/dns-query", always: .fail(.httpStatus))
+        let second = FakeUpstream("https://second.test/dns-query", always: .answer(["198.18.0.1"]))
+        let resolution = try await resolver([first, second]).resolve("www.hd.test", type: .a)
+        #expect(resolution.addresses.map(\.ip.description) == ["198.18.0.1"])
+        #expect(resolution.upstream == "https://second.test/dns-query")
+        #expect(resolution.failedAttempts.map(\.code) == [.httpStatus])
+        #expect(first.events.count == 1 && second.events.count == 1)
+    }
+
+    @Test func slowFirstUpstreamGetsOnlyItsShareOfTheBudget() async throws {
+        let first = FakeUpstream("https://slow.test/dns-query", always: .slow(.seconds(30), then: ["198.18.0.9"]))
+        let second = FakeUpstream("https://second.test/dns-query", always: .answer(["198.18.0.1"]))
+        let clock = ContinuousClock()
+        let start = clock.now
+        let resolution = try await resolver([first, second], timeout: .milliseconds(400)).resolve("www.hd.test", type: .a)
+        let elapsed = clock.now - start
+        #expect(resolution.upstream == "https://second.test/dns-query")
+        #expect(resolution.failedAttempts.map(\.code) == [.timeout])
+        let granted = try #require(first.events.first?.timeout)
+        #expect(granted <= .milliseconds(200) && granted > .milliseconds(150), "first upstream was granted \(granted)")
+        #expect(elapsed < .milliseconds(400), "took \(elapsed)")
+    }
+
+    @Test func nxdomainIsAnAnswerAndStopsFailover() async throws {
+        let first = FakeUpstream("https://first.test/dns-query", always: .nxdomain)
+        let second = FakeUpstream("https://second.test/dns-query", always: .answer(["198.18.0.1"]))
+        await #expect { try await resolver([first, second]).resolve("nope.hd.test") } throws: {
+            ($0 as? DNSError)?.code == .nxdomain
+        }
+        #expect(second.events.isEmpty)
+    }
+
+    @Test func differentFailuresCombineIntoUpstreamFailedListingEach() async throws {
+        let upstreams = [
+            FakeUpstream("https://a.test/dns-query", always: .fail(.connectFailed)),
+            FakeUpstream("https://b.test/dns-query", always: .fail(.malformedResponse)),
+        ]
+        do {
+            _ = try await resolver(upstreams).resolve("www.hd.test", type: .a)
+            Issue.record("expected a failure")
+        } catch {
+            #expect(error.code == .upstreamFailed)
+            #expect(error.attempts.map(\.upstream) == ["https://a.test/dns-query", "https://b.test/dns-query"])
+            #expect(error.attempts.map(\.code) == [.connectFailed, .malformedResponse])
+        }
+    }
+
+    @Test func sameFailureEverywhereKeepsItsSpecificCode() async throws {
+        let upstreams = [FakeUpstream("https://a.test/dns-query", always: .fail(.timeout)),
+                         FakeUpstream("https://b.test/dns-query", always: .fail(.timeout))]
+        await #expect { try await resolver(upstreams).resolve("www.hd.test") } throws: { ($0 as? DNSError)?.code == .timeout }
+    }
+
+    @Test func dualStackAnswerMergesFamiliesIPv6First() async throws {
+        let upstream = FakeUpstream("https://a.test/dns-query") { type in
+            type == .a ? .answer(["198.18.0.1", "198.18.0.2"], ttl: 100) : .answer(["2001:2::1"], ttl: 50)
+        }
+        let resolution = try await resolver([upstream]).resolve("www.hd.test")
+        #expect(resolution.addresses.map(\.ip.description) == ["2001:2::1", "198.18.0.1", "198.18.0.2"])
+        #expect(Set(upstream.events.map(\.type)) == [.a, .aaaa])
+        let ttl = resolution.expiresAt - ContinuousClock.now
+        #expect(ttl <= .seconds(50) && ttl > .seconds(45), "expiry follows the smallest TTL")
+    }
+
+    @Test func oneFamilyMissingIsNotAFailure() async throws {
+        let upstream = FakeUpstream("https://a.test/dns-query") { type in type == .a ? .nodata : .answer(["2001:2::30"]) }
+        let resolution = try await resolver([upstream]).resolve("v6only.hd.test")
+        #expect(resolution.addresses.map(\.ip.description) == ["2001:2::30"])
+        await #expect { try await resolver([upstream]).resolve("v6only.hd.test", type: .a) } throws: {
+            ($0 as? DNSError)?.code == .nodata
+        }
+    }
+
+    @Test func nodataForOneTypeAndFailureForTheOtherReportsTheFailure() async throws {
+        let upstream = FakeUpstream("https://a.test/dns-query") { type in type == .a ? .nodata : .fail(.serverFailure) }
+        await #expect { try await resolver([upstream]).resolve("x.hd.test") } throws: { ($0 as? DNSError)?.code == .serverFailure }
+    }
+
+    @Test func rebindingGuardDropsPrivateAnswers() async throws {
+        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["10.0.0.2", "198.18.0.50"]))
+        let mixed = try await resolver([upstream]).resolve("mixed.hd.test", type: .a)
+        #expect(mixed.addresses.map(\.ip.description) == ["198.18.0.50"])
+
+        let onlyPrivate = FakeUpstream("https://a.test/dns-query", always: .answer(["127.0.0.1", "192.168.1.1"]))
+        await #expect { try await resolver([onlyPrivate]).resolve("loopback.hd.test", type: .a) } throws: {
+            ($0 as? DNSError)?.code == .rejectedPrivate
+        }
+        let allowed = try await resolver([onlyPrivate], allowPrivate: true).resolve("loopback.hd.test", type: .a)
+        #expect(allowed.addresses.map(\.ip.description) == ["127.0.0.1", "192.168.1.1"])
+    }
+
+    @Test func ipLiteralsAreReturnedWithoutAsking() async throws {
+        let upstream = FakeUpstream("https://a.test/dns-query", always: .fail(.timeout))
+        for literal in ["192.0.2.7", "2001:db8::7", "[2001:db8::8]"] {
+            let resolution = try await resolver([upstream]).resolve(literal)
+            #expect(resolution.source == .literal)
+            #expect(resolution.addresses.count == 1)
+        }
+        #expect(upstream.events.isEmpty)
+    }
+
+    @Test(arguments: ["", "bad name", "a..b", String(repeating: "a", count: 64) + ".test", "ünicode.test", "-x.test"])
+    func invalidNamesFailBeforeAnyQuery(name: String) async throws {
+        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))
+        await #expect { try await resolver([upstream]).resolve(name) } throws: { ($0 as? DNSError)?.code == .invalidName }
+        #expect(upstream.events.isEmpty)
+    }
+
+    @Test func cancellationEndsTheLookupPromptly() async throws {
+        let upstream = FakeUpstream("https://slow.test/dns-query", always: .slow(.seconds(30), then: ["198.18.0.1"]))
+        let resolver = resolver([upstream], timeout: .seconds(20))
+        let task = Task { try await resolver.resolve("www.hd.test") }
+        try await Task.sleep(for: .milliseconds(50))
+        let clock = ContinuousClock()
+        let start = clock.now
+        task.cancel()
+        await #expect { try await task.value } throws: { ($0 as? DNSError)?.code == .cancelled }
+        #expect(clock.now - start < .seconds(1))
+    }
+}
+
+@Suite struct ConfigurationTests {
+    @Test func everyPresetIsReachableWithoutDNS() throws {
+        for preset in ResolverPreset.allCases {
+            let endpoint = preset.endpoint
+            #expect(endpoint.url.hasPrefix("https://"), "\(preset)")
+            #expect(endpoint.bootstrap.count >= 2, "\(preset) needs at least two bootstrap addresses")
+            #expect(endpoint.bootstrap.allSatisfy { $0.specialPurposeRange == nil }, "\(preset)")
+            #expect(endpoint.bootstrap.contains { $0.family == .ipv4 }, "\(preset)")
+            #expect(endpoint.connectTo(endpoint.bootstrap[0]).hasPrefix("\(endpoint.host):443:"))
+        }
+        let defaults = HTTPDNSConfiguration.publicDefault
+        #expect(defaults.upstreams.map(\.host) == ["cloudflare-dns.com", "dns.google", "dns.quad9.net"])
+        #expect(throws: Never.self) { try defaults.validate() }
+    }
+
+    @Test func connectToEntryBracketsIPv6() throws {
+        let endpoint = try UpstreamEndpoint.doh("https://doh-a.test:18443/dns-query", bootstrap: ["127.0.0.1", "::1"])
+        #expect(endpoint.connectTo(endpoint.bootstrap[0]) == "doh-a.test:18443:127.0.0.1:18443")
+        #expect(endpoint.connectTo(endpoint.bootstrap[1]) == "doh-a.test:18443:[::1]:18443")
+        #expect(endpoint.port == 18443)
+    }
+
+    @Test(arguments: ["http://dns.test/dns-query", "dns.test/dns-query", "https://", "https://user:pw@dns.test/q",
+                      "https://bad_host!.test/q", "ftp://dns.test/"])
+    func rejectsUnusableURLs(url: String) {
+        #expect { try UpstreamEndpoint.doh(url, bootstrap: ["127.0.0.1"]) } throws: {
+            ($0 as? DNSError)?.code == .invalidConfiguration
+        }
+    }
+
+    @Test func aNamedUpstreamWithoutBootstrapIsRejected() throws {
+        let configuration = HTTPDNSConfiguration(upstreams: [try .doh("https://doh-a.test:18443/dns-query")])
+        #expect { try configuration.validate() } throws: {
+            ($0 as? DNSError)?.code == .invalidConfiguration && "\($0)".contains("bootstrap")
+        }
+        let literal = HTTPDNSConfiguration(upstreams: [try .doh("https://127.0.0.1:18443/dns-query")])
+        #expect(throws: Never.self) { try literal.validate() }
+        #expect { try HTTPDNSConfiguration(upstreams: []).validate() } throws: { ($0 as? DNSError)?.code == .invalidConfiguration }
+    }
+
+    @Test func unreadableCAFileIsRejected() throws {
+        let configuration = HTTPDNSConfiguration(upstreams: [try .doh("https://127.0.0.1/dns-query")],
+                                                 caFile: "/nonexistent/ca.pem")
+        #expect { try configuration.validate() } throws: { ($0 as? DNSError)?.code == .invalidConfiguration }
+    }
+
+    @Test func base64URLHasNoPaddingAndURLSafeCharacters() {
+        #expect(Base64URL.encode([0xfb, 0xff]) == "-_8")
+        #expect(Base64URL.encode([]) == "")
+        #expect(Base64URL.encode([0x00, 0x00, 0x01]) == "AAAB")
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The loopback servers that Scripts/testenv.sh starts, and helpers to reach them.
+public enum TestEnvironment {
+    /// The package root, found from this file's path.
+    public static let root: String = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+
+    public static let caFile = root + "/.testenv/ca/ca.pem"
+    public static let otherCAFile = root + "/.testenv/ca/other-ca.pem"
+
+    public static let dohPort = 18443
+    public static let dohPortB = 18444
+    public static let dnsPort = 18053
+
+    public static let dohA = "https://doh-a.test:\(dohPort)/dns-query"
+    public static let dohB = "https://doh-b.test:\(dohPortB)/dns-query"
+    public static let jsonAPI = "https://json.test:\(dohPort)/resolve"
+    /// nginx's broken-resolver endpoints: `hostile(path)` with bootstrap 127.0.0.3.
+    public static func hostile(_ path: String) -> String { "https://hostile.test:\(dohPort)/\(path)" }
+    public static let hostileAddress = "127.0.0.3"
+    public static let untrusted = "https://doh-untrusted.test:\(dohPort)/dns-query"
+
+    /// Fails with a clear message when the environment is not running.
+    public static func requireRunning() throws {
+        guard FileManager.default.fileExists(atPath: root + "/.testenv/ready") else {
+            throw EnvironmentMissing()
+        }
+    }
+
+    public struct EnvironmentMissing: Error, CustomStringConvertible {
+        public var description: String {
+            "the integration environment is not running: start it with `bash Scripts/testenv.sh start` (Scripts/test.sh does)"
+        }
+    }
+}
+
+/// A TCP listener on 127.0.0.1 that never accepts: connections complete in the kernel, then hang,
+/// which is what a blackholed resolver looks like to a client.
+public final class BlackholeListener: @unchecked Sendable {
+    // Safety: the descriptor is written once in init and closed once in deinit.
+    public let port: Int
+    private let descriptor: Int32
+
+    public init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 64) == 0 else { close(fd); throw POSIXError(.EADDRINUSE) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        descriptor = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    deinit { close(descriptor) }
+}
+
+/// A loopback port with nothing listening: connecting is refused.
+public func unusedLoopbackPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    _ = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
