@@ -1,0 +1,156 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// Runs the built `resolve` binary and captures what it prints.
+struct CLI {
+    struct Output {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+        var lines: [String] { stdout.split(separator: "\n").map(String.init) }
+
+        /// Each stdout line parsed as a JSON object.
+        func jsonLines() throws -> [[String: Any]] {
+            try lines.map { line in
+                let object = try JSONSerialization.jsonObject(with: Data(line.utf8))
+                return try #require(object as? [String: Any], "not an object: \(line)")
+            }
+        }
+    }
+
+    static var binary: String {
+        let besideTests = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+            .appendingPathComponent("resolve").path
+        if FileManager.default.isExecutableFile(atPath: besideTests) { return besideTests }
+        return TestEnvironment.root + "/.build/debug/resolve"
+    }
+
+    static func run(_ arguments: [String]) throws -> Output {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Output(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+                      stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    /// Arguments that point `resolve` at the loopback DoH servers with the test CA.
+    static let dohA = ["--doh", TestEnvironment.dohA, "--bootstrap", "doh-a.test=127.0.0.1", "--ca-file", TestEnvironment.caFile]
+    static let dohB = ["--doh", TestEnvironment.dohB, "--bootstrap", "doh-b.test=127.0.0.1", "--ca-file", TestEnvironment.caFile]
+}
+
+@Suite struct ResolveLookupTests {
+    @Test func jsonLinesFollowTheContractInArgumentOrder() throws {
+        try TestEnvironment.requireRunning()
+        let output = try CLI.run(CLI.dohA + ["--json", "www.hd.test", "does-not-exist.hd.test", "v6only.hd.test", "198.18.7.7"])
+        #expect(output.status == 1, "one host failed")
+        let lines = try output.jsonLines()
+        #expect(lines.map { $0["host"] as? String } == ["www.hd.test", "does-not-exist.hd.test", "v6only.hd.test", "198.18.7.7"])
+
+        let www = lines[0]
+        #expect(www["source"] as? String == "doh")
+        #expect(www["upstream"] as? String == TestEnvironment.dohA)
+        #expect(www["stale"] as? Bool == false)
+        #expect((www["elapsed_ms"] as? Double).map { $0 > 0 && $0 < 3000 } == true)
+        let addresses = try #require(www["addresses"] as? [[String: Any]])
+        #expect(addresses.map { $0["ip"] as? String } == ["2001:2::10", "198.18.0.10"])
+        #expect(addresses.map { $0["family"] as? String } == ["ipv6", "ipv4"])
+        #expect(addresses.map { $0["ttl"] as? Int } == [300, 300])
+        // Keys appear in the documented order.
+        #expect(output.lines[0].hasPrefix(#"{"host":"www.hd.test","addresses":[{"ip":"2001:2::10","family":"ipv6","ttl":300}"#))
+
+        let missing = try #require(lines[1]["error"] as? [String: Any])
+        #expect(missing["code"] as? String == "nxdomain")
+        #expect((missing["message"] as? String)?.isEmpty == false)
+        #expect(lines[3]["source"] as? String == "literal")
+    }
+
+    @Test func exitsZeroWhenEveryHostResolves() throws {
+        try TestEnvironment.requireRunning()
+        let output = try CLI.run(CLI.dohA + ["--type", "a", "www.hd.test", "alias.hd.test"])
+        #expect(output.status == 0)
+        #expect(output.stdout.contains("198.18.0.10"))
+        #expect(!output.stdout.contains("2001:2::10"), "--type a asks for A only")
+        #expect(output.stdout.contains("canonical name www.hd.test"))
+    }
+
+    @Test func failsOverToTheSecondResolver() throws {
+        try TestEnvironment.requireRunning()
+        let blackhole = try BlackholeListener()
+        let output = try CLI.run(["--doh", "https://doh-a.test:\(blackhole.port)/dns-query", "--bootstrap", "doh-a.test=127.0.0.1"]
+                                 + CLI.dohB + ["--json", "--timeout", "2", "www.hd.test"])
+        #expect(output.status == 0, "\(output.stdout) \(output.stderr)")
+        let line = try #require(try output.jsonLines().first)
+        #expect(line["upstream"] as? String == TestEnvironment.dohB)
+        let failed = try #require(line["failed_attempts"] as? [[String: Any]])
+        #expect(failed.first?["code"] as? String == "timeout")
+    }
+
+    @Test(arguments: [
+        ("html", "bad_content_type"), ("status500", "http_status"), ("oversized", "response_too_large"),
+        ("truncated", "malformed_response"), ("mismatched", "mismatched_response"),
+    ])
+    func brokenResolverErrorsCarryTheirCode(path: String, code: String) throws {
+        try TestEnvironment.requireRunning()
+        let output = try CLI.run(["--doh", TestEnvironment.hostile(path), "--bootstrap", "hostile.test=127.0.0.3",
+                                  "--ca-file", TestEnvironment.caFile, "--json", "--type", "a", "www.hd.test"])
+        #expect(output.status == 1)
+        let error = try #require(try output.jsonLines().first?["error"] as? [String: Any])
+        #expect(error["code"] as? String == code)
+    }
+
+    @Test func humanOutputShowsAnswersAndErrors() throws {
+        try TestEnvironment.requireRunning()
+        let output = try CLI.run(CLI.dohA + ["www.hd.test", "private.hd.test"])
+        #expect(output.status == 1)
+        #expect(output.stdout.contains("198.18.0.10  ipv4  ttl 300"))
+        #expect(output.stdout.contains("error rejected_private"))
+        let allowed = try CLI.run(CLI.dohA + ["--allow-private", "private.hd.test"])
+        #expect(allowed.status == 0)
+        #expect(allowed.stdout.contains("10.0.0.1"))
+    }
+
+    @Test func invalidHostNameIsAFailureNotACrash() throws {
+        try TestEnvironment.requireRunning()
+        let output = try CLI.run(CLI.dohA + ["--json", "bad name!", String(repeating: "a", count: 300)])
+        #expect(output.status == 1)
+        let codes = try output.jsonLines().map { ($0["error"] as? [String: Any])?["code"] as? String }
+        #expect(codes == ["invalid_name", "invalid_name"])
+    }
+
+    @Test(arguments: [
+        ["www.hd.test", "--type", "mx"],
+        ["www.hd.test", "--timeout", "0"],
+        ["www.hd.test", "--timeout", "abc"],
+        ["www.hd.test", "--doh", "http://doh-a.test/dns-query"],
+        ["www.hd.test", "--doh", "https://doh-a.test/dns-query"],           // no bootstrap
+        ["www.hd.test", "--doh", "https://doh-a.test/q", "--bootstrap", "doh-a.test=not-an-ip"],
+        ["www.hd.test", "--doh", "https://doh-a.test/q", "--bootstrap", "other.test=127.0.0.1"],
+        ["www.hd.test", "--doh", "https://127.0.0.1/q", "--ca-file", "/nonexistent.pem"],
+        ["www.hd.test", "--preset", "nosuch"],
+        ["--no-such-flag", "www.hd.test"],
+        [],
+    ])
+    func usageAndConfigurationErrorsExitTwo(arguments: [String]) throws {
+        let output = try CLI.run(arguments)
+        #expect(output.status == 2, "\(arguments): \(output.stderr)")
+        #expect(!output.stderr.isEmpty)
+        #expect(output.stdout.isEmpty)
+    }
+
+    @Test func helpExitsZero() throws {
+        let root = try CLI.run(["--help"])
+        #expect(root.status == 0)
+        #expect(root.stdout.contains("lookup (default)"))
+        let lookup = try CLI.run(["lookup", "--help"])
+        #expect(lookup.status == 0)
+        #expect(lookup.stdout.contains("--doh") && lookup.stdout.contains("--bootstrap"))
+    }
+}
