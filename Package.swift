@@ -43,6 +43,9 @@ let package = Package(
             ]
         ),
 
+        // Benchmarks live apart from tests; Scripts/bench-*.sh run them against named peers.
+        .executableTarget(name: "DoHBenchmark", dependencies: ["HTTPDNS"], path: "Benchmarks/DoHBenchmark"),
+
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "DNSCoreTests", dependencies: ["DNSCore"]),

@@ -24,6 +24,10 @@ package final class CurlEngine: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private let queue = Mutex(Queue())
     private var active: [UnsafeMutableRawPointer: Transfer] = [:]
+    /// Finished easy handles, reset and kept for the next transfers: creating one per transfer
+    /// costs more than the transfer itself on a warm HTTP/2 connection.
+    private var idleHandles: [UnsafeMutableRawPointer] = []
+    private static let maxIdleHandles = 128
 
     package init() {
         _ = Self.globalInit
@@ -95,7 +99,7 @@ package final class CurlEngine: @unchecked Sendable {
             return
         }
         do {
-            let easy = try transfer.makeEasyHandle()
+            let easy = try transfer.configure(idleHandles.popLast() ?? curl_easy_init())
             active[easy] = transfer
             curl_multi_add_handle(multi, easy)
         } catch let error as CurlError {
@@ -109,11 +113,25 @@ package final class CurlEngine: @unchecked Sendable {
         guard let easy = transfer.easy, active.removeValue(forKey: easy) != nil else { return }
         curl_multi_remove_handle(multi, easy)
         transfer.finish(.failure(CurlError(.cancelled, "cancelled")))
+        recycle(transfer)
     }
 
     private func complete(easy: UnsafeMutableRawPointer, result: CURLcode) {
         guard let transfer = active.removeValue(forKey: easy) else { return }
         curl_multi_remove_handle(multi, easy)
         transfer.finish(transfer.outcome(result))
+        recycle(transfer)
+    }
+
+    /// Takes the handle back from a finished transfer; reset keeps connections, TLS sessions and
+    /// caches, and clears every option (including the callbacks' pointer to the transfer).
+    private func recycle(_ transfer: Transfer) {
+        guard let easy = transfer.releaseHandle() else { return }
+        if idleHandles.count < Self.maxIdleHandles {
+            curl_easy_reset(easy)
+            idleHandles.append(easy)
+        } else {
+            curl_easy_cleanup(easy)
+        }
     }
 }

@@ -38,8 +38,15 @@ final class Transfer: @unchecked Sendable {
         continuation.resume(with: result.mapError { $0 as Error })
     }
 
-    func makeEasyHandle() throws -> UnsafeMutableRawPointer {
-        guard let easy = curl_easy_init() else {
+    /// Hands the easy handle back to the engine; the transfer no longer frees it.
+    func releaseHandle() -> UnsafeMutableRawPointer? {
+        defer { easy = nil }
+        return easy
+    }
+
+    /// Sets every option of this transfer on `handle` (a new or a reset one) and takes ownership.
+    func configure(_ handle: UnsafeMutableRawPointer?) throws -> UnsafeMutableRawPointer {
+        guard let easy = handle else {
             throw CurlError(.invalidRequest, "curl_easy_init failed")
         }
         self.easy = easy
@@ -140,16 +147,22 @@ final class Transfer: @unchecked Sendable {
         }
     }
 
-    fileprivate func append(header line: String) {
-        let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
-        if trimmed.hasPrefix("HTTP/") {
-            // A new response head (after 100-continue or a redirect) replaces the previous one.
+    /// Parses one header line as libcurl hands it over (with CRLF), over bytes: this runs for every
+    /// header of every response.
+    fileprivate func append(header line: UnsafeRawBufferPointer) {
+        var end = line.count
+        while end > 0, line[end - 1] == 0x0a || line[end - 1] == 0x0d || line[end - 1] == 0x20 { end -= 1 }
+        guard end > 0 else { return }
+        if end >= 5, line[0] == 0x48, line[1] == 0x54, line[2] == 0x54, line[3] == 0x50, line[4] == 0x2f {
+            // "HTTP/": a new response head (after 100-continue or a redirect) replaces the previous one.
             headers.removeAll()
             return
         }
-        guard let colon = trimmed.firstIndex(of: ":") else { return }
-        let name = String(trimmed[..<colon])
-        let value = trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        guard let colon = line[..<end].firstIndex(of: 0x3a) else { return }
+        var valueStart = colon + 1
+        while valueStart < end, line[valueStart] == 0x20 || line[valueStart] == 0x09 { valueStart += 1 }
+        let name = String(decoding: UnsafeRawBufferPointer(rebasing: line[..<colon]), as: UTF8.self)
+        let value = String(decoding: UnsafeRawBufferPointer(rebasing: line[valueStart..<end]), as: UTF8.self)
         headers.append((name, value))
     }
 
@@ -224,7 +237,6 @@ private let onHeader: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, Un
     guard let context, let data else { return 0 }
     let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
     let length = size * count
-    let line = String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
-    transfer.append(header: line)
+    transfer.append(header: UnsafeRawBufferPointer(start: data, count: length))
     return length
 }

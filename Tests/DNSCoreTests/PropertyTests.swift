@@ -13,7 +13,8 @@ struct SplitMix64: RandomNumberGenerator {
     }
 }
 
-@Suite struct WireCodecPropertyTests {
+/// Serialized: these are CPU-bound and would otherwise hold every thread of the shared pool at once.
+@Suite(.serialized) struct WireCodecPropertyTests {
     static func randomName(_ rng: inout SplitMix64) -> DomainName {
         let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789".utf8)
         let labels = (0..<Int.random(in: 1...4, using: &rng)).map { _ in

@@ -26,7 +26,18 @@ struct CLI {
         return TestEnvironment.root + "/.build/debug/resolve"
     }
 
-    static func run(_ arguments: [String]) throws -> Output {
+    /// Runs the binary on a thread of its own: waiting for a process must not block the
+    /// cooperative pool, which has only as many threads as cores and runs every other test.
+    static func run(_ arguments: [String]) async throws -> Output {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(with: Result { try runBlocking(arguments) })
+            }
+            thread.start()
+        }
+    }
+
+    private static func runBlocking(_ arguments: [String]) throws -> Output {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
@@ -34,11 +45,24 @@ struct CLI {
         process.standardOutput = out
         process.standardError = err
         try process.run()
+        // Read stderr on another thread so neither pipe can fill up and stall the child.
+        let stderrBox = DataBox()
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            stderrBox.data = err.fileHandleForReading.readDataToEndOfFile()
+            done.signal()
+        }.start()
         let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        done.wait()
+        let stderr = stderrBox.data
         process.waitUntilExit()
         return Output(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
                       stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    /// Carries stderr from its reader thread; the semaphore orders the write before the read.
+    private final class DataBox: @unchecked Sendable {
+        var data = Data()
     }
 
     /// Arguments that point `resolve` at the loopback DoH servers with the test CA.
@@ -47,9 +71,9 @@ struct CLI {
 }
 
 @Suite struct ResolveLookupTests {
-    @Test func jsonLinesFollowTheContractInArgumentOrder() throws {
+    @Test func jsonLinesFollowTheContractInArgumentOrder() async throws {
         try TestEnvironment.requireRunning()
-        let output = try CLI.run(CLI.dohA + ["--json", "www.hd.test", "does-not-exist.hd.test", "v6only.hd.test", "198.18.7.7"])
+        let output = try await CLI.run(CLI.dohA + ["--json", "www.hd.test", "does-not-exist.hd.test", "v6only.hd.test", "198.18.7.7"])
         #expect(output.status == 1, "one host failed")
         let lines = try output.jsonLines()
         #expect(lines.map { $0["host"] as? String } == ["www.hd.test", "does-not-exist.hd.test", "v6only.hd.test", "198.18.7.7"])
@@ -72,19 +96,19 @@ struct CLI {
         #expect(lines[3]["source"] as? String == "literal")
     }
 
-    @Test func exitsZeroWhenEveryHostResolves() throws {
+    @Test func exitsZeroWhenEveryHostResolves() async throws {
         try TestEnvironment.requireRunning()
-        let output = try CLI.run(CLI.dohA + ["--type", "a", "www.hd.test", "alias.hd.test"])
+        let output = try await CLI.run(CLI.dohA + ["--type", "a", "www.hd.test", "alias.hd.test"])
         #expect(output.status == 0)
         #expect(output.stdout.contains("198.18.0.10"))
         #expect(!output.stdout.contains("2001:2::10"), "--type a asks for A only")
         #expect(output.stdout.contains("canonical name www.hd.test"))
     }
 
-    @Test func failsOverToTheSecondResolver() throws {
+    @Test func failsOverToTheSecondResolver() async throws {
         try TestEnvironment.requireRunning()
         let blackhole = try BlackholeListener()
-        let output = try CLI.run(["--doh", "https://doh-a.test:\(blackhole.port)/dns-query", "--bootstrap", "doh-a.test=127.0.0.1"]
+        let output = try await CLI.run(["--doh", "https://doh-a.test:\(blackhole.port)/dns-query", "--bootstrap", "doh-a.test=127.0.0.1"]
                                  + CLI.dohB + ["--json", "--timeout", "2", "www.hd.test"])
         #expect(output.status == 0, "\(output.stdout) \(output.stderr)")
         let line = try #require(try output.jsonLines().first)
@@ -97,29 +121,29 @@ struct CLI {
         ("html", "bad_content_type"), ("status500", "http_status"), ("oversized", "response_too_large"),
         ("truncated", "malformed_response"), ("mismatched", "mismatched_response"),
     ])
-    func brokenResolverErrorsCarryTheirCode(path: String, code: String) throws {
+    func brokenResolverErrorsCarryTheirCode(path: String, code: String) async throws {
         try TestEnvironment.requireRunning()
-        let output = try CLI.run(["--doh", TestEnvironment.hostile(path), "--bootstrap", "hostile.test=127.0.0.3",
+        let output = try await CLI.run(["--doh", TestEnvironment.hostile(path), "--bootstrap", "hostile.test=127.0.0.3",
                                   "--ca-file", TestEnvironment.caFile, "--json", "--type", "a", "www.hd.test"])
         #expect(output.status == 1)
         let error = try #require(try output.jsonLines().first?["error"] as? [String: Any])
         #expect(error["code"] as? String == code)
     }
 
-    @Test func humanOutputShowsAnswersAndErrors() throws {
+    @Test func humanOutputShowsAnswersAndErrors() async throws {
         try TestEnvironment.requireRunning()
-        let output = try CLI.run(CLI.dohA + ["www.hd.test", "private.hd.test"])
+        let output = try await CLI.run(CLI.dohA + ["www.hd.test", "private.hd.test"])
         #expect(output.status == 1)
         #expect(output.stdout.contains("198.18.0.10  ipv4  ttl 300"))
         #expect(output.stdout.contains("error rejected_private"))
-        let allowed = try CLI.run(CLI.dohA + ["--allow-private", "private.hd.test"])
+        let allowed = try await CLI.run(CLI.dohA + ["--allow-private", "private.hd.test"])
         #expect(allowed.status == 0)
         #expect(allowed.stdout.contains("10.0.0.1"))
     }
 
-    @Test func invalidHostNameIsAFailureNotACrash() throws {
+    @Test func invalidHostNameIsAFailureNotACrash() async throws {
         try TestEnvironment.requireRunning()
-        let output = try CLI.run(CLI.dohA + ["--json", "bad name!", String(repeating: "a", count: 300)])
+        let output = try await CLI.run(CLI.dohA + ["--json", "bad name!", String(repeating: "a", count: 300)])
         #expect(output.status == 1)
         let codes = try output.jsonLines().map { ($0["error"] as? [String: Any])?["code"] as? String }
         #expect(codes == ["invalid_name", "invalid_name"])
@@ -138,18 +162,18 @@ struct CLI {
         ["--no-such-flag", "www.hd.test"],
         [],
     ])
-    func usageAndConfigurationErrorsExitTwo(arguments: [String]) throws {
-        let output = try CLI.run(arguments)
+    func usageAndConfigurationErrorsExitTwo(arguments: [String]) async throws {
+        let output = try await CLI.run(arguments)
         #expect(output.status == 2, "\(arguments): \(output.stderr)")
         #expect(!output.stderr.isEmpty)
         #expect(output.stdout.isEmpty)
     }
 
-    @Test func helpExitsZero() throws {
-        let root = try CLI.run(["--help"])
+    @Test func helpExitsZero() async throws {
+        let root = try await CLI.run(["--help"])
         #expect(root.status == 0)
         #expect(root.stdout.contains("lookup (default)"))
-        let lookup = try CLI.run(["lookup", "--help"])
+        let lookup = try await CLI.run(["lookup", "--help"])
         #expect(lookup.status == 0)
         #expect(lookup.stdout.contains("--doh") && lookup.stdout.contains("--bootstrap"))
     }
