@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# DoH client benchmark against the named peer dnsperf 2.10 (`-m doh`), same server, same run.
+#
+#   Scripts/bench-doh.sh [REPEATS]      default 3; the median of the repeats is reported
+#
+# (a) latency: 1,000 distinct names, one query in flight, warm HTTP/2 connection.
+#     Ours: median per-lookup latency of HTTPDNSResolver.resolve(type: .a); dnsperf: its average.
+# (b) throughput: 5,000 distinct names, 64 in flight, one connection, both GET.
+# Target: doh-a.test (BIND 9.18 named) on loopback, started here. Prints a Markdown table.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+. Scripts/lib.sh
+repeats=${1:-3}
+
+need_build_packages
+need_packages dnsperf
+swift build -c release --product DoHBenchmark 2>&1 | grep -E "error|warning: " || true
+bench="$(swift build -c release --show-bin-path)/DoHBenchmark"
+trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+bash Scripts/testenv.sh start >/dev/null
+
+url="https://doh-a.test:$DOH_PORT/dns-query"
+ca=.testenv/ca/ca.pem
+work=$(mktemp -d)
+for i in $(seq 0 999); do echo "p$i.bench.hd.test A"; done >"$work/latency.txt"
+for i in $(seq 0 4999); do echo "q$i.bench.hd.test A"; done >"$work/throughput.txt"
+
+dnsperf_run() { # queries-file in-flight -> "avg_latency_s qps"
+    dnsperf -m doh -s 127.0.0.1 -p "$DOH_PORT" -O doh-uri="$url" -O doh-method=GET -c 1 -q "$2" \
+        -d "$1" -n 1 -e 2>&1 | awk '/Queries per second/ {q=$4} /Average Latency/ && !l {l=$4} END {print l, q}'
+}
+json() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+ours_lat=(); ours_qps=(); peer_lat=(); peer_qps=()
+for _ in $(seq 1 "$repeats"); do
+    ours_lat+=("$(json "$("$bench" latency "$url" 127.0.0.1 "$ca" 1000)" median_s)")
+    read -r l _ < <(dnsperf_run "$work/latency.txt" 1); peer_lat+=("$l")
+    ours_qps+=("$(json "$("$bench" throughput "$url" 127.0.0.1 "$ca" 5000 64)" qps)")
+    read -r _ q < <(dnsperf_run "$work/throughput.txt" 64); peer_qps+=("$q")
+done
+rm -rf "$work"
+
+ol=$(median "${ours_lat[@]}"); pl=$(median "${peer_lat[@]}")
+oq=$(median "${ours_qps[@]}"); pq=$(median "${peer_qps[@]}")
+python3 - "$ol" "$pl" "$oq" "$pq" "$repeats" <<'PY'
+import sys
+ol, pl, oq, pq, n = map(float, sys.argv[1:6])
+print(f"| measure (median of {int(n)} runs) | swift-httpdns | dnsperf 2.10 | ratio | goal |")
+print("|---|---|---|---|---|")
+print(f"| (a) latency, 1 in flight, 1,000 names | {ol*1e3:.3f} ms median | {pl*1e3:.3f} ms average | {ol/pl:.2f}x | <= 1.5x |")
+print(f"| (b) throughput, 64 in flight, 5,000 names | {oq:,.0f} q/s | {pq:,.0f} q/s | {oq/pq*100:.0f} % | >= 50 % |")
+PY
