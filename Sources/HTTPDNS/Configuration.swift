@@ -138,20 +138,5 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
     }
 }
 
-/// How to ask (hickory-dns's `ResolverOpts`).
-public struct HTTPDNSOptions: Sendable, Hashable {
-    /// The budget for one lookup across every upstream. Default 3 s.
-    public var timeout: Duration = .seconds(3)
-    /// Accept answers in private, loopback, link-local and other special ranges (see
-    /// ``IPAddress/specialPurposeRange``). Default false: such answers are dropped (rebinding guard).
-    public var allowPrivate: Bool = false
-    /// The cap on a resolver's response body. Default 64 KiB, as OkHttp's `MAX_RESPONSE_SIZE`.
-    public var maxResponseBytes: Int = 64 * 1024
-    /// Order of families in a dual-stack answer. Default IPv6 first (RFC 6724).
-    public var preferIPv6: Bool = true
-
-    public init(timeout: Duration = .seconds(3), allowPrivate: Bool = false) {
-        self.timeout = timeout
-        self.allowPrivate = allowPrivate
-    }
-}
+/// How to ask: budgets, policies and cache behaviour, each documented with its default.
+public typealias HTTPDNSOptions = ResolverOptions

@@ -133,7 +133,9 @@ struct LookupOptions: ParsableArguments {
         }
 
         let configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile)
-        let options = HTTPDNSOptions(timeout: .milliseconds(Int64(timeout * 1000)), allowPrivate: allowPrivate)
+        var options = HTTPDNSOptions(timeout: .milliseconds(Int64(timeout * 1000)), allowPrivate: allowPrivate)
+        // A one-shot lookup shows the TTL the resolver served; clamping matters only for reuse.
+        options.minTTL = .zero
         do {
             return try HTTPDNSResolver(configuration: configuration, options: options)
         } catch {

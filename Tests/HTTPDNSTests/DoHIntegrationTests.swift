@@ -11,8 +11,9 @@ import Testing
     func resolver(_ upstreams: [UpstreamEndpoint], timeout: Duration = .seconds(3), allowPrivate: Bool = false,
                   caFile: String? = Env.caFile) throws -> HTTPDNSResolver {
         try Env.requireRunning()
-        return try HTTPDNSResolver(configuration: .init(upstreams: upstreams, caFile: caFile),
-                                   options: .init(timeout: timeout, allowPrivate: allowPrivate))
+        var options = HTTPDNSOptions(timeout: timeout, allowPrivate: allowPrivate)
+        options.minTTL = .zero
+        return try HTTPDNSResolver(configuration: .init(upstreams: upstreams, caFile: caFile), options: options)
     }
 
     static let dohA = try! UpstreamEndpoint.doh(Env.dohA, bootstrap: ["127.0.0.1"])

@@ -4,7 +4,9 @@ import Testing
 /// The resolver's failover, merging and policy logic, against scripted upstreams.
 @Suite struct HTTPDNSResolverTests {
     func resolver(_ upstreams: [FakeUpstream], timeout: Duration = .seconds(3), allowPrivate: Bool = false) -> HTTPDNSResolver {
-        HTTPDNSResolver(options: HTTPDNSOptions(timeout: timeout, allowPrivate: allowPrivate), upstreams: upstreams)
+        var options = HTTPDNSOptions(timeout: timeout, allowPrivate: allowPrivate)
+        options.minTTL = .zero
+        return HTTPDNSResolver(options: options, upstreams: upstreams)
     }
 
     @Test func failingFirstUpstreamHandsOverToTheSecond() async throws {

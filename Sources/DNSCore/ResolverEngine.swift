@@ -1,0 +1,288 @@
+import Synchronization
+
+/// The resolution engine: cache, serve-stale, prefetch, single-flight, upstream pool and fallback.
+///
+/// Pure Swift with every dependency injected (upstreams, clock), so it is tested without a network.
+/// `HTTPDNSResolver` is this engine over DoH and JSON upstreams.
+public final class ResolverEngine: Sendable {
+    public let options: ResolverOptions
+    package let pool: UpstreamPool
+    package let cache: ResolutionCache
+    private let fallback: (any DNSUpstream)?
+    private let clock: any ResolverClock
+    private let flights = SingleFlight<CacheKey, Fetched>()
+
+    /// What one upstream round produced: the entry now cached, and the upstreams that failed first.
+    struct Fetched: Sendable {
+        var entry: CacheEntry
+        var failures: [DNSError.Attempt]
+    }
+
+    /// - Parameters:
+    ///   - upstreams: trusted resolvers, in order of preference.
+    ///   - fallback: the system's DNS, used only under ``ResolverOptions/Fallback/system``.
+    ///   - clock: monotonic time for TTLs, stale windows and circuit breakers.
+    public init(upstreams: [any DNSUpstream], options: ResolverOptions = .init(),
+                fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock()) {
+        self.options = options
+        self.pool = UpstreamPool(upstreams, strategy: options.strategy, clock: clock)
+        self.cache = ResolutionCache(capacity: options.cacheCapacity)
+        self.fallback = fallback
+        self.clock = clock
+    }
+
+    /// Resolves `host`; see `HTTPDNSResolver.resolve(_:type:)`.
+    public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
+        let started = ContinuousClock.now
+        if let literal = IPAddress(host) {
+            return Resolution(host: host, addresses: [ResolvedAddress(ip: literal, ttl: 0)], source: .literal,
+                              upstream: nil, elapsed: .zero, expiresAt: clock.now)
+        }
+        let name = try DomainName(host)
+        guard !pool.upstreams.isEmpty || fallback != nil else {
+            throw DNSError(.invalidConfiguration, "no trusted upstream is configured")
+        }
+        let outcomes: [TypeOutcome]
+        switch type {
+        case .a, .aaaa:
+            outcomes = [await lookup(name, type.recordTypes[0])]
+        case .both:
+            async let v4 = lookup(name, .a)
+            async let v6 = lookup(name, .aaaa)
+            outcomes = await [v4, v6]
+        }
+        if Task.isCancelled { throw DNSError(.cancelled, "the lookup of \(host) was cancelled") }
+        return try merge(host: host, name: name, outcomes: outcomes, elapsed: .now - started)
+    }
+
+    /// The cached answer for `host`, fresh or stale, without any I/O: for hot paths that must not
+    /// suspend. Nil when nothing usable is cached.
+    public func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
+        guard let name = try? DomainName(host) else { return nil }
+        let now = clock.now
+        let outcomes = type.recordTypes.compactMap { recordType -> TypeOutcome? in
+            guard let entry = cache.entry(for: CacheKey(name, recordType)) else { return nil }
+            return outcome(from: entry, type: recordType, now: now, allowStale: true)
+        }
+        guard outcomes.count == type.recordTypes.count else { return nil }
+        return try? merge(host: host, name: name, outcomes: outcomes, elapsed: .zero)
+    }
+
+    /// Resolves `hosts` in the background to warm the cache (pre-resolve at start-up).
+    public func prefetch(_ hosts: [String], type: AddressQuery = .both) {
+        for host in hosts {
+            Task { _ = try? await self.resolve(host, type: type) }
+        }
+    }
+
+    /// Forgets every cached answer.
+    public func removeAll() { cache.removeAll() }
+
+    /// Entries in the cache now.
+    public var cachedEntryCount: Int { cache.count }
+
+    // MARK: One record type
+
+    /// What one record type contributes to a resolution.
+    struct TypeOutcome: Sendable {
+        var type: RecordType
+        var payload: CacheEntry.Payload
+        var source: Resolution.Source
+        var upstream: String?
+        var expiresAt: ContinuousClock.Instant
+        var stale = false
+        var failures: [DNSError.Attempt] = []
+    }
+
+    func lookup(_ name: DomainName, _ type: RecordType) async -> TypeOutcome {
+        let key = CacheKey(name, type)
+        let now = clock.now
+        if let entry = cache.entry(for: key) {
+            if now < entry.expiresAt {
+                if options.prefetch, case .addresses = entry.payload, entry.isNearExpiry(at: now) {
+                    refreshInBackground(key)
+                }
+                if case .failure = entry.payload, options.fallback == .system, let fallback {
+                    return await askFallback(fallback, key, failures: [])
+                }
+                return outcome(from: entry, type: type, now: now, allowStale: false)!
+            }
+            if case .addresses = entry.payload, now < entry.staleUntil {
+                // RFC 8767: answer from stale at once, refresh behind the caller's back.
+                refreshInBackground(key)
+                return outcome(from: entry, type: type, now: now, allowStale: true)!
+            }
+        }
+        switch await flights.run(key, { await self.fetch(key) }) {
+        case let .success(fetched):
+            let entry = fetched.entry
+            if case let .failure(error) = entry.payload, options.fallback == .system, let fallback {
+                return await askFallback(fallback, key, failures: error.attempts)
+            }
+            var result = outcome(from: entry, type: type, now: clock.now, allowStale: true, fetched: true)
+                ?? TypeOutcome(type: type, payload: entry.payload, source: entry.source, upstream: entry.upstream,
+                               expiresAt: entry.expiresAt)
+            if case .failure = entry.payload {} else { result.failures = fetched.failures }
+            return result
+        case let .failure(error):
+            return TypeOutcome(type: type, payload: .failure(error), source: .doh, upstream: nil, expiresAt: now,
+                               failures: [.init(upstream: "-", code: error.code, message: error.message)])
+        }
+    }
+
+    private func refreshInBackground(_ key: CacheKey) {
+        guard !flights.isRunning(key) else { return }
+        Task { _ = await self.flights.run(key, { await self.fetch(key) }) }
+    }
+
+    /// Asks the pool and stores what it learns. A total failure keeps a stale answer in place (so it
+    /// goes on being served until its window ends) and is otherwise remembered for `failureTTL`.
+    private func fetch(_ key: CacheKey) async -> Result<Fetched, DNSError> {
+        let outcome = await pool.query(DNSMessage.Question(name: key.name, type: key.type), deadline: .now + options.timeout)
+        let now = clock.now
+        guard let answer = outcome.answer, let upstream = outcome.upstream else {
+            let error = DNSError.combining(outcome.failures)
+            if let existing = cache.entry(for: key), case .addresses = existing.payload, now < existing.staleUntil {
+                return .success(Fetched(entry: existing, failures: outcome.failures))
+            }
+            let entry = CacheEntry(payload: .failure(error), source: .doh, upstream: nil, storedAt: now,
+                                   expiresAt: now + options.failureTTL, staleUntil: now + options.failureTTL)
+            cache.store(entry, for: key)
+            return .success(Fetched(entry: entry, failures: outcome.failures))
+        }
+        let entry: CacheEntry
+        switch answer {
+        case let .addresses(addresses, canonicalName):
+            // Every address lives as long as the entry: the smallest TTL, clamped.
+            let lifetime = clamp(addresses.map(\.ttl).min() ?? 0)
+            let seconds = UInt32(clamping: lifetime.components.seconds)
+            entry = CacheEntry(payload: .addresses(addresses.map { ResolvedAddress(ip: $0.ip, ttl: seconds) },
+                                                   canonicalName: canonicalName == key.name ? nil : canonicalName),
+                               source: upstream.source, upstream: upstream.identifier, storedAt: now,
+                               expiresAt: now + lifetime, staleUntil: now + lifetime + options.staleWindow)
+        case let .nxdomain(negative), let .nodata(negative):
+            let code: DNSError.Code = if case .nxdomain = answer { .nxdomain } else { .nodata }
+            let ttl = min(negative.map { Duration.seconds(Int64($0)) } ?? options.negativeTTL, options.negativeTTL)
+            entry = CacheEntry(payload: .negative(code), source: upstream.source, upstream: upstream.identifier,
+                               storedAt: now, expiresAt: now + ttl, staleUntil: now + ttl)
+        }
+        cache.store(entry, for: key)
+        return .success(Fetched(entry: entry, failures: outcome.failures))
+    }
+
+    private func askFallback(_ fallback: any DNSUpstream, _ key: CacheKey, failures: [DNSError.Attempt]) async -> TypeOutcome {
+        let now = clock.now
+        do {
+            let answer = try await fallback.query(DNSMessage.Question(name: key.name, type: key.type), timeout: options.timeout)
+            switch answer {
+            case let .addresses(addresses, canonicalName):
+                let ttl = addresses.map(\.ttl).min() ?? 0
+                return TypeOutcome(type: key.type, payload: .addresses(addresses, canonicalName: canonicalName),
+                                   source: .system, upstream: fallback.identifier, expiresAt: now + .seconds(Int64(ttl)),
+                                   failures: failures)
+            case .nxdomain:
+                return TypeOutcome(type: key.type, payload: .negative(.nxdomain), source: .system,
+                                   upstream: fallback.identifier, expiresAt: now, failures: failures)
+            case .nodata:
+                return TypeOutcome(type: key.type, payload: .negative(.nodata), source: .system,
+                                   upstream: fallback.identifier, expiresAt: now, failures: failures)
+            }
+        } catch {
+            let all = failures + [.init(upstream: fallback.identifier, code: error.code, message: error.message)]
+            return TypeOutcome(type: key.type, payload: .failure(DNSError.combining(all)), source: .system,
+                               upstream: nil, expiresAt: now, failures: all)
+        }
+    }
+
+    /// The clamped cache lifetime for a TTL in seconds.
+    private func clamp(_ ttl: UInt32) -> Duration {
+        min(max(.seconds(Int64(ttl)), options.minTTL), options.maxTTL)
+    }
+
+    /// Turns a cache entry into an outcome at `now`, with remaining TTLs; nil when it is unusable.
+    private func outcome(from entry: CacheEntry, type: RecordType, now: ContinuousClock.Instant, allowStale: Bool,
+                         fetched: Bool = false) -> TypeOutcome? {
+        let fresh = now < entry.expiresAt
+        guard fresh || (allowStale && now < entry.staleUntil) else { return nil }
+        var payload = entry.payload
+        if case let .addresses(addresses, canonicalName) = entry.payload {
+            // Whole seconds left, rounded up: an answer fetched now reports its full TTL.
+            let left = (entry.expiresAt - now).components
+            let remaining = fresh ? UInt32(clamping: left.seconds + (left.attoseconds > 0 ? 1 : 0)) : options.staleAnswerTTL
+            payload = .addresses(addresses.map { ResolvedAddress(ip: $0.ip, ttl: min($0.ttl, remaining)) },
+                                 canonicalName: canonicalName)
+        }
+        let source: Resolution.Source = !fresh ? .stale : (fetched ? entry.source : .cache)
+        return TypeOutcome(type: type, payload: payload, source: source, upstream: entry.upstream,
+                           expiresAt: fresh ? entry.expiresAt : now + .seconds(Int64(options.staleAnswerTTL)),
+                           stale: !fresh,
+                           failures: { if case let .failure(error) = entry.payload { return error.attempts } else { return [] } }())
+    }
+
+    // MARK: Merging the record types
+
+    private func merge(host: String, name: DomainName, outcomes: [TypeOutcome], elapsed: Duration) throws(DNSError) -> Resolution {
+        var addresses: [ResolvedAddress] = []
+        var rejected: [String] = []
+        var canonical: DomainName?
+        var answering: TypeOutcome?
+        var nxdomain = false
+        var failures: [DNSError.Attempt] = []
+        var expiresAt: ContinuousClock.Instant?
+        for outcome in outcomes {
+            failures += outcome.failures
+            switch outcome.payload {
+            case let .addresses(found, canonicalName):
+                canonical = canonical ?? canonicalName
+                answering = answering ?? outcome
+                expiresAt = min(expiresAt ?? outcome.expiresAt, outcome.expiresAt)
+                for address in found {
+                    if !options.allowPrivate, let range = address.ip.specialPurposeRange {
+                        rejected.append("\(address.ip) (\(range))")
+                    } else {
+                        addresses.append(address)
+                    }
+                }
+            case let .negative(code):
+                nxdomain = nxdomain || code == .nxdomain
+                answering = answering ?? outcome
+            case .failure:
+                break
+            }
+        }
+        if !addresses.isEmpty, let answering {
+            addresses.sort { lhs, rhs in
+                lhs.ip.family != rhs.ip.family && (lhs.ip.family == .ipv6) == options.preferIPv6
+            }
+            return Resolution(
+                host: host, addresses: addresses,
+                canonicalName: canonical.flatMap { $0 == name ? nil : $0.description },
+                source: outcomes.contains { $0.stale } ? .stale : answering.source,
+                upstream: answering.upstream, elapsed: elapsed,
+                expiresAt: expiresAt ?? clock.now, failedAttempts: failures)
+        }
+        if !rejected.isEmpty {
+            throw DNSError(.rejectedPrivate, "\(host) resolved only to special-purpose addresses "
+                           + "(\(rejected.joined(separator: ", "))); allow them with --allow-private")
+        }
+        if nxdomain {
+            throw DNSError(.nxdomain, "\(host) does not exist (NXDOMAIN from \(answering?.upstream ?? "upstream"))",
+                           attempts: failures)
+        }
+        if outcomes.allSatisfy({ if case .negative = $0.payload { return true } else { return false } }) {
+            let types = outcomes.map(\.type.description).joined(separator: "/")
+            throw DNSError(.nodata, "\(host) has no \(types) records", attempts: failures)
+        }
+        // Every type failed, or one said NODATA while the other failed: report the failures.
+        var collected: [DNSError.Attempt] = []
+        for outcome in outcomes {
+            guard case let .failure(error) = outcome.payload else { continue }
+            collected += error.attempts.isEmpty
+                ? [.init(upstream: outcome.upstream ?? "-", code: error.code, message: error.message)]
+                : error.attempts
+        }
+        var error = DNSError.combining(collected)
+        error.message = "\(host): \(error.message)"
+        throw error
+    }
+}

@@ -1,0 +1,48 @@
+/// How to resolve: budgets, policies, cache behaviour (hickory-dns's `ResolverOpts`).
+/// Every field's default is in its comment; values come from the RFCs and the best peers.
+public struct ResolverOptions: Sendable, Hashable {
+    /// What to do when every trusted upstream fails and no stale answer exists.
+    public enum Fallback: String, Sendable, Hashable, CaseIterable {
+        /// Never use the system's DNS: fail with the upstreams' errors (strict, the default).
+        case none
+        /// Ask the system's DNS; such answers are marked source `system`.
+        case system
+    }
+
+    /// The budget for one lookup across every upstream. Default 3 s.
+    public var timeout: Duration = .seconds(3)
+    /// Accept answers in special-purpose ranges (see ``IPAddress/specialPurposeRange``).
+    /// Default false: the rebinding guard drops them.
+    public var allowPrivate = false
+    /// The cap on a resolver's response body. Default 64 KiB (OkHttp's `MAX_RESPONSE_SIZE`).
+    public var maxResponseBytes = 64 * 1024
+    /// Order of families in a dual-stack answer. Default IPv6 first (RFC 6724).
+    public var preferIPv6 = true
+    /// Upstream selection. Default ``UpstreamStrategy/ordered``.
+    public var strategy: UpstreamStrategy = .ordered
+    /// Default ``Fallback/none``.
+    public var fallback: Fallback = .none
+
+    /// Shortest time a positive answer is cached, whatever its TTL. Default 60 s.
+    public var minTTL: Duration = .seconds(60)
+    /// Longest time a positive answer is cached. Default 86,400 s (24 h).
+    public var maxTTL: Duration = .seconds(86_400)
+    /// Cap on caching NXDOMAIN/NODATA; the SOA minimum is used when smaller (RFC 2308). Default 30 s.
+    public var negativeTTL: Duration = .seconds(30)
+    /// How long a total upstream failure is remembered. Default 10 s.
+    public var failureTTL: Duration = .seconds(10)
+    /// How long after expiry an answer may still be served as stale (RFC 8767). Default 3,600 s;
+    /// zero disables serve-stale.
+    public var staleWindow: Duration = .seconds(3_600)
+    /// The TTL given to stale answers (RFC 8767 §4). Default 30 s.
+    public var staleAnswerTTL: UInt32 = 30
+    /// Refresh in the background on a hit in the last 10 % of an entry's TTL. Default true.
+    public var prefetch = true
+    /// Entries the cache holds at most. Default 100,000.
+    public var cacheCapacity = 100_000
+
+    public init(timeout: Duration = .seconds(3), allowPrivate: Bool = false) {
+        self.timeout = timeout
+        self.allowPrivate = allowPrivate
+    }
+}

@@ -1,0 +1,188 @@
+import Synchronization
+
+/// How the pool picks upstreams for a question.
+public enum UpstreamStrategy: String, Sendable, Hashable, CaseIterable {
+    /// In configured order, failing over to the next (the default).
+    case ordered
+    /// Lowest decayed round-trip time first; failures are penalised; every 16th query puts the
+    /// least recently used upstream first, so a recovered one is noticed.
+    case fastest
+    /// The best two (by decayed RTT) in parallel; the first valid answer wins and the slower one is
+    /// charged the time the winner took.
+    case race
+}
+
+/// The answer of a pool query, or every upstream's failure.
+package struct PoolOutcome: Sendable {
+    package var answer: AddressAnswer?
+    package var upstream: (any DNSUpstream)?
+    package var failures: [DNSError.Attempt]
+}
+
+/// Trusted upstreams with a selection strategy and a circuit breaker per upstream.
+///
+/// An upstream that fails `failureThreshold` times in a row is skipped (tried last) for a backoff
+/// that starts at `baseBackoff` and doubles up to `maxBackoff`; after it, one query re-probes it.
+package final class UpstreamPool: Sendable {
+    package struct Health: Sendable {
+        package var rtt: Double? = nil
+        package var consecutiveFailures = 0
+        package var openUntil: ContinuousClock.Instant? = nil
+        package var backoff: Duration = .zero
+        package var lastUsed: ContinuousClock.Instant? = nil
+    }
+
+    package let upstreams: [any DNSUpstream]
+    private let strategy: UpstreamStrategy
+    private let clock: any ResolverClock
+    private let failureThreshold: Int
+    private let baseBackoff: Duration
+    private let maxBackoff: Duration
+    private let health: Mutex<[Health]>
+    private let queries = Atomic<Int>(0)
+
+    package init(_ upstreams: [any DNSUpstream], strategy: UpstreamStrategy = .ordered, clock: any ResolverClock,
+                 failureThreshold: Int = 3, baseBackoff: Duration = .seconds(1), maxBackoff: Duration = .seconds(60)) {
+        self.upstreams = upstreams
+        self.strategy = strategy
+        self.clock = clock
+        self.failureThreshold = failureThreshold
+        self.baseBackoff = baseBackoff
+        self.maxBackoff = maxBackoff
+        health = Mutex(Array(repeating: Health(), count: upstreams.count))
+    }
+
+    /// A copy of each upstream's health, in configured order.
+    package var healthSnapshot: [Health] { health.withLock { $0 } }
+
+    /// Whether upstream `index`'s circuit is open (skipped) now.
+    package func isOpen(_ index: Int) -> Bool {
+        let now = clock.now
+        return health.withLock { $0[index].openUntil.map { now < $0 } ?? false }
+    }
+
+    /// The order in which upstreams are tried now.
+    package func order() -> [Int] {
+        let now = clock.now
+        let count = queries.add(1, ordering: .relaxed).newValue
+        let snapshot = health.withLock { $0 }
+        var indices = Array(upstreams.indices)
+        switch strategy {
+        case .ordered:
+            break
+        case .fastest, .race:
+            // Unmeasured upstreams sort first so each gets measured; failures weigh as 1 s each.
+            func score(_ index: Int) -> Double {
+                guard let rtt = snapshot[index].rtt else { return -1 }
+                return rtt + Double(snapshot[index].consecutiveFailures)
+            }
+            indices.sort { (score($0), $0) < (score($1), $1) }
+            if count % 16 == 0, indices.count > 1,
+               let stalest = indices.min(by: { (snapshot[$0].lastUsed ?? now) < (snapshot[$1].lastUsed ?? now) }),
+               stalest != indices[0] {
+                indices.removeAll { $0 == stalest }
+                indices.insert(stalest, at: 0)
+            }
+        }
+        // Open circuits go last: tried only when every closed one has failed.
+        let closed = indices.filter { snapshot[$0].openUntil.map { now >= $0 } ?? true }
+        let open = indices.filter { !closed.contains($0) }
+        return closed + open
+    }
+
+    /// Asks the upstreams until one answers or the real-time `deadline` passes. NXDOMAIN and NODATA
+    /// are answers and end the search.
+    package func query(_ question: DNSMessage.Question, deadline: ContinuousClock.Instant) async -> PoolOutcome {
+        var failures: [DNSError.Attempt] = []
+        var order = self.order()
+        if strategy == .race, order.count >= 2 {
+            let pair = Array(order.prefix(2))
+            order.removeFirst(2)
+            let share = (deadline - .now) * 2 / (order.count + 2)
+            if let outcome = await race(question, pair, timeout: share, failures: &failures) { return outcome }
+        }
+        for (position, index) in order.enumerated() {
+            let remaining = deadline - .now
+            guard remaining > .milliseconds(1), !Task.isCancelled else { break }
+            // The remaining budget shared among the upstreams still to try: a blackholed first
+            // upstream cannot starve the others.
+            let share = remaining / (order.count - position)
+            switch await ask(index, question, timeout: share) {
+            case let .success(answer):
+                return PoolOutcome(answer: answer, upstream: upstreams[index], failures: failures)
+            case let .failure(error):
+                failures.append(.init(upstream: upstreams[index].identifier, code: error.code, message: error.message))
+                if error.code == .cancelled { return PoolOutcome(failures: failures) }
+            }
+        }
+        if failures.isEmpty, let first = upstreams.first {
+            failures.append(.init(upstream: first.identifier, code: .timeout, message: "the time budget ran out"))
+        }
+        return PoolOutcome(failures: failures)
+    }
+
+    private func race(_ question: DNSMessage.Question, _ pair: [Int], timeout: Duration,
+                      failures: inout [DNSError.Attempt]) async -> PoolOutcome? {
+        let start = ContinuousClock.now
+        return await withTaskGroup(of: (Int, Result<AddressAnswer, DNSError>).self) { group in
+            for index in pair {
+                group.addTask { (index, await self.ask(index, question, timeout: timeout)) }
+            }
+            for await (index, result) in group {
+                switch result {
+                case let .success(answer):
+                    group.cancelAll()
+                    // The loser is charged the winner's time, so it does not look faster than it is.
+                    let elapsed = Self.seconds(.now - start)
+                    for loser in pair where loser != index { record(loser, rtt: elapsed, success: nil) }
+                    return PoolOutcome(answer: answer, upstream: upstreams[index], failures: failures)
+                case let .failure(error):
+                    failures.append(.init(upstream: upstreams[index].identifier, code: error.code, message: error.message))
+                }
+            }
+            return nil
+        }
+    }
+
+    private func ask(_ index: Int, _ question: DNSMessage.Question, timeout: Duration) async -> Result<AddressAnswer, DNSError> {
+        let start = ContinuousClock.now
+        do {
+            let answer = try await upstreams[index].query(question, timeout: timeout)
+            record(index, rtt: Self.seconds(.now - start), success: true)
+            return .success(answer)
+        } catch {
+            if error.code != .cancelled { record(index, rtt: Self.seconds(.now - start), success: false) }
+            return .failure(error)
+        }
+    }
+
+    /// Updates the decayed RTT (EWMA, weight 0.3 for the new sample) and the circuit breaker.
+    private func record(_ index: Int, rtt: Double, success: Bool?) {
+        let now = clock.now
+        health.withLock { all in
+            var entry = all[index]
+            entry.rtt = entry.rtt.map { $0 * 0.7 + rtt * 0.3 } ?? rtt
+            entry.lastUsed = now
+            switch success {
+            case true?:
+                entry.consecutiveFailures = 0
+                entry.openUntil = nil
+                entry.backoff = .zero
+            case false?:
+                entry.consecutiveFailures += 1
+                if entry.consecutiveFailures >= failureThreshold {
+                    entry.backoff = entry.backoff == .zero ? baseBackoff : min(entry.backoff * 2, maxBackoff)
+                    entry.openUntil = now + entry.backoff
+                }
+            case nil:
+                break
+            }
+            all[index] = entry
+        }
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}
