@@ -1,0 +1,347 @@
+import Synchronization
+import Testing
+@testable import DNSCore
+
+/// A scripted upstream that counts questions; its script can change between calls.
+final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
+    // Safety: all mutable state is behind `state`.
+    enum Reply: Sendable {
+        case addresses([String], ttl: UInt32)
+        case nxdomain(soaMinimum: UInt32?)
+        case nodata
+        case fail(DNSError.Code)
+        /// Waits this long (bounded by the granted timeout), then answers with addresses.
+        case slow(Duration, [String])
+    }
+
+    let identifier: String
+    let source: Resolution.Source
+    private let state: Mutex<(reply: Reply, count: Int)>
+
+    init(_ identifier: String, source: Resolution.Source = .doh, _ reply: Reply) {
+        self.identifier = identifier
+        self.source = source
+        state = Mutex((reply, 0))
+    }
+
+    convenience init(_ reply: Reply) {
+        self.init("https://fake.test/dns-query", reply)
+    }
+
+    var queries: Int { state.withLock { $0.count } }
+    func reply(_ reply: Reply) { state.withLock { $0.reply = reply } }
+
+    func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        let reply = state.withLock { state -> Reply in
+            state.count += 1
+            return state.reply
+        }
+        switch reply {
+        case let .addresses(ips, ttl):
+            let wanted = ips.compactMap(IPAddress.init).filter { ($0.family == .ipv4) == (question.type == .a) }
+            if wanted.isEmpty { return .nodata(negativeTTL: 60) }
+            return .addresses(wanted.map { ResolvedAddress(ip: $0, ttl: ttl) }, canonicalName: question.name)
+        case let .nxdomain(minimum):
+            return .nxdomain(negativeTTL: minimum)
+        case .nodata:
+            return .nodata(negativeTTL: nil)
+        case let .fail(code):
+            throw DNSError(code, "scripted \(code.rawValue)")
+        case let .slow(delay, ips):
+            do { try await Task.sleep(for: min(delay, timeout)) } catch { throw DNSError(.cancelled, "cancelled") }
+            if delay > timeout { throw DNSError(.timeout, "no answer within \(timeout)") }
+            return .addresses(ips.compactMap(IPAddress.init).map { ResolvedAddress(ip: $0, ttl: 300) }, canonicalName: question.name)
+        }
+    }
+}
+
+@Suite struct ResolverEngineTests {
+    let clock = ManualClock()
+
+    func engine(_ upstreams: [ScriptedUpstream], fallback: ScriptedUpstream? = nil,
+                configure: (inout ResolverOptions) -> Void = { _ in }) -> ResolverEngine {
+        var options = ResolverOptions(timeout: .seconds(2))
+        configure(&options)
+        return ResolverEngine(upstreams: upstreams, options: options, fallback: fallback, clock: clock)
+    }
+
+    /// Lets background refresh tasks run; they need no time, only a turn on the executor.
+    func settle() async {
+        for _ in 0..<50 { await Task.yield() }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+
+    @Test func freshAnswersComeFromTheCacheWithRemainingTTL() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 300))
+        let engine = engine([upstream])
+        let first = try await engine.resolve("www.hd.test", type: .a)
+        #expect(first.source == .doh)
+        #expect(first.addresses.map(\.ttl) == [300])
+        clock.advance(by: .seconds(100))
+        let second = try await engine.resolve("WWW.hd.test.", type: .a)
+        #expect(second.source == .cache)
+        #expect(second.addresses.map(\.ttl) == [200])
+        #expect(upstream.queries == 1)
+    }
+
+    @Test func ttlsAreClampedToTheConfiguredRange() async throws {
+        let short = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 5))
+        let engine = engine([short]) { $0.minTTL = .seconds(60); $0.maxTTL = .seconds(600) }
+        #expect(try await engine.resolve("short.hd.test", type: .a).addresses.map(\.ttl) == [60])
+        clock.advance(by: .seconds(59))
+        #expect(try await engine.resolve("short.hd.test", type: .a).source == .cache)
+        #expect(short.queries == 1)
+
+        let long = ScriptedUpstream(.addresses(["198.18.0.2"], ttl: 999_999))
+        let other = self.engine([long]) { $0.minTTL = .seconds(60); $0.maxTTL = .seconds(600) }
+        #expect(try await other.resolve("long.hd.test", type: .a).addresses.map(\.ttl) == [600])
+    }
+
+    @Test func negativeAnswersAreCachedBySOAMinimumCappedByNegativeTTL() async throws {
+        let upstream = ScriptedUpstream(.nxdomain(soaMinimum: 10))
+        let engine = engine([upstream]) { $0.negativeTTL = .seconds(30) }
+        await #expect { try await engine.resolve("nope.hd.test", type: .a) } throws: { ($0 as? DNSError)?.code == .nxdomain }
+        clock.advance(by: .seconds(9))
+        await #expect { try await engine.resolve("nope.hd.test", type: .a) } throws: { ($0 as? DNSError)?.code == .nxdomain }
+        #expect(upstream.queries == 1, "cached for the SOA minimum, 10 s")
+        clock.advance(by: .seconds(2))
+        _ = try? await engine.resolve("nope.hd.test", type: .a)
+        #expect(upstream.queries == 2)
+
+        let longSOA = ScriptedUpstream(.nxdomain(soaMinimum: 3600))
+        let capped = self.engine([longSOA]) { $0.negativeTTL = .seconds(30) }
+        _ = try? await capped.resolve("nope.hd.test", type: .a)
+        clock.advance(by: .seconds(31))
+        _ = try? await capped.resolve("nope.hd.test", type: .a)
+        #expect(longSOA.queries == 2, "capped at negative_ttl, 30 s")
+    }
+
+    @Test func totalFailuresAreRememberedBriefly() async throws {
+        let upstream = ScriptedUpstream(.fail(.connectFailed))
+        let engine = engine([upstream]) { $0.failureTTL = .seconds(10) }
+        for _ in 0..<5 {
+            await #expect { try await engine.resolve("www.hd.test", type: .a) } throws: { ($0 as? DNSError)?.code == .connectFailed }
+        }
+        #expect(upstream.queries == 1, "a dead resolver is not hammered")
+        clock.advance(by: .seconds(11))
+        upstream.reply(.addresses(["198.18.0.1"], ttl: 300))
+        #expect(try await engine.resolve("www.hd.test", type: .a).addresses.count == 1)
+    }
+
+    @Test func staleAnswerIsServedAtOnceAndRefreshedInTheBackground() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
+        let engine = engine([upstream]) { $0.minTTL = .zero; $0.staleWindow = .seconds(3600) }
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        clock.advance(by: .seconds(61))
+        upstream.reply(.addresses(["198.18.0.2"], ttl: 60))
+        let stale = try await engine.resolve("www.hd.test", type: .a)
+        #expect(stale.source == .stale)
+        #expect(stale.isStale)
+        #expect(stale.addresses.map(\.ip.description) == ["198.18.0.1"])
+        #expect(stale.addresses.map(\.ttl) == [30], "RFC 8767: stale answers carry TTL 30")
+        await settle()
+        #expect(upstream.queries == 2)
+        let refreshed = try await engine.resolve("www.hd.test", type: .a)
+        #expect(refreshed.source == .cache)
+        #expect(refreshed.addresses.map(\.ip.description) == ["198.18.0.2"])
+    }
+
+    @Test func staleAnswerIsServedWhileRefreshesFailUntilTheWindowEnds() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
+        let engine = engine([upstream]) { $0.minTTL = .zero; $0.staleWindow = .seconds(600) }
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        upstream.reply(.fail(.timeout))
+        clock.advance(by: .seconds(120))
+        #expect(try await engine.resolve("www.hd.test", type: .a).source == .stale)
+        await settle()
+        clock.advance(by: .seconds(400))
+        #expect(try await engine.resolve("www.hd.test", type: .a).source == .stale, "failed refreshes keep the stale answer")
+        await settle()
+        clock.advance(by: .seconds(200))   // 720 s after storing: past expiry (60) + window (600)
+        await #expect { try await engine.resolve("www.hd.test", type: .a) } throws: { ($0 as? DNSError)?.code == .timeout }
+    }
+
+    @Test func staleAnswerIsServedWhenAllUpstreamsFailOnAMiss() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
+        let engine = engine([upstream]) { $0.minTTL = .zero }
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        clock.advance(by: .seconds(61))
+        upstream.reply(.fail(.connectFailed))
+        // The cached entry is stale; the background refresh fails; a lookup still answers.
+        #expect(try await engine.resolve("www.hd.test", type: .a).source == .stale)
+    }
+
+    @Test func prefetchRefreshesHitsInTheLastTenPercentOfTheTTL() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 100))
+        let engine = engine([upstream]) { $0.minTTL = .zero }
+        _ = try await engine.resolve("hot.hd.test", type: .a)
+        clock.advance(by: .seconds(89))
+        _ = try await engine.resolve("hot.hd.test", type: .a)
+        await settle()
+        #expect(upstream.queries == 1, "89 % of the TTL: no prefetch yet")
+        clock.advance(by: .seconds(2))
+        let hit = try await engine.resolve("hot.hd.test", type: .a)
+        #expect(hit.source == .cache)
+        await settle()
+        #expect(upstream.queries == 2, "91 %: refreshed in the background")
+        clock.advance(by: .seconds(50))
+        #expect(try await engine.resolve("hot.hd.test", type: .a).source == .cache, "a name in steady use never misses")
+    }
+
+    @Test func concurrentLookupsOfOneNameCauseOneQuery() async throws {
+        let upstream = ScriptedUpstream(.slow(.milliseconds(100), ["198.18.0.1"]))
+        let engine = engine([upstream])
+        let results = await withTaskGroup(of: Int.self) { group in
+            for _ in 0..<1000 {
+                group.addTask { (try? await engine.resolve("www.hd.test", type: .a))?.addresses.count ?? 0 }
+            }
+            return await group.reduce(into: [Int]()) { $0.append($1) }
+        }
+        #expect(results.count == 1000 && results.allSatisfy { $0 == 1 })
+        #expect(upstream.queries == 1)
+    }
+
+    @Test func cancellingOneWaiterDoesNotCancelTheOthers() async throws {
+        let upstream = ScriptedUpstream(.slow(.milliseconds(200), ["198.18.0.1"]))
+        let engine = engine([upstream])
+        let first = Task { try await engine.resolve("www.hd.test", type: .a) }
+        let second = Task { try await engine.resolve("www.hd.test", type: .a) }
+        try await Task.sleep(for: .milliseconds(50))
+        first.cancel()
+        await #expect { try await first.value } throws: { ($0 as? DNSError)?.code == .cancelled }
+        #expect(try await second.value.addresses.map(\.ip.description) == ["198.18.0.1"])
+        #expect(upstream.queries == 1)
+    }
+
+    @Test func evictionKeepsRecentlyUsedNames() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 3600))
+        let engine = ResolverEngine(upstreams: [upstream], options: {
+            var options = ResolverOptions()
+            options.cacheCapacity = 16
+            return options
+        }(), clock: clock)
+        _ = try await engine.resolve("hot.hd.test", type: .a)
+        for index in 0..<64 {
+            _ = try await engine.resolve("hot.hd.test", type: .a)     // keeps its reference bit set
+            _ = try await engine.resolve("cold\(index).hd.test", type: .a)
+        }
+        #expect(engine.cachedEntryCount <= 16)
+        #expect(engine.cache.evictions > 0)
+        let before = upstream.queries
+        #expect(try await engine.resolve("hot.hd.test", type: .a).source == .cache)
+        #expect(upstream.queries == before)
+    }
+
+    @Test func cachedResolutionNeedsNoIO() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1", "2001:2::1"], ttl: 300))
+        let engine = engine([upstream])
+        #expect(engine.cachedResolution(for: "www.hd.test") == nil)
+        _ = try await engine.resolve("www.hd.test")
+        let cached = try #require(engine.cachedResolution(for: "www.hd.test"))
+        #expect(cached.addresses.map(\.ip.description) == ["2001:2::1", "198.18.0.1"])
+        #expect(cached.source == .cache)
+        engine.removeAll()
+        #expect(engine.cachedResolution(for: "www.hd.test") == nil)
+    }
+
+    @Test func wallClockJumpsDoNotMatterOnlyMonotonicTime() async throws {
+        // The engine reads only the injected monotonic clock; without advancing it, entries stay fresh.
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
+        let engine = engine([upstream])
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        #expect(try await engine.resolve("www.hd.test", type: .a).source == .cache)
+        #expect(upstream.queries == 1)
+    }
+
+    // MARK: Fallback policy
+
+    @Test func systemFallbackAnswersOnlyWhenTrustedUpstreamsFail() async throws {
+        let trusted = ScriptedUpstream(.fail(.timeout))
+        let system = ScriptedUpstream("system", source: .system, .addresses(["198.18.9.9"], ttl: 30))
+        let engine = engine([trusted], fallback: system) { $0.fallback = .system }
+        let resolution = try await engine.resolve("www.hd.test", type: .a)
+        #expect(resolution.source == .system)
+        #expect(resolution.upstream == "system")
+        #expect(resolution.addresses.map(\.ip.description) == ["198.18.9.9"])
+
+        let healthy = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 30))
+        let unused = ScriptedUpstream("system", source: .system, .addresses(["198.18.9.9"], ttl: 30))
+        _ = try await self.engine([healthy], fallback: unused) { $0.fallback = .system }.resolve("www.hd.test", type: .a)
+        #expect(unused.queries == 0)
+    }
+
+    @Test func strictPolicyNeverAsksTheSystem() async throws {
+        let trusted = ScriptedUpstream(.fail(.timeout))
+        let system = ScriptedUpstream("system", source: .system, .addresses(["198.18.9.9"], ttl: 30))
+        let engine = engine([trusted], fallback: system) { $0.fallback = .none }
+        await #expect { try await engine.resolve("www.hd.test", type: .a) } throws: { ($0 as? DNSError)?.code == .timeout }
+        #expect(system.queries == 0)
+    }
+
+    @Test func staleBeatsSystemFallback() async throws {
+        let trusted = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
+        let system = ScriptedUpstream("system", source: .system, .addresses(["198.18.9.9"], ttl: 30))
+        let engine = engine([trusted], fallback: system) { $0.fallback = .system; $0.minTTL = .zero }
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        trusted.reply(.fail(.timeout))
+        clock.advance(by: .seconds(61))
+        #expect(try await engine.resolve("www.hd.test", type: .a).source == .stale)
+        #expect(system.queries == 0)
+    }
+}
+
+@Suite struct UpstreamPoolTests {
+    let clock = ManualClock()
+
+    @Test func circuitOpensAfterRepeatedFailuresAndReprobesAfterBackoff() async throws {
+        let broken = ScriptedUpstream("https://broken.test/q", .fail(.connectFailed))
+        let healthy = ScriptedUpstream("https://healthy.test/q", .addresses(["198.18.0.1"], ttl: 300))
+        let pool = UpstreamPool([broken, healthy], clock: clock, failureThreshold: 3, baseBackoff: .seconds(1))
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        for _ in 0..<3 { _ = await pool.query(question, deadline: .now + .seconds(1)) }
+        #expect(broken.queries == 3)
+        #expect(pool.isOpen(0))
+        #expect(pool.order() == [1, 0], "an open circuit is tried last")
+        _ = await pool.query(question, deadline: .now + .seconds(1))
+        #expect(broken.queries == 3, "skipped while open")
+        clock.advance(by: .seconds(2))
+        #expect(pool.order() == [0, 1], "re-probed after the backoff")
+        _ = await pool.query(question, deadline: .now + .seconds(1))
+        #expect(broken.queries == 4)
+        #expect(pool.healthSnapshot[0].backoff == .seconds(2), "a failed re-probe doubles the backoff")
+    }
+
+    @Test func fastestStrategyPrefersTheLowerDecayedRTT() async throws {
+        let slow = ScriptedUpstream("https://slow.test/q", .slow(.milliseconds(40), ["198.18.0.1"]))
+        let fast = ScriptedUpstream("https://fast.test/q", .addresses(["198.18.0.2"], ttl: 300))
+        let pool = UpstreamPool([slow, fast], strategy: .fastest, clock: clock)
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        // Both unmeasured at first: each gets measured once.
+        _ = await pool.query(question, deadline: .now + .seconds(1))
+        _ = await pool.query(question, deadline: .now + .seconds(1))
+        var winners: [String] = []
+        for _ in 0..<10 { winners.append(await pool.query(question, deadline: .now + .seconds(1)).upstream?.identifier ?? "-") }
+        #expect(winners.filter { $0 == "https://fast.test/q" }.count >= 9)
+    }
+
+    @Test func raceStrategyTakesTheFirstValidAnswer() async throws {
+        let slow = ScriptedUpstream("https://slow.test/q", .slow(.milliseconds(300), ["198.18.0.1"]))
+        let fast = ScriptedUpstream("https://fast.test/q", .addresses(["198.18.0.2"], ttl: 300))
+        let pool = UpstreamPool([slow, fast], strategy: .race, clock: clock)
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        let start = ContinuousClock.now
+        let outcome = await pool.query(question, deadline: .now + .seconds(2))
+        #expect(outcome.upstream?.identifier == "https://fast.test/q")
+        #expect(ContinuousClock.now - start < .milliseconds(250), "the slow one is not waited for")
+        #expect(slow.queries == 1 && fast.queries == 1)
+    }
+
+    @Test func raceFallsBackWhenTheFirstAnswerIsAFailure() async throws {
+        let broken = ScriptedUpstream("https://broken.test/q", .fail(.malformedResponse))
+        let slow = ScriptedUpstream("https://slow.test/q", .slow(.milliseconds(50), ["198.18.0.1"]))
+        let pool = UpstreamPool([broken, slow], strategy: .race, clock: clock)
+        let outcome = await pool.query(.init(name: try DomainName("www.hd.test"), type: .a), deadline: .now + .seconds(2))
+        #expect(outcome.upstream?.identifier == "https://slow.test/q")
+        #expect(outcome.failures.map(\.code) == [.malformedResponse])
+    }
+}
