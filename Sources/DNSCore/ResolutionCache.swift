@@ -64,9 +64,12 @@ package final class ResolutionCache: Sendable {
     private let shards: [ShardBox]
     private let shardCapacity: Int
 
-    /// - Parameter capacity: entries kept at most, across all shards (default 100,000).
-    package init(capacity: Int = 100_000, shardCount: Int = 16) {
-        let count = max(1, min(shardCount, capacity))
+    /// - Parameters:
+    ///   - capacity: entries kept at most, across all shards (default 100,000).
+    ///   - shardCount: locks to spread lookups over; by default one per 4,096 entries, 1 to 16, so
+    ///     every shard keeps enough slots for CLOCK to protect its hot entries.
+    package init(capacity: Int = 100_000, shardCount: Int? = nil) {
+        let count = max(1, min(shardCount ?? capacity / 4096, 16, capacity))
         shards = (0..<count).map { _ in ShardBox() }
         shardCapacity = max(1, capacity / count)
     }

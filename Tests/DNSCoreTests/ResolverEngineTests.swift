@@ -325,14 +325,14 @@ final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
     }
 
     @Test func raceStrategyTakesTheFirstValidAnswer() async throws {
-        let slow = ScriptedUpstream("https://slow.test/q", .slow(.milliseconds(300), ["198.18.0.1"]))
+        let slow = ScriptedUpstream("https://slow.test/q", .slow(.seconds(5), ["198.18.0.1"]))
         let fast = ScriptedUpstream("https://fast.test/q", .addresses(["198.18.0.2"], ttl: 300))
         let pool = UpstreamPool([slow, fast], strategy: .race, clock: clock)
         let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
         let start = ContinuousClock.now
-        let outcome = await pool.query(question, deadline: .now + .seconds(2))
+        let outcome = await pool.query(question, deadline: .now + .seconds(10))
         #expect(outcome.upstream?.identifier == "https://fast.test/q")
-        #expect(ContinuousClock.now - start < .milliseconds(250), "the slow one is not waited for")
+        #expect(ContinuousClock.now - start < .seconds(2), "the slow one is cancelled, not waited for")
         #expect(slow.queries == 1 && fast.queries == 1)
     }
 
