@@ -49,6 +49,7 @@ let package = Package(
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "DNSCoreTests", dependencies: ["DNSCore"]),
+        .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
         .testTarget(name: "HTTPDNSTests", dependencies: ["HTTPDNS", "CurlSupport", "DNSCore", "TestSupport"]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport"]),
     ]

@@ -71,6 +71,8 @@ package struct CurlResponse: Sendable {
     package var httpVersion: Int
     /// Seconds from start to the end of the transfer.
     package var totalTime: Double
+    /// New connections this transfer had to open (0 when it reused one).
+    package var newConnections: Int
 
     package func header(_ name: String) -> String? {
         let wanted = name.lowercased()

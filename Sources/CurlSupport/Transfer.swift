@@ -111,11 +111,13 @@ final class Transfer: @unchecked Sendable {
         _ = httpdns_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
         var total = 0.0
         _ = httpdns_easy_getinfo_double(easy, CURLINFO_TOTAL_TIME, &total)
+        var connects = 0
+        _ = httpdns_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &connects)
         return .success(CurlResponse(
             status: status, headers: headers, body: body,
             contentType: string(CURLINFO_CONTENT_TYPE)?.lowercased(),
             remoteIP: string(CURLINFO_PRIMARY_IP),
-            httpVersion: Self.httpVersion(version), totalTime: total))
+            httpVersion: Self.httpVersion(version), totalTime: total, newConnections: connects))
     }
 
     private func error(for code: CURLcode) -> CurlError {
