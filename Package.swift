@@ -31,8 +31,11 @@ let package = Package(
         // One libcurl multi handle driven on its own thread.
         .target(name: "CurlSupport", dependencies: ["CCurl"]),
 
-        // Public façade: trusted DoH / JSON upstreams, bootstrap, presets.
-        .target(name: "HTTPDNS", dependencies: ["DNSCore", "CurlSupport"]),
+        // Plain DNS via c-ares: the system's view, for fallback and comparison.
+        .target(name: "SystemResolver", dependencies: ["CCares", "DNSCore"]),
+
+        // Public façade: trusted DoH / JSON upstreams, bootstrap, presets, system fallback.
+        .target(name: "HTTPDNS", dependencies: ["DNSCore", "CurlSupport", "SystemResolver"]),
 
         // The CLI: argument parsing and printing only.
         .executableTarget(
@@ -50,6 +53,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "DNSCoreTests", dependencies: ["DNSCore"]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
+        .testTarget(name: "SystemResolverTests", dependencies: ["SystemResolver", "TestSupport"]),
         .testTarget(name: "HTTPDNSTests", dependencies: ["HTTPDNS", "CurlSupport", "DNSCore", "TestSupport"]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport"]),
     ]

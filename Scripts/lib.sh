@@ -5,7 +5,8 @@ DOH_PORT=18443     # doh-a.test (127.0.0.1, ::1), and nginx on 127.0.0.3
 DNS_PORT=18053     # doh-a's plain DNS
 DOH_PORT_B=18444   # doh-b.test
 DNS_PORT_B=18054   # doh-b's plain DNS
-export DOH_PORT DNS_PORT DOH_PORT_B DNS_PORT_B
+SYSTEM_DNS_PORT=18055  # dnsmasq: the "system" DNS (lies for some names)
+export DOH_PORT DNS_PORT DOH_PORT_B DNS_PORT_B SYSTEM_DNS_PORT
 
 # Installs the Debian packages that are missing (apt-get needs root; CI and dev machines run as root).
 need_packages() {

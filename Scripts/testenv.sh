@@ -15,6 +15,9 @@
 #               truncated, mismatched, garbage; the default server, so any other SNI gets its
 #               certificate: a name mismatch), doh-untrusted.test (certificate from an unknown CA),
 #               and json.test (the JSON API over the same zone data)
+#   dnsmasq     127.0.0.1:18055, the "system" (plain, hijackable) DNS: forwards hd.test honestly to
+#               doh-a's plain port, lies for hijacked.hd.test (198.18.66.66) and answers
+#               system-only.hd.test itself; no other upstream (no-resolv), so nothing leaves loopback
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -177,6 +180,25 @@ http {
 EOF
 }
 
+write_dnsmasq() {
+    local dir="$env_dir/dnsmasq"
+    mkdir -p "$dir"
+    cat >"$dir/dnsmasq.conf" <<EOF
+port=$SYSTEM_DNS_PORT
+listen-address=127.0.0.1
+bind-interfaces
+no-resolv
+no-hosts
+no-poll
+user=root
+pid-file=$dir/dnsmasq.pid
+log-facility=$dir/dnsmasq.log
+server=/hd.test/127.0.0.1#$DNS_PORT
+address=/hijacked.hd.test/198.18.66.66
+address=/system-only.hd.test/198.18.77.77
+EOF
+}
+
 start() {
     need_packages bind9 dnsmasq-base nginx-light openssl python3
     stop >/dev/null 2>&1 || true
@@ -185,6 +207,7 @@ start() {
     write_named_conf "$env_dir/named-a" "$DOH_PORT" "$DNS_PORT" "::1" doh-a.test
     write_named_conf "$env_dir/named-b" "$DOH_PORT_B" "$DNS_PORT_B" "none" doh-b.test
     write_hostile
+    write_dnsmasq
     local named_bin
     named_bin=$(command -v named || echo /usr/sbin/named)
     for server in named-a named-b; do
@@ -194,9 +217,13 @@ start() {
     local nginx_bin
     nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
     "$nginx_bin" -c "$env_dir/nginx/nginx.conf" -p "$env_dir/nginx" -e "$env_dir/nginx/logs/error.log"
+    local dnsmasq_bin
+    dnsmasq_bin=$(command -v dnsmasq || echo /usr/sbin/dnsmasq)
+    "$dnsmasq_bin" --conf-file="$env_dir/dnsmasq/dnsmasq.conf"
     wait_for_port 127.0.0.1 "$DOH_PORT"
     wait_for_port 127.0.0.1 "$DOH_PORT_B"
     wait_for_port 127.0.0.3 "$DOH_PORT"
+    wait_for_port 127.0.0.1 "$SYSTEM_DNS_PORT"
     touch "$env_dir/ready"
     echo "testenv: DoH doh-a.test 127.0.0.1/[::1]:$DOH_PORT, doh-b.test 127.0.0.1:$DOH_PORT_B;" \
          "nginx hostile.test/json.test on 127.0.0.3:$DOH_PORT; CA $ca_dir/ca.pem"
@@ -204,14 +231,14 @@ start() {
 
 stop() {
     rm -f "$env_dir/ready"
-    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid; do
+    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid; do
         stop_pidfile "$pidfile"
     done
     echo "testenv: stopped"
 }
 
 status() {
-    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid; do
+    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid; do
         if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
             echo "running  $(basename "$(dirname "$pidfile")") pid $(cat "$pidfile")"
         else

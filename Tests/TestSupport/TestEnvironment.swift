@@ -15,6 +15,8 @@ public enum TestEnvironment {
     public static let dohPort = 18443
     public static let dohPortB = 18444
     public static let dnsPort = 18053
+    /// dnsmasq, the "system" DNS: honest for hd.test, lying for hijacked.hd.test.
+    public static let systemDNSPort = 18055
 
     public static let dohA = "https://doh-a.test:\(dohPort)/dns-query"
     public static let dohB = "https://doh-b.test:\(dohPortB)/dns-query"
@@ -82,4 +84,31 @@ public func unusedLoopbackPort() -> Int {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
     }
     return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// A UDP socket on 127.0.0.1 that receives and never answers: a DNS server that has gone silent.
+public final class SilentUDPListener: @unchecked Sendable {
+    // Safety: the descriptor is written once in init and closed once in deinit.
+    public let port: Int
+    private let descriptor: Int32
+
+    public init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else { close(fd); throw POSIXError(.EADDRINUSE) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        descriptor = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    deinit { close(descriptor) }
 }

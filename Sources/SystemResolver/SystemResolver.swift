@@ -1,0 +1,288 @@
+import CCares
+import DNSCore
+import Foundation
+import Synchronization
+
+/// Plain DNS through c-ares: the system's (hijackable) view, for fallback and comparison.
+///
+/// c-ares 1.18 has no event thread and its channel is not thread-safe, so one thread per resolver
+/// owns the channel and drives it with `ares_getsock`/`poll`/`ares_process_fd`; lookups are handed
+/// over through a queue and a wake-up pipe. Responses are decoded and validated by ``DNSMessage``,
+/// so TTLs, CNAME chains and the question echo are checked as for trusted answers.
+///
+/// ```swift
+/// let system = try SystemResolver(servers: ["127.0.0.1:5353"])
+/// let answer = try await system.query(.init(name: try DomainName("www.example.test"), type: .a), timeout: .seconds(2))
+/// ```
+public final class SystemResolver: DNSUpstream, @unchecked Sendable {
+    // Safety: `channel` and `pending` are used only on the loop thread; the hand-over queue is a
+    // Mutex; the pipe descriptors are fixed after init.
+
+    public let identifier: String
+    public var source: Resolution.Source { .system }
+
+    private var channel: ares_channel?
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+    private let inbox = Mutex<Inbox>(Inbox())
+    private var pending: [UInt64: PendingQuery] = [:]
+    private let nextID = Atomic<UInt64>(0)
+
+    private struct Inbox {
+        var queries: [PendingQuery] = []
+        var cancelled: [UInt64] = []
+        var running = true
+    }
+
+    /// - Parameter servers: `IP`, `IP:port` or `[IPv6]:port`; empty means the system's
+    ///   /etc/resolv.conf (never in tests: that server is off-machine).
+    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` for an unusable server list.
+    public init(servers: [String] = [], attemptTimeout: Duration = .milliseconds(1500), tries: Int = 2) throws(DNSError) {
+        _ = Self.libraryInit
+        var options = ares_options()
+        options.flags = Int32(ARES_FLAG_NOSEARCH | ARES_FLAG_EDNS)
+        options.timeout = Int32(max(1, attemptTimeout.components.seconds * 1000
+                                    + Int64(attemptTimeout.components.attoseconds / 1_000_000_000_000_000)))
+        options.tries = Int32(max(1, tries))
+        var created: ares_channel?
+        let status = ares_init_options(&created, &options, Int32(ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES))
+        guard status == ARES_SUCCESS, let created else {
+            throw DNSError(.invalidConfiguration, "c-ares could not start: \(String(cString: ares_strerror(status)))")
+        }
+        if !servers.isEmpty {
+            let normalized: [String]
+            do { normalized = try servers.map(Self.normalize) } catch {
+                ares_destroy(created)
+                throw error
+            }
+            let csv = normalized.joined(separator: ",")
+            let set = ares_set_servers_ports_csv(created, csv)
+            guard set == ARES_SUCCESS else {
+                ares_destroy(created)
+                throw DNSError(.invalidConfiguration, "system DNS servers '\(csv)': \(String(cString: ares_strerror(set)))")
+            }
+            identifier = "dns://" + normalized.joined(separator: ",")
+        } else {
+            identifier = "dns://system"
+        }
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else {
+            ares_destroy(created)
+            throw DNSError(.invalidConfiguration, "cannot create a wake-up pipe")
+        }
+        _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
+        _ = fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK)
+        channel = created
+        wakeRead = fds[0]
+        wakeWrite = fds[1]
+        let thread = Thread { [self] in self.run() }
+        thread.name = "httpdns.c-ares"
+        thread.start()
+    }
+
+    deinit {
+        close(wakeRead)
+        close(wakeWrite)
+    }
+
+    /// Stops the loop thread; outstanding lookups fail with `cancelled`.
+    public func shutdown() {
+        inbox.withLock { $0.running = false }
+        wake()
+    }
+
+    private static let libraryInit: Void = { _ = ares_library_init(ARES_LIB_INIT_ALL) }()
+
+    /// `IP` → `IP:53`; `IPv6` → `[IPv6]:53`; `IP:port` and `[IPv6]:port` kept.
+    static func normalize(_ server: String) throws(DNSError) -> String {
+        if let address = IPAddress(server) {
+            return address.family == .ipv6 ? "[\(address)]:53" : "\(address):53"
+        }
+        let host: Substring, port: Substring
+        if server.hasPrefix("["), let close = server.firstIndex(of: "]") {
+            host = server[server.index(after: server.startIndex)..<close]
+            port = server[server.index(after: close)...].dropFirst()
+        } else if let colon = server.lastIndex(of: ":") {
+            host = server[..<colon]
+            port = server[server.index(after: colon)...]
+        } else {
+            throw DNSError(.invalidConfiguration, "system DNS server '\(server)' is not IP[:port]")
+        }
+        guard let address = IPAddress(host), let number = Int(port), (1...65535).contains(number) else {
+            throw DNSError(.invalidConfiguration, "system DNS server '\(server)' is not IP[:port]")
+        }
+        return address.family == .ipv6 ? "[\(address)]:\(number)" : "\(address):\(number)"
+    }
+
+    // MARK: DNSUpstream
+
+    public func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        let result: Result<AddressAnswer, DNSError> = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let query = PendingQuery(id: id, question: question, deadline: .now + timeout, continuation: continuation)
+                let accepted = inbox.withLock { inbox -> Bool in
+                    guard inbox.running else { return false }
+                    inbox.queries.append(query)
+                    return true
+                }
+                if accepted { wake() } else { query.finish(.failure(DNSError(.cancelled, "the system resolver has stopped"))) }
+            }
+        } onCancel: {
+            inbox.withLock { $0.cancelled.append(id) }
+            wake()
+        }
+        return try result.get()
+    }
+
+    private func wake() {
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+    }
+
+    // MARK: Loop thread
+
+    private func run() {
+        guard let channel else { return }
+        var fds = [pollfd]()
+        var sockets = [ares_socket_t](repeating: -1, count: Int(ARES_GETSOCK_MAXNUM))
+        while true {
+            let (queries, cancelled, running) = inbox.withLock { inbox in
+                defer { inbox.queries.removeAll(); inbox.cancelled.removeAll() }
+                return (inbox.queries, inbox.cancelled, inbox.running)
+            }
+            for query in queries { start(query, on: channel) }
+            for id in cancelled { pending.removeValue(forKey: id)?.finish(.failure(DNSError(.cancelled, "cancelled"))) }
+            expireOverdue()
+            if !running { break }
+
+            let mask = ares_getsock(channel, &sockets, Int32(ARES_GETSOCK_MAXNUM))
+            fds.removeAll(keepingCapacity: true)
+            fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
+            for index in 0..<Int(ARES_GETSOCK_MAXNUM) {
+                let readable = mask & (1 << index) != 0
+                let writable = mask & (1 << (index + Int(ARES_GETSOCK_MAXNUM))) != 0
+                guard readable || writable else { continue }
+                fds.append(pollfd(fd: sockets[index], events: Int16(readable ? POLLIN : 0) | Int16(writable ? POLLOUT : 0), revents: 0))
+            }
+            var maxWait = timeval(tv_sec: 1, tv_usec: 0)
+            var wait = timeval()
+            let timeout = ares_timeout(channel, &maxWait, &wait).pointee
+            var milliseconds = Int32(timeout.tv_sec * 1000 + timeout.tv_usec / 1000)
+            if let nearest = pending.values.map(\.deadline).min() {
+                let left = nearest - .now
+                milliseconds = min(milliseconds, Int32(max(0, left.components.seconds * 1000
+                                                           + Int64(left.components.attoseconds / 1_000_000_000_000_000) + 1)))
+            }
+            _ = poll(&fds, nfds_t(fds.count), max(0, milliseconds))
+
+            if fds[0].revents != 0 {
+                var buffer = [UInt8](repeating: 0, count: 64)
+                while read(wakeRead, &buffer, buffer.count) > 0 {}
+            }
+            var activity = false
+            for entry in fds.dropFirst() where entry.revents != 0 {
+                activity = true
+                let readable = entry.revents & Int16(POLLIN | POLLERR | POLLHUP) != 0 ? entry.fd : ARES_SOCKET_BAD
+                let writable = entry.revents & Int16(POLLOUT) != 0 ? entry.fd : ARES_SOCKET_BAD
+                ares_process_fd(channel, readable, writable)
+            }
+            // Lets c-ares handle its own retransmission timeouts.
+            if !activity { ares_process_fd(channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD) }
+        }
+        for query in pending.values { query.finish(.failure(DNSError(.cancelled, "the system resolver has stopped"))) }
+        pending.removeAll()
+        ares_destroy(channel)
+        self.channel = nil
+    }
+
+    private func start(_ query: PendingQuery, on channel: ares_channel) {
+        pending[query.id] = query
+        let context = Unmanaged.passRetained(CallbackContext(owner: self, id: query.id)).toOpaque()
+        let name = query.question.name.description
+        ares_query(channel, name, Int32(DNSMessage.classIN), Int32(query.question.type.rawValue), onAnswer, context)
+    }
+
+    private func expireOverdue() {
+        let now = ContinuousClock.now
+        for (id, query) in pending where query.deadline <= now {
+            pending.removeValue(forKey: id)
+            query.finish(.failure(DNSError(.timeout, "no answer from \(identifier) in time")))
+        }
+    }
+
+    /// Called on the loop thread by the C callback.
+    fileprivate func complete(id: UInt64, status: Int32, answer: [UInt8]?) {
+        guard let query = pending.removeValue(forKey: id) else { return }
+        query.finish(Self.interpret(status: status, answer: answer, question: query.question, server: identifier))
+    }
+
+    static func interpret(status: Int32, answer: [UInt8]?, question: DNSMessage.Question,
+                          server: String) -> Result<AddressAnswer, DNSError> {
+        if let answer, !answer.isEmpty {
+            do {
+                let message = try DNSMessage(decoding: answer)
+                return .success(try message.addressAnswer(for: question, id: message.id))
+            } catch let error as WireError {
+                return .failure(DNSError(error.code, "\(server): \(error.description)"))
+            } catch let error as DNSError {
+                return .failure(error)
+            } catch {
+                return .failure(DNSError(.malformedResponse, "\(error)"))
+            }
+        }
+        switch status {
+        case ARES_ENOTFOUND: return .success(.nxdomain(negativeTTL: nil))
+        case ARES_ENODATA: return .success(.nodata(negativeTTL: nil))
+        case ARES_ETIMEOUT: return .failure(DNSError(.timeout, "\(server) did not answer"))
+        case ARES_ECONNREFUSED:
+            // c-ares 1.18 reports both a REFUSED rcode and an unreachable port this way.
+            return .failure(DNSError(.refused, "\(server) refused the query (or is not listening)"))
+        case ARES_ECANCELLED, ARES_EDESTRUCTION: return .failure(DNSError(.cancelled, "cancelled"))
+        case ARES_ESERVFAIL: return .failure(DNSError(.serverFailure, "\(server) answered SERVFAIL"))
+        case ARES_EREFUSED: return .failure(DNSError(.refused, "\(server) refused the query"))
+        default: return .failure(DNSError(.upstreamFailed, "\(server): \(String(cString: ares_strerror(status)))"))
+        }
+    }
+}
+
+/// One lookup waiting for c-ares.
+private final class PendingQuery: @unchecked Sendable {
+    // Safety: finished only on the loop thread, or before it was ever enqueued.
+    let id: UInt64
+    let question: DNSMessage.Question
+    let deadline: ContinuousClock.Instant
+    private var continuation: CheckedContinuation<Result<AddressAnswer, DNSError>, Never>?
+
+    init(id: UInt64, question: DNSMessage.Question, deadline: ContinuousClock.Instant,
+         continuation: CheckedContinuation<Result<AddressAnswer, DNSError>, Never>) {
+        self.id = id
+        self.question = question
+        self.deadline = deadline
+        self.continuation = continuation
+    }
+
+    func finish(_ result: Result<AddressAnswer, DNSError>) {
+        continuation?.resume(returning: result)
+        continuation = nil
+    }
+}
+
+/// The C callback's argument: which resolver and which lookup. c-ares calls back exactly once per
+/// query (also on destruction), which releases it.
+private final class CallbackContext {
+    let owner: SystemResolver
+    let id: UInt64
+    init(owner: SystemResolver, id: UInt64) {
+        self.owner = owner
+        self.id = id
+    }
+}
+
+private let onAnswer: @convention(c) (UnsafeMutableRawPointer?, Int32, Int32, UnsafeMutablePointer<UInt8>?, Int32) -> Void = {
+    argument, status, _, buffer, length in
+    guard let argument else { return }
+    let context = Unmanaged<CallbackContext>.fromOpaque(argument).takeRetainedValue()
+    let answer = buffer.map { Array(UnsafeBufferPointer(start: $0, count: Int(max(0, length)))) }
+    context.owner.complete(id: context.id, status: status, answer: answer)
+}
