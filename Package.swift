@@ -11,6 +11,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
     ],
     targets: [
         // System libraries. shim.h holds only static inline wrappers for variadic C calls.
@@ -37,11 +38,16 @@ let package = Package(
         // Public façade: trusted DoH / JSON upstreams, bootstrap, presets, system fallback.
         .target(name: "HTTPDNS", dependencies: ["DNSCore", "CurlSupport", "SystemResolver"]),
 
+        // The YAML configuration file of `resolve --config` and `resolve daemon`.
+        .target(name: "ResolverConfig", dependencies: ["HTTPDNS", .product(name: "Yams", package: "Yams")]),
+
         // The CLI: argument parsing and printing only.
         .executableTarget(
             name: "resolve",
             dependencies: [
                 "HTTPDNS",
+                "ResolverConfig",
+                "SystemResolver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -54,6 +60,7 @@ let package = Package(
         .testTarget(name: "DNSCoreTests", dependencies: ["DNSCore"]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
         .testTarget(name: "SystemResolverTests", dependencies: ["SystemResolver", "TestSupport"]),
+        .testTarget(name: "ResolverConfigTests", dependencies: ["ResolverConfig"]),
         .testTarget(name: "HTTPDNSTests", dependencies: ["HTTPDNS", "CurlSupport", "DNSCore", "TestSupport"]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport"]),
     ]

@@ -17,7 +17,7 @@ public struct UpstreamEndpoint: Sendable, Hashable {
     }
 
     /// RFC 8484 §4.1: GET (`?dns=` base64url, cache-friendly) or POST (`application/dns-message`).
-    public enum DoHMethod: String, Sendable, Hashable {
+    public enum DoHMethod: String, Sendable, Hashable, CaseIterable {
         case get, post
     }
 

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import HTTPDNS
+import ResolverConfig
+import SystemResolver
 
 /// Exit codes of the contract (ARCHITECTURE.md).
 enum Exit {
@@ -67,7 +69,16 @@ struct LookupOptions: ParsableArguments {
     var type: String = "both"
 
     @Option(name: .customLong("timeout"), help: ArgumentHelp("Budget per host in seconds (default 3).", valueName: "SECONDS"))
-    var timeout: Double = 3
+    var timeout: Double?
+
+    @Option(name: .customLong("config"), help: ArgumentHelp("Settings from the daemon's YAML config file; flags win.", valueName: "FILE"))
+    var config: String?
+
+    @Option(name: .customLong("fallback"), help: ArgumentHelp("none (strict, default) or system: ask the system DNS only when every trusted resolver failed.", valueName: "POLICY"))
+    var fallback: String?
+
+    @Option(name: .customLong("system-dns"), help: ArgumentHelp("Plain DNS server for the system side (default /etc/resolv.conf); repeatable.", valueName: "IP[:PORT]"))
+    var systemDNS: [String] = []
 
     @Flag(name: .customLong("allow-private"), help: "Accept private/loopback/link-local answers (rejected by default: rebinding guard).")
     var allowPrivate = false
@@ -79,10 +90,19 @@ struct LookupOptions: ParsableArguments {
         get throws { try AddressQuery(rawValue: type.lowercased()).orThrow(ValidationError("--type must be a, aaaa or both, not '\(type)'")) }
     }
 
-    /// Builds the resolver's configuration and options from the flags.
+    /// The config file, when one was given.
+    func loadConfig() throws -> ConfigFile? {
+        guard let config else { return nil }
+        do { return try ConfigFile.load(config) } catch { throw ValidationError(error.message) }
+    }
+
+    /// Builds the resolver's configuration and options from the config file and the flags (flags win).
     func makeResolver() throws -> HTTPDNSResolver {
-        guard timeout > 0, timeout <= 300, timeout.isFinite else {
-            throw ValidationError("--timeout must be a number of seconds between 0 and 300, not \(timeout)")
+        let file = try loadConfig()
+        if let timeout {
+            guard timeout > 0, timeout <= 300, timeout.isFinite else {
+                throw ValidationError("--timeout must be a number of seconds between 0 and 300, not \(timeout)")
+            }
         }
         guard let method = UpstreamEndpoint.DoHMethod(rawValue: dohMethod.lowercased()) else {
             throw ValidationError("--doh-method must be get or post, not '\(dohMethod)'")
@@ -120,7 +140,7 @@ struct LookupOptions: ParsableArguments {
             }
             upstreams.append(preset.endpoint)
         }
-        if upstreams.isEmpty { upstreams = HTTPDNSConfiguration.publicDefault.upstreams }
+        if upstreams.isEmpty { upstreams = file?.configuration.upstreams ?? HTTPDNSConfiguration.publicDefault.upstreams }
         for index in upstreams.indices {
             if let extra = bootstrapByHost[upstreams[index].host] {
                 upstreams[index].bootstrap = extra + upstreams[index].bootstrap.filter { !extra.contains($0) }
@@ -132,15 +152,32 @@ struct LookupOptions: ParsableArguments {
             throw ValidationError("--bootstrap \(host)=… names no configured resolver")
         }
 
-        let configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile)
-        var options = HTTPDNSOptions(timeout: .milliseconds(Int64(timeout * 1000)), allowPrivate: allowPrivate)
-        // A one-shot lookup shows the TTL the resolver served; clamping matters only for reuse.
-        options.minTTL = .zero
+        let configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile ?? file?.configuration.caFile)
+        var options = file?.options ?? HTTPDNSOptions()
+        if file == nil {
+            // A one-shot lookup shows the TTL the resolver served; clamping matters only for reuse.
+            options.minTTL = .zero
+        }
+        if let timeout { options.timeout = .milliseconds(Int64(timeout * 1000)) }
+        if allowPrivate { options.allowPrivate = true }
+        if let fallback {
+            guard let policy = ResolverOptions.Fallback(rawValue: fallback.lowercased()) else {
+                throw ValidationError("--fallback must be none or system, not '\(fallback)'")
+            }
+            options.fallback = policy
+        }
         do {
-            return try HTTPDNSResolver(configuration: configuration, options: options)
+            var system: SystemResolver?
+            if options.fallback == .system { system = try makeSystemResolver(file) }
+            return try HTTPDNSResolver(configuration: configuration, options: options, fallback: system)
         } catch {
             throw ValidationError(error.message)
         }
+    }
+
+    /// The plain-DNS side: --system-dns, else the config's system_dns, else /etc/resolv.conf.
+    func makeSystemResolver(_ file: ConfigFile?) throws(DNSError) -> SystemResolver {
+        try SystemResolver(servers: systemDNS.isEmpty ? (file?.systemDNS ?? []) : systemDNS)
     }
 }
 

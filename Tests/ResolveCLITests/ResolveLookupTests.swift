@@ -178,3 +178,49 @@ struct CLI {
         #expect(lookup.stdout.contains("--doh") && lookup.stdout.contains("--bootstrap"))
     }
 }
+
+@Suite struct ResolveConfigAndFallbackTests {
+    @Test func systemFallbackIsMarkedSystem() async throws {
+        try TestEnvironment.requireRunning()
+        let dead = "https://doh-a.test:\(unusedLoopbackPort())/dns-query"
+        let output = try await CLI.run(["--doh", dead, "--bootstrap", "doh-a.test=127.0.0.1", "--fallback", "system",
+                                        "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)", "--json", "--type", "a",
+                                        "system-only.hd.test"])
+        #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
+        let line = try #require(try output.jsonLines().first)
+        #expect(line["source"] as? String == "system")
+        #expect((line["addresses"] as? [[String: Any]])?.first?["ip"] as? String == "198.18.77.77")
+
+        let strict = try await CLI.run(["--doh", dead, "--bootstrap", "doh-a.test=127.0.0.1",
+                                        "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)", "--json", "system-only.hd.test"])
+        #expect(strict.status == 1)
+        #expect(try ((strict.jsonLines().first?["error"] as? [String: Any])?["code"] as? String) == "connect_failed")
+    }
+
+    @Test func configFileSuppliesUpstreamsAndFlagsWin() async throws {
+        try TestEnvironment.requireRunning()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-\(UInt64.random(in: 0...UInt64.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("resolve.yaml")
+        try """
+        upstreams:
+          - doh: \(TestEnvironment.dohA)
+            bootstrap: [127.0.0.1]
+        ca_file: \(TestEnvironment.caFile)
+        allow_private: false
+        """.write(to: file, atomically: true, encoding: .utf8)
+        let output = try await CLI.run(["--config", file.path, "--json", "www.hd.test", "private.hd.test"])
+        #expect(output.status == 1)
+        let lines = try output.jsonLines()
+        #expect(lines.first?["upstream"] as? String == TestEnvironment.dohA)
+        #expect((lines.last?["error"] as? [String: Any])?["code"] as? String == "rejected_private")
+        let allowed = try await CLI.run(["--config", file.path, "--allow-private", "--json", "private.hd.test"])
+        #expect(allowed.status == 0, "the flag wins over the file")
+
+        try "upstreams:\n  - doh: https://127.0.0.1/q\ncache:\n  min_ttl: soon\n".write(to: file, atomically: true, encoding: .utf8)
+        let bad = try await CLI.run(["--config", file.path, "www.hd.test"])
+        #expect(bad.status == 2)
+        #expect(bad.stderr.contains("resolve.yaml:4: cache.min_ttl"), "\(bad.stderr)")
+    }
+}

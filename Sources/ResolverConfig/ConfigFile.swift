@@ -1,0 +1,284 @@
+import Foundation
+import HTTPDNS
+import Yams
+
+/// The YAML configuration file shared by `resolve --config` and `resolve daemon` (ARCHITECTURE.md).
+///
+/// Every key is checked: an unknown key, a wrong type or an unusable value is an error that names
+/// the file, the line and the key (`config.yaml:7: cache.min_ttl: expected seconds, got 'abc'`).
+/// Relative paths are resolved against the file's directory.
+///
+/// ```yaml
+/// upstreams:
+///   - doh: https://dns.example/dns-query
+///     bootstrap: [192.0.2.53, "2001:db8::53"]
+/// fallback: none
+/// cache: {min_ttl: 60, max_ttl: 86400}
+/// ```
+public struct ConfigFile: Sendable {
+    /// A watched host of the daemon.
+    public struct Watch: Sendable, Hashable {
+        public var host: String
+        public var port: Int
+        public var interval: Duration
+    }
+
+    public var configuration: HTTPDNSConfiguration
+    public var options: HTTPDNSOptions
+    /// Plain DNS servers (`IP[:port]`) for fallback and comparison; empty means /etc/resolv.conf.
+    public var systemDNS: [String] = []
+    /// Where the cache is persisted, if anywhere.
+    public var persistPath: String?
+    /// Names resolved at start-up.
+    public var preresolve: [String] = []
+    /// The daemon's HTTP listener, `host:port`. Default `127.0.0.1:8053`.
+    public var listen = "127.0.0.1:8053"
+    /// The daemon's optional plain-DNS stub.
+    public var dnsListen: String?
+    public var watch: [Watch] = []
+
+    /// Reads and validates `path`.
+    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` naming the line and key.
+    public static func load(_ path: String) throws(DNSError) -> ConfigFile {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw DNSError(.invalidConfiguration, "cannot read config file '\(path)'")
+        }
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        return try parse(text, file: path, directory: directory)
+    }
+
+    /// Parses configuration text; `file` names it in errors, `directory` anchors relative paths.
+    public static func parse(_ text: String, file: String = "config", directory: String = ".") throws(DNSError) -> ConfigFile {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: text)
+        } catch let error as YamlError {
+            throw DNSError(.invalidConfiguration, "\(file): not valid YAML: \(Self.describe(error))")
+        } catch {
+            throw DNSError(.invalidConfiguration, "\(file): not valid YAML")
+        }
+        var reader = Reader(file: file, directory: directory)
+        guard let root else { throw DNSError(.invalidConfiguration, "\(file): the file is empty") }
+        return try reader.read(root)
+    }
+
+    private static func describe(_ error: YamlError) -> String {
+        switch error {
+        case let .scanner(_, problem, mark, _), let .parser(_, problem, mark, _):
+            return "line \(mark.line): \(problem)"
+        default:
+            return "\(error)"
+        }
+    }
+}
+
+/// Walks the YAML tree, keeping the key path for error messages.
+private struct Reader {
+    let file: String
+    let directory: String
+
+    func fail(_ node: Node?, _ key: String, _ problem: String) -> DNSError {
+        let line = node?.mark.map { ":\($0.line)" } ?? ""
+        return DNSError(.invalidConfiguration, "\(file)\(line): \(key): \(problem)")
+    }
+
+    func mapping(_ node: Node, _ key: String, allowed: Set<String>) throws(DNSError) -> [(String, Node, Node)] {
+        guard case let .mapping(mapping) = node else { throw fail(node, key, "expected a mapping") }
+        var entries: [(String, Node, Node)] = []
+        for (name, value) in mapping {
+            guard let text = name.string else { throw fail(name, key, "keys must be strings") }
+            let path = key.isEmpty ? text : "\(key).\(text)"
+            guard allowed.contains(text) else {
+                throw fail(name, path, "unknown key (known: \(allowed.sorted().joined(separator: ", ")))")
+            }
+            entries.append((text, name, value))
+        }
+        return entries
+    }
+
+    func string(_ node: Node, _ key: String) throws(DNSError) -> String {
+        guard case let .scalar(scalar) = node, !scalar.string.isEmpty else { throw fail(node, key, "expected a string") }
+        return scalar.string
+    }
+
+    func bool(_ node: Node, _ key: String) throws(DNSError) -> Bool {
+        guard case .scalar = node, let value = node.bool else { throw fail(node, key, "expected true or false") }
+        return value
+    }
+
+    func seconds(_ node: Node, _ key: String, allowZero: Bool = true) throws(DNSError) -> Duration {
+        guard case .scalar = node, let value = node.float, value.isFinite, value >= 0, allowZero || value > 0,
+              value <= 365 * 86_400
+        else { throw fail(node, key, "expected a number of seconds, got '\(node.string ?? "?")'") }
+        return .milliseconds(Int64(value * 1000))
+    }
+
+    func integer(_ node: Node, _ key: String, _ range: ClosedRange<Int>) throws(DNSError) -> Int {
+        guard case .scalar = node, let value = node.int, range.contains(value) else {
+            throw fail(node, key, "expected a whole number in \(range.lowerBound)...\(range.upperBound), got '\(node.string ?? "?")'")
+        }
+        return value
+    }
+
+    func strings(_ node: Node, _ key: String) throws(DNSError) -> [String] {
+        switch node {
+        case .scalar: return [try string(node, key)]
+        case let .sequence(sequence):
+            var result: [String] = []
+            for (index, item) in sequence.enumerated() { result.append(try string(item, "\(key)[\(index)]")) }
+            return result
+        default: throw fail(node, key, "expected a list of strings")
+        }
+    }
+
+    func path(_ node: Node, _ key: String) throws(DNSError) -> String {
+        let value = try string(node, key)
+        return value.hasPrefix("/") ? value : directory + "/" + value
+    }
+
+    func enumeration<T: RawRepresentable & CaseIterable>(_ node: Node, _ key: String, _: T.Type) throws(DNSError) -> T
+    where T.RawValue == String {
+        let value = try string(node, key)
+        guard let result = T(rawValue: value.lowercased()) else {
+            throw fail(node, key, "expected one of \(T.allCases.map(\.rawValue).joined(separator: ", ")), got '\(value)'")
+        }
+        return result
+    }
+
+    mutating func read(_ root: Node) throws(DNSError) -> ConfigFile {
+        var upstreams: [UpstreamEndpoint] = []
+        var options = HTTPDNSOptions()
+        var config = ConfigFile(configuration: HTTPDNSConfiguration(upstreams: []), options: options)
+        var caFile: String?
+        let keys: Set<String> = ["upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
+                                 "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve"]
+        for (key, name, value) in try mapping(root, "", allowed: keys) {
+            switch key {
+            case "upstreams":
+                guard case let .sequence(list) = value, !list.isEmpty else { throw fail(value, key, "expected a non-empty list") }
+                for (index, item) in list.enumerated() { upstreams.append(try upstream(item, "upstreams[\(index)]")) }
+            case "ca_file":
+                let file = try path(value, key)
+                guard FileManager.default.isReadableFile(atPath: file) else { throw fail(value, key, "cannot read '\(file)'") }
+                caFile = file
+            case "allow_private": options.allowPrivate = try bool(value, key)
+            case "fallback": options.fallback = try enumeration(value, key, ResolverOptions.Fallback.self)
+            case "system_dns":
+                config.systemDNS = try strings(value, key)
+                for server in config.systemDNS where !Self.isServer(server) {
+                    throw fail(value, key, "'\(server)' is not IP or IP:port")
+                }
+            case "cache": try cache(value, into: &options, config: &config)
+            case "listen": config.listen = try endpoint(value, key)
+            case "dns_listen": config.dnsListen = try endpoint(value, key)
+            case "watch":
+                guard case let .sequence(list) = value else { throw fail(value, key, "expected a list") }
+                for (index, item) in list.enumerated() { config.watch.append(try watch(item, "watch[\(index)]")) }
+            case "timeout": options.timeout = try seconds(value, key, allowZero: false)
+            case "strategy": options.strategy = try enumeration(value, key, UpstreamStrategy.self)
+            case "prefer_ipv6": options.preferIPv6 = try bool(value, key)
+            case "preresolve":
+                config.preresolve = try strings(value, key)
+                for host in config.preresolve {
+                    do { _ = try DomainName(host) } catch { throw fail(value, key, error.message) }
+                }
+            default: throw fail(name, key, "unknown key")
+            }
+        }
+        guard !upstreams.isEmpty else { throw fail(root, "upstreams", "at least one trusted upstream is required") }
+        config.configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile)
+        config.options = options
+        do { try config.configuration.validate() } catch { throw fail(root, "upstreams", error.message) }
+        return config
+    }
+
+    func upstream(_ node: Node, _ key: String) throws(DNSError) -> UpstreamEndpoint {
+        var url: String?, kind: UpstreamEndpoint.Kind?, bootstrap: [IPAddress] = [], pin: String?
+        var method = UpstreamEndpoint.DoHMethod.get
+        for (name, nameNode, value) in try mapping(node, key, allowed: ["doh", "json", "bootstrap", "pin", "method"]) {
+            let path = "\(key).\(name)"
+            switch name {
+            case "doh", "json":
+                guard url == nil else { throw fail(nameNode, path, "give either doh or json, not both") }
+                url = try string(value, path)
+                kind = name == "doh" ? .doh(.get) : .json
+            case "bootstrap":
+                for text in try strings(value, path) {
+                    guard let ip = IPAddress(text) else { throw fail(value, path, "'\(text)' is not an IP address") }
+                    bootstrap.append(ip)
+                }
+            case "pin":
+                let value = try string(value, path)
+                guard value.hasPrefix("sha256//") else { throw fail(nameNode, path, "expected sha256//BASE64") }
+                pin = value
+            case "method":
+                method = try enumeration(value, path, UpstreamEndpoint.DoHMethod.self)
+            default: break
+            }
+        }
+        guard let url, var kind else { throw fail(node, key, "needs doh: URL or json: URL") }
+        if case .doh = kind { kind = .doh(method) }
+        do {
+            return try UpstreamEndpoint(kind, url: url, bootstrap: bootstrap, pinnedPublicKey: pin)
+        } catch {
+            throw fail(node, key, error.message)
+        }
+    }
+
+    func cache(_ node: Node, into options: inout HTTPDNSOptions, config: inout ConfigFile) throws(DNSError) {
+        let keys: Set<String> = ["min_ttl", "max_ttl", "negative_ttl", "failure_ttl", "stale_window", "capacity", "persist", "prefetch"]
+        for (name, _, value) in try mapping(node, "cache", allowed: keys) {
+            let path = "cache.\(name)"
+            switch name {
+            case "min_ttl": options.minTTL = try seconds(value, path)
+            case "max_ttl": options.maxTTL = try seconds(value, path, allowZero: false)
+            case "negative_ttl": options.negativeTTL = try seconds(value, path)
+            case "failure_ttl": options.failureTTL = try seconds(value, path)
+            case "stale_window": options.staleWindow = try seconds(value, path)
+            case "capacity": options.cacheCapacity = try integer(value, path, 1...10_000_000)
+            case "persist": config.persistPath = try self.path(value, path)
+            case "prefetch": options.prefetch = try bool(value, path)
+            default: break
+            }
+        }
+        guard options.minTTL <= options.maxTTL else { throw fail(node, "cache.min_ttl", "is larger than cache.max_ttl") }
+    }
+
+    func watch(_ node: Node, _ key: String) throws(DNSError) -> ConfigFile.Watch {
+        var host: String?, port = 443, interval = Duration.seconds(30)
+        for (name, _, value) in try mapping(node, key, allowed: ["host", "port", "interval"]) {
+            let path = "\(key).\(name)"
+            switch name {
+            case "host":
+                let text = try string(value, path)
+                do { _ = try DomainName(text) } catch { throw fail(value, path, error.message) }
+                host = text
+            case "port": port = try integer(value, path, 1...65535)
+            case "interval": interval = try seconds(value, path, allowZero: false)
+            default: break
+            }
+        }
+        guard let host else { throw fail(node, key, "needs host") }
+        return ConfigFile.Watch(host: host, port: port, interval: interval)
+    }
+
+    func endpoint(_ node: Node, _ key: String) throws(DNSError) -> String {
+        let value = try string(node, key)
+        guard Self.isServer(value), value.contains(":") else { throw fail(node, key, "expected IP:port, got '\(value)'") }
+        return value
+    }
+
+    /// `IP`, `IP:port`, `[IPv6]:port` or a bare IPv6 address.
+    static func isServer(_ text: String) -> Bool {
+        if IPAddress(text) != nil { return true }
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            let port = text[text.index(after: close)...].dropFirst()
+            return IPAddress(text[...close]) != nil && Int(port).map { (1...65535).contains($0) } == true
+        }
+        guard let colon = text.lastIndex(of: ":") else { return false }
+        return IPAddress(text[..<colon]) != nil && Int(text[text.index(after: colon)...]).map { (1...65535).contains($0) } == true
+    }
+}

@@ -1,0 +1,92 @@
+import HTTPDNS
+import Testing
+@testable import ResolverConfig
+
+@Suite struct ConfigFileTests {
+    static let full = """
+    upstreams:                       # trusted resolvers, in order of preference
+      - doh: https://doh-a.test:18443/dns-query
+        bootstrap: [127.0.0.1, "::1"]
+      - json: https://json.test:18443/resolve
+        bootstrap: 127.0.0.3
+      - doh: https://doh-b.test:18444/dns-query
+        bootstrap: [127.0.0.1]
+        method: post
+        pin: sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=
+    allow_private: true
+    fallback: system
+    system_dns: ["127.0.0.1:18055", "::1"]
+    timeout: 2.5
+    strategy: fastest
+    cache: {min_ttl: 30, max_ttl: 3600, negative_ttl: 15, stale_window: 600, capacity: 5000, persist: cache.bin}
+    listen: "127.0.0.1:8053"
+    dns_listen: "127.0.0.1:5353"
+    preresolve: [www.hd.test]
+    watch:
+      - {host: www.hd.test, port: 443, interval: 30}
+    """
+
+    @Test func readsEveryKey() throws {
+        let config = try ConfigFile.parse(Self.full, file: "c.yaml", directory: "/etc/httpdns")
+        #expect(config.configuration.upstreams.map(\.url) == [
+            "https://doh-a.test:18443/dns-query", "https://json.test:18443/resolve", "https://doh-b.test:18444/dns-query"])
+        #expect(config.configuration.upstreams[0].bootstrap.map(\.description) == ["127.0.0.1", "::1"])
+        #expect(config.configuration.upstreams[1].kind == .json)
+        #expect(config.configuration.upstreams[2].kind == .doh(.post))
+        #expect(config.configuration.upstreams[2].pinnedPublicKey?.hasPrefix("sha256//") == true)
+        #expect(config.options.allowPrivate)
+        #expect(config.options.fallback == .system)
+        #expect(config.options.timeout == .milliseconds(2500))
+        #expect(config.options.strategy == .fastest)
+        #expect(config.options.minTTL == .seconds(30) && config.options.maxTTL == .seconds(3600))
+        #expect(config.options.negativeTTL == .seconds(15) && config.options.staleWindow == .seconds(600))
+        #expect(config.options.cacheCapacity == 5000)
+        #expect(config.persistPath == "/etc/httpdns/cache.bin")
+        #expect(config.systemDNS == ["127.0.0.1:18055", "::1"])
+        #expect(config.dnsListen == "127.0.0.1:5353")
+        #expect(config.preresolve == ["www.hd.test"])
+        #expect(config.watch == [.init(host: "www.hd.test", port: 443, interval: .seconds(30))])
+    }
+
+    @Test func defaultsApplyWhenKeysAreMissing() throws {
+        let config = try ConfigFile.parse("upstreams:\n  - doh: https://127.0.0.1:18443/dns-query\n")
+        #expect(config.options == HTTPDNSOptions())
+        #expect(config.listen == "127.0.0.1:8053")
+        #expect(config.systemDNS.isEmpty && config.watch.isEmpty && config.persistPath == nil)
+    }
+
+    @Test(arguments: [
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nbogus: 1\n", "c.yaml:3: bogus: unknown key"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ncache:\n  min_ttl: abc\n", "c.yaml:4: cache.min_ttl: expected a number of seconds"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ncache: {capacity: -5}\n", "c.yaml:3: cache.capacity: expected a whole number"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nallow_private: maybe\n", "c.yaml:3: allow_private: expected true or false"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nfallback: sometimes\n", "c.yaml:3: fallback: expected one of none, system"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\n    bootstrap: [not-an-ip]\n", "c.yaml:3: upstreams[0].bootstrap: 'not-an-ip' is not an IP address"),
+        ("upstreams:\n  - doh: http://127.0.0.1/q\n", "c.yaml:2: upstreams[0]: 'http://127.0.0.1/q': trusted resolvers must use https"),
+        ("upstreams:\n  - doh: https://dns.test/q\n", "upstreams: upstream https://dns.test/q has no bootstrap address"),
+        ("upstreams:\n  - dho: https://127.0.0.1/q\n", "c.yaml:2: upstreams[0].dho: unknown key"),
+        ("upstreams: []\n", "c.yaml:1: upstreams: expected a non-empty list"),
+        ("fallback: none\n", "upstreams: at least one trusted upstream is required"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nsystem_dns: [dns.test]\n", "c.yaml:3: system_dns: 'dns.test' is not IP or IP:port"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nwatch:\n  - {port: 443}\n", "c.yaml:4: watch[0]: needs host"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ncache: {min_ttl: 100, max_ttl: 10}\n", "cache.min_ttl: is larger than cache.max_ttl"),
+        ("upstreams: [\n", "c.yaml: not valid YAML"),
+        ("", "c.yaml: the file is empty"),
+        ("- just\n- a list\n", "c.yaml:1: : expected a mapping"),
+    ])
+    func errorsNameTheLineAndKey(text: String, expected: String) {
+        do {
+            _ = try ConfigFile.parse(text, file: "c.yaml")
+            Issue.record("accepted: \(text)")
+        } catch {
+            #expect(error.code == .invalidConfiguration)
+            #expect(error.message.contains(expected), "\(error.message)")
+        }
+    }
+
+    @Test func unreadableFileIsAClearError() {
+        #expect { try ConfigFile.load("/nonexistent/httpdns.yaml") } throws: {
+            ($0 as? DNSError)?.message.contains("cannot read config file") == true
+        }
+    }
+}
