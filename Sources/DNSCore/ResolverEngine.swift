@@ -81,6 +81,22 @@ public final class ResolverEngine: Sendable {
     /// Entries in the cache now.
     public var cachedEntryCount: Int { cache.count }
 
+    /// The cache as bytes for persistence (see `CacheSnapshot`); `wallMilliseconds` is the Unix
+    /// time now, which anchors the expiries across a restart.
+    public func snapshot(wallMilliseconds: UInt64) -> [UInt8] {
+        CacheSnapshot.encode(cache.snapshot(), monotonicNow: clock.now, wallMilliseconds: wallMilliseconds)
+    }
+
+    /// Loads a snapshot into the cache; entries past their stale window are dropped.
+    /// - Returns: the number of entries loaded.
+    /// - Throws: ``DNSError`` for a corrupt, truncated or foreign file; nothing is loaded then.
+    @discardableResult
+    public func restore(_ bytes: [UInt8], wallMilliseconds: UInt64) throws(DNSError) -> Int {
+        let entries = try CacheSnapshot.decode(bytes, monotonicNow: clock.now, wallMilliseconds: wallMilliseconds)
+        for (key, entry) in entries { cache.store(entry, for: key) }
+        return entries.count
+    }
+
     // MARK: One record type
 
     /// What one record type contributes to a resolution.

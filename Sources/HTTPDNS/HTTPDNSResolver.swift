@@ -72,4 +72,38 @@ public final class HTTPDNSResolver: Sendable {
     public func removeAll() {
         engine.removeAll()
     }
+
+    /// Writes the cache to `path` atomically (a temporary file in the same directory, then rename).
+    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` when the file cannot be written.
+    public func saveCache(to path: String) throws(DNSError) {
+        let bytes = engine.snapshot(wallMilliseconds: Self.wallMilliseconds())
+        let temporary = path + ".tmp-\(getpid())"
+        guard FileManager.default.createFile(atPath: temporary, contents: Data(bytes)) else {
+            throw DNSError(.invalidConfiguration, "cannot write the cache file '\(temporary)'")
+        }
+        guard rename(temporary, path) == 0 else {
+            try? FileManager.default.removeItem(atPath: temporary)
+            throw DNSError(.invalidConfiguration, "cannot move the cache file into place at '\(path)'")
+        }
+    }
+
+    /// Loads a cache written by ``saveCache(to:)``. A missing file loads nothing; a corrupt,
+    /// truncated or foreign file throws and leaves the cache as it was, so callers can report and go on.
+    /// - Returns: the number of entries loaded.
+    @discardableResult
+    public func loadCache(from path: String) throws(DNSError) -> Int {
+        guard FileManager.default.fileExists(atPath: path) else { return 0 }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw DNSError(.invalidConfiguration, "cannot read the cache file '\(path)'")
+        }
+        do {
+            return try engine.restore(Array(data), wallMilliseconds: Self.wallMilliseconds())
+        } catch {
+            throw DNSError(error.code, "'\(path)': \(error.message)")
+        }
+    }
+
+    private static func wallMilliseconds() -> UInt64 {
+        UInt64(max(0, Date().timeIntervalSince1970 * 1000))
+    }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import HTTPDNS
 
@@ -184,5 +185,38 @@ import Testing
         #expect(Base64URL.encode([0xfb, 0xff]) == "-_8")
         #expect(Base64URL.encode([]) == "")
         #expect(Base64URL.encode([0x00, 0x00, 0x01]) == "AAAB")
+    }
+}
+
+@Suite struct CachePersistenceTests {
+    @Test func cacheSurvivesARestartThroughAFile() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-cache-\(UInt64.random(in: 0...UInt64.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("cache.bin").path
+
+        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))
+        let first = HTTPDNSResolver(upstreams: [upstream])
+        _ = try await first.resolve("www.hd.test", type: .a)
+        try first.saveCache(to: path)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["cache.bin"], "no temporary file left")
+
+        let dead = FakeUpstream("https://a.test/dns-query", always: .fail(.timeout))
+        let second = HTTPDNSResolver(upstreams: [dead])
+        #expect(try second.loadCache(from: path) == 1)
+        #expect(try await second.resolve("www.hd.test", type: .a).source == .cache)
+        #expect(dead.events.isEmpty)
+        #expect(try second.loadCache(from: directory.appendingPathComponent("missing.bin").path) == 0)
+    }
+
+    @Test func corruptFileIsReportedAndIgnored() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-corrupt-\(UInt64.random(in: 0...UInt64.max)).bin").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try Data("HDNSC1\0\0garbage".utf8).write(to: URL(fileURLWithPath: path))
+        let resolver = HTTPDNSResolver(upstreams: [FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))])
+        #expect { try resolver.loadCache(from: path) } throws: {
+            ($0 as? DNSError)?.message.contains("truncated") == true
+        }
+        #expect(try await resolver.resolve("www.hd.test", type: .a).source == .doh, "the resolver keeps serving")
     }
 }
