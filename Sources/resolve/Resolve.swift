@@ -199,6 +199,17 @@ struct Lookup: AsyncParsableCommand {
     func run() async throws {
         let resolver = try options.makeResolver()
         let type = try options.addressQuery
+        let persist = try options.loadConfig()?.persistPath
+        if let persist {
+            do { try resolver.loadCache(from: persist) } catch {
+                warn("ignoring the cache file: \(error.message)")
+            }
+        }
+        defer {
+            if let persist {
+                do { try resolver.saveCache(to: persist) } catch { warn(error.message) }
+            }
+        }
         // Every host is resolved concurrently; output keeps argument order.
         let results = await withTaskGroup(of: (Int, Result<Resolution, DNSError>).self) { group in
             for (index, host) in hosts.enumerated() {
@@ -223,6 +234,11 @@ struct Lookup: AsyncParsableCommand {
         }
         throw ExitCode(failed ? Exit.failed : Exit.ok)
     }
+}
+
+/// A one-line warning on stderr; the command goes on.
+func warn(_ message: String) {
+    FileHandle.standardError.write(Data("resolve: warning: \(message)\n".utf8))
 }
 
 extension Optional {

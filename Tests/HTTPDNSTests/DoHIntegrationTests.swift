@@ -112,7 +112,7 @@ import Testing
         let clock = ContinuousClock()
         let start = clock.now
         await #expect { try await resolver([upstream]).resolve("www.hd.test") } throws: { ($0 as? DNSError)?.code == .connectFailed }
-        #expect(clock.now - start < .milliseconds(500))
+        #expect(clock.now - start < .milliseconds(1500), "refusal must not wait for the 3 s budget")
     }
 
     @Test func blackholedResolverTimesOutWithinTheBudget() async throws {
@@ -124,7 +124,7 @@ import Testing
             ($0 as? DNSError)?.code == .timeout
         }
         let elapsed = clock.now - start
-        #expect(elapsed >= .milliseconds(550) && elapsed < .milliseconds(1100), "took \(elapsed)")
+        #expect(elapsed >= .milliseconds(550) && elapsed < .milliseconds(2000), "took \(elapsed)")
     }
 
     // MARK: Failover: a bad first resolver, the second answers within one budget.
@@ -229,6 +229,6 @@ import Testing
         let start = clock.now
         task.cancel()
         await #expect { try await task.value } throws: { ($0 as? DNSError)?.code == .cancelled }
-        #expect(clock.now - start < .milliseconds(500))
+        #expect(clock.now - start < .milliseconds(1500), "the budget was 20 s")
     }
 }

@@ -34,7 +34,9 @@ import Testing
         #expect(granted <= .seconds(1) && granted > .milliseconds(900), "first upstream was granted \(granted)")
         let secondGranted = try #require(second.events.first?.timeout)
         #expect(secondGranted > .milliseconds(500), "second upstream was granted \(secondGranted)")
-        #expect(elapsed < .seconds(2), "took \(elapsed)")
+        // Succeeding at all proves the second was asked inside the budget; the bound is loose
+        // because CI runs CPU-heavy suites alongside.
+        #expect(elapsed < .seconds(4), "took \(elapsed)")
     }
 
     @Test func nxdomainIsAnAnswerAndStopsFailover() async throws {
@@ -131,7 +133,7 @@ import Testing
         let start = clock.now
         task.cancel()
         await #expect { try await task.value } throws: { ($0 as? DNSError)?.code == .cancelled }
-        #expect(clock.now - start < .seconds(1))
+        #expect(clock.now - start < .seconds(2), "the budget was 20 s")
     }
 }
 

@@ -224,3 +224,31 @@ struct CLI {
         #expect(bad.stderr.contains("resolve.yaml:4: cache.min_ttl"), "\(bad.stderr)")
     }
 }
+
+@Suite struct ResolvePersistenceTests {
+    @Test func persistedCacheAnswersTheNextRun() async throws {
+        try TestEnvironment.requireRunning()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-persist-\(UInt64.random(in: 0...UInt64.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("resolve.yaml")
+        try """
+        upstreams:
+          - doh: \(TestEnvironment.dohA)
+            bootstrap: [127.0.0.1]
+        ca_file: \(TestEnvironment.caFile)
+        cache: {persist: cache.bin}
+        """.write(to: file, atomically: true, encoding: .utf8)
+        let first = try await CLI.run(["--config", file.path, "--json", "www.hd.test"])
+        #expect(first.status == 0)
+        #expect(try first.jsonLines().first?["source"] as? String == "doh")
+        #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("cache.bin").path))
+        let second = try await CLI.run(["--config", file.path, "--json", "www.hd.test"])
+        #expect(try second.jsonLines().first?["source"] as? String == "cache")
+
+        try Data("not a cache".utf8).write(to: directory.appendingPathComponent("cache.bin"))
+        let third = try await CLI.run(["--config", file.path, "--json", "www.hd.test"])
+        #expect(third.status == 0, "a corrupt cache file is reported and ignored")
+        #expect(third.stderr.contains("ignoring the cache file"))
+    }
+}

@@ -57,7 +57,7 @@ import Testing
             ($0 as? DNSError)?.code == .timeout
         }
         let elapsed = ContinuousClock.now - start
-        #expect(elapsed >= .milliseconds(350) && elapsed < .seconds(1), "took \(elapsed)")
+        #expect(elapsed >= .milliseconds(350) && elapsed < .milliseconds(2500), "took \(elapsed); the attempt timeout is 5 s")
     }
 
     @Test func closedPortIsRefusedQuickly() async throws {
@@ -77,7 +77,7 @@ import Testing
         let start = ContinuousClock.now
         task.cancel()
         await #expect { try await task.value } throws: { ($0 as? DNSError)?.code == .cancelled }
-        #expect(ContinuousClock.now - start < .milliseconds(500))
+        #expect(ContinuousClock.now - start < .milliseconds(1500), "the attempt timeout is 5 s")
     }
 
     @Test func manyConcurrentQueries() async throws {
