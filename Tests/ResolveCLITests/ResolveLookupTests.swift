@@ -65,6 +65,15 @@ struct CLI {
         var data = Data()
     }
 
+    /// Writes `yaml` as resolve.yaml in a new temporary directory; the caller removes the directory.
+    static func writeConfig(_ yaml: String) throws -> (directory: URL, file: URL) {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-\(UInt64.random(in: 0...UInt64.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let file = directory.appendingPathComponent("resolve.yaml")
+        try yaml.write(to: file, atomically: true, encoding: .utf8)
+        return (directory, file)
+    }
+
     /// Arguments that point `resolve` at the loopback DoH servers with the test CA.
     static let dohA = ["--doh", TestEnvironment.dohA, "--bootstrap", "doh-a.test=127.0.0.1", "--ca-file", TestEnvironment.caFile]
     static let dohB = ["--doh", TestEnvironment.dohB, "--bootstrap", "doh-b.test=127.0.0.1", "--ca-file", TestEnvironment.caFile]
@@ -199,17 +208,14 @@ struct CLI {
 
     @Test func configFileSuppliesUpstreamsAndFlagsWin() async throws {
         try TestEnvironment.requireRunning()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-\(UInt64.random(in: 0...UInt64.max))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let file = directory.appendingPathComponent("resolve.yaml")
-        try """
+        let (directory, file) = try CLI.writeConfig("""
         upstreams:
           - doh: \(TestEnvironment.dohA)
             bootstrap: [127.0.0.1]
         ca_file: \(TestEnvironment.caFile)
         allow_private: false
-        """.write(to: file, atomically: true, encoding: .utf8)
+        """)
+        defer { try? FileManager.default.removeItem(at: directory) }
         let output = try await CLI.run(["--config", file.path, "--json", "www.hd.test", "private.hd.test"])
         #expect(output.status == 1)
         let lines = try output.jsonLines()
@@ -228,17 +234,14 @@ struct CLI {
 @Suite struct ResolvePersistenceTests {
     @Test func persistedCacheAnswersTheNextRun() async throws {
         try TestEnvironment.requireRunning()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-persist-\(UInt64.random(in: 0...UInt64.max))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let file = directory.appendingPathComponent("resolve.yaml")
-        try """
+        let (directory, file) = try CLI.writeConfig("""
         upstreams:
           - doh: \(TestEnvironment.dohA)
             bootstrap: [127.0.0.1]
         ca_file: \(TestEnvironment.caFile)
         cache: {persist: cache.bin}
-        """.write(to: file, atomically: true, encoding: .utf8)
+        """)
+        defer { try? FileManager.default.removeItem(at: directory) }
         let first = try await CLI.run(["--config", file.path, "--json", "www.hd.test"])
         #expect(first.status == 0)
         #expect(try first.jsonLines().first?["source"] as? String == "doh")
