@@ -223,6 +223,7 @@ start() {
     wait_for_port 127.0.0.1 "$DOH_PORT"
     wait_for_port 127.0.0.1 "$DOH_PORT_B"
     wait_for_port 127.0.0.3 "$DOH_PORT"
+    wait_for_port 127.0.0.1 "$DNS_PORT"       # named's plain DNS, which dnsmasq forwards hd.test to
     wait_for_port 127.0.0.1 "$SYSTEM_DNS_PORT"
     touch "$env_dir/ready"
     echo "testenv: DoH doh-a.test 127.0.0.1/[::1]:$DOH_PORT, doh-b.test 127.0.0.1:$DOH_PORT_B;" \

@@ -158,6 +158,8 @@ public final class ResolverEngine: Sendable {
         let now = clock.now
         guard let answer = outcome.answer, let upstream = outcome.upstream else {
             let error = DNSError.combining(outcome.failures)
+            // A cancelled query says nothing about the upstreams: remember nothing.
+            if error.code == .cancelled || Task.isCancelled { return .failure(DNSError(.cancelled, "cancelled")) }
             if let existing = cache.entry(for: key), case .addresses = existing.payload, now < existing.staleUntil {
                 return .success(Fetched(entry: existing, failures: outcome.failures))
             }

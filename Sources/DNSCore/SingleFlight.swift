@@ -2,11 +2,15 @@ import Synchronization
 
 /// Collapses concurrent work for the same key into one execution.
 ///
-/// N concurrent callers of ``run(_:_:)`` with one key cause exactly one call of the work; all N get
-/// its result. The work runs in its own task: a caller that is cancelled stops waiting at once (with
-/// ``DNSError/Code/cancelled``) without cancelling the work for the others.
+/// N concurrent callers of ``run(_:_:)`` with one key cause one call of the work; all N get its
+/// result. The first caller (the leader) runs the work in its own task, so the common path costs no
+/// extra task or hop. A follower that is cancelled stops waiting at once with
+/// ``DNSError/Code/cancelled``. If the leader is cancelled while followers wait, the work is started
+/// again in a task of its own for them: cancelling one caller never cancels the others (at the price
+/// of a second query in that rare case).
 package final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-    private typealias Waiter = CheckedContinuation<Result<Value, DNSError>, Never>
+    /// Resumed with the result, or nil when the flight ended before the waiter joined (try again).
+    private typealias Waiter = CheckedContinuation<Result<Value, DNSError>?, Never>
     private let flights = Mutex<[Key: [UInt64: Waiter]]>([:])
     private let nextWaiter = Atomic<UInt64>(0)
 
@@ -18,29 +22,52 @@ package final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: Sen
     }
 
     package func run(_ key: Key, _ work: @escaping @Sendable () async -> Result<Value, DNSError>) async -> Result<Value, DNSError> {
-        if Task.isCancelled { return .failure(DNSError(.cancelled, "cancelled")) }
+        while true {
+            if Task.isCancelled { return .failure(DNSError(.cancelled, "cancelled")) }
+            let leads = flights.withLock { flights -> Bool in
+                guard flights[key] == nil else { return false }
+                flights[key] = [:]
+                return true
+            }
+            if leads {
+                let result = await work()
+                finish(key, result, work)
+                return result
+            }
+            if let result = await follow(key) { return result }
+        }
+    }
+
+    private func follow(_ key: Key) async -> Result<Value, DNSError>? {
         let id = nextWaiter.add(1, ordering: .relaxed).newValue
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: Waiter) in
-                let leads = flights.withLock { flights -> Bool in
-                    if flights[key] != nil {
-                        flights[key]![id] = continuation
-                        return false
-                    }
-                    flights[key] = [id: continuation]
+                let joined = flights.withLock { flights -> Bool in
+                    guard flights[key] != nil else { return false }
+                    flights[key]![id] = continuation
                     return true
                 }
-                guard leads else { return }
-                // Unstructured on purpose: the work must outlive a cancelled first caller.
-                Task {
-                    let result = await work()
-                    let waiters = flights.withLock { $0.removeValue(forKey: key) ?? [:] }
-                    for waiter in waiters.values { waiter.resume(returning: result) }
-                }
+                if !joined { continuation.resume(returning: nil) }
             }
         } onCancel: {
             let waiter = flights.withLock { $0[key]?.removeValue(forKey: id) }
             waiter?.resume(returning: .failure(DNSError(.cancelled, "cancelled")))
         }
+    }
+
+    private func finish(_ key: Key, _ result: Result<Value, DNSError>,
+                        _ work: @escaping @Sendable () async -> Result<Value, DNSError>) {
+        if case let .failure(error) = result, error.code == .cancelled,
+           flights.withLock({ !($0[key]?.isEmpty ?? true) }) {
+            // The leader was cancelled, its followers were not: run the work again for them.
+            Task {
+                let retried = await work()
+                let waiters = flights.withLock { $0.removeValue(forKey: key) ?? [:] }
+                for waiter in waiters.values { waiter.resume(returning: retried) }
+            }
+            return
+        }
+        let waiters = flights.withLock { $0.removeValue(forKey: key) ?? [:] }
+        for waiter in waiters.values { waiter.resume(returning: result) }
     }
 }

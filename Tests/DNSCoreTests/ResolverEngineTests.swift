@@ -201,15 +201,36 @@ final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
         #expect(upstream.queries == 1)
     }
 
-    @Test func cancellingOneWaiterDoesNotCancelTheOthers() async throws {
-        let upstream = ScriptedUpstream(.slow(.milliseconds(200), ["198.18.0.1"]))
+    /// Waits (bounded) until `condition` holds: task start order is not guaranteed under load.
+    func eventually(_ condition: () -> Bool) async throws {
+        for _ in 0..<300 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
+    }
+
+    @Test func cancellingTheLeaderDoesNotCancelTheOthers() async throws {
+        let upstream = ScriptedUpstream(.slow(.seconds(1), ["198.18.0.1"]))
         let engine = engine([upstream])
-        let first = Task { try await engine.resolve("www.hd.test", type: .a) }
-        let second = Task { try await engine.resolve("www.hd.test", type: .a) }
-        try await Task.sleep(for: .milliseconds(50))
-        first.cancel()
-        await #expect { try await first.value } throws: { ($0 as? DNSError)?.code == .cancelled }
-        #expect(try await second.value.addresses.map(\.ip.description) == ["198.18.0.1"])
+        let leader = Task { try await engine.resolve("www.hd.test", type: .a) }
+        try await eventually { upstream.queries == 1 }
+        let follower = Task { try await engine.resolve("www.hd.test", type: .a) }
+        try await Task.sleep(for: .milliseconds(200))
+        leader.cancel()
+        await #expect { try await leader.value } throws: { ($0 as? DNSError)?.code == .cancelled }
+        #expect(try await follower.value.addresses.map(\.ip.description) == ["198.18.0.1"])
+        // The cancelled caller led the flight, so the query was started again for the other.
+        #expect(upstream.queries == 2)
+        #expect(try await engine.resolve("www.hd.test", type: .a).source == .cache, "a cancellation is never cached")
+    }
+
+    @Test func cancellingAFollowerLeavesTheLeadersQueryAlone() async throws {
+        let upstream = ScriptedUpstream(.slow(.seconds(1), ["198.18.0.1"]))
+        let engine = engine([upstream])
+        let leader = Task { try await engine.resolve("www.hd.test", type: .a) }
+        try await eventually { upstream.queries == 1 }
+        let follower = Task { try await engine.resolve("www.hd.test", type: .a) }
+        try await Task.sleep(for: .milliseconds(200))
+        follower.cancel()
+        await #expect { try await follower.value } throws: { ($0 as? DNSError)?.code == .cancelled }
+        #expect(try await leader.value.addresses.map(\.ip.description) == ["198.18.0.1"])
         #expect(upstream.queries == 1)
     }
 
