@@ -72,6 +72,31 @@ extension DNSMessage {
         throw DNSError(.malformedResponse, "CNAME chain for \(question.name) is longer than \(Self.maxCNAMEChain)")
     }
 
+    /// ``addressAnswer(for:id:)`` with every failure as a ``DNSError``: the form transports use.
+    public func answer(to question: Question, id: UInt16) throws(DNSError) -> AddressAnswer {
+        do {
+            return try addressAnswer(for: question, id: id)
+        } catch let error as WireError {
+            throw DNSError(error.code, error.description)
+        } catch let error as DNSError {
+            throw error
+        } catch {
+            throw DNSError(.malformedResponse, "\(error)")
+        }
+    }
+
+    /// Decodes `bytes` and extracts the answer to `question`; `id` nil accepts the message's own ID
+    /// (for transports that matched it already).
+    public static func answer(decoding bytes: [UInt8], to question: Question, id: UInt16?) throws(DNSError) -> AddressAnswer {
+        let message: DNSMessage
+        do {
+            message = try DNSMessage(decoding: bytes)
+        } catch {
+            throw DNSError(error.code, error.description)
+        }
+        return try message.answer(to: question, id: id ?? message.id)
+    }
+
     /// Throws unless this is a response to the query `question` with `id`.
     public func validate(answering question: Question, id expectedID: UInt16) throws(WireError) {
         guard isResponse else { throw .notAResponse }

@@ -29,21 +29,7 @@ struct DoHUpstream: DNSUpstream {
         }
         let response = try await transport.perform(request, endpoint: endpoint)
         try HTTPTransport.check(response, accepting: [Self.contentType], upstream: endpoint.url)
-        let message: DNSMessage
-        do {
-            message = try DNSMessage(decoding: response.body)
-        } catch {
-            throw DNSError(error.code, error.description)
-        }
-        do {
-            return try message.addressAnswer(for: question, id: 0)
-        } catch let error as WireError {
-            throw DNSError(error.code, error.description)
-        } catch let error as DNSError {
-            throw error
-        } catch {
-            throw DNSError(.malformedResponse, "\(error)")
-        }
+        return try DNSMessage.answer(decoding: response.body, to: question, id: 0)
     }
 }
 
@@ -69,16 +55,7 @@ struct JSONUpstream: DNSUpstream {
         request.headers.append("Accept: application/dns-json")
         let response = try await transport.perform(request, endpoint: endpoint)
         try HTTPTransport.check(response, accepting: Self.contentTypes, upstream: endpoint.url)
-        let message = try Self.message(fromJSON: response.body)
-        do {
-            return try message.addressAnswer(for: question, id: 0)
-        } catch let error as WireError {
-            throw DNSError(error.code, error.description)
-        } catch let error as DNSError {
-            throw error
-        } catch {
-            throw DNSError(.malformedResponse, "\(error)")
-        }
+        return try Self.message(fromJSON: response.body).answer(to: question, id: 0)
     }
 
     /// The JSON API's shape; unknown members (`Comment`, `edns_client_subnet`) are ignored.

@@ -220,15 +220,11 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
     static func interpret(status: Int32, answer: [UInt8]?, question: DNSMessage.Question,
                           server: String) -> Result<AddressAnswer, DNSError> {
         if let answer, !answer.isEmpty {
-            do {
-                let message = try DNSMessage(decoding: answer)
-                return .success(try message.addressAnswer(for: question, id: message.id))
-            } catch let error as WireError {
-                return .failure(DNSError(error.code, "\(server): \(error.description)"))
-            } catch let error as DNSError {
-                return .failure(error)
+            // c-ares matched the ID already; everything else is checked as for trusted answers.
+            do throws(DNSError) {
+                return .success(try DNSMessage.answer(decoding: answer, to: question, id: nil))
             } catch {
-                return .failure(DNSError(.malformedResponse, "\(error)"))
+                return .failure(DNSError(error.code, "\(server): \(error.message)"))
             }
         }
         switch status {

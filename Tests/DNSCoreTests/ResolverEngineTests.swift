@@ -206,13 +206,19 @@ final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
         for _ in 0..<300 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
     }
 
-    @Test func cancellingTheLeaderDoesNotCancelTheOthers() async throws {
+    /// One lookup leading a slow query and a second one waiting on it.
+    func leaderAndFollower() async throws -> (ResolverEngine, ScriptedUpstream, Task<Resolution, Error>, Task<Resolution, Error>) {
         let upstream = ScriptedUpstream(.slow(.seconds(1), ["198.18.0.1"]))
         let engine = engine([upstream])
         let leader = Task { try await engine.resolve("www.hd.test", type: .a) }
         try await eventually { upstream.queries == 1 }
         let follower = Task { try await engine.resolve("www.hd.test", type: .a) }
         try await Task.sleep(for: .milliseconds(200))
+        return (engine, upstream, leader, follower)
+    }
+
+    @Test func cancellingTheLeaderDoesNotCancelTheOthers() async throws {
+        let (engine, upstream, leader, follower) = try await leaderAndFollower()
         leader.cancel()
         await #expect { try await leader.value } throws: { ($0 as? DNSError)?.code == .cancelled }
         #expect(try await follower.value.addresses.map(\.ip.description) == ["198.18.0.1"])
@@ -222,12 +228,7 @@ final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
     }
 
     @Test func cancellingAFollowerLeavesTheLeadersQueryAlone() async throws {
-        let upstream = ScriptedUpstream(.slow(.seconds(1), ["198.18.0.1"]))
-        let engine = engine([upstream])
-        let leader = Task { try await engine.resolve("www.hd.test", type: .a) }
-        try await eventually { upstream.queries == 1 }
-        let follower = Task { try await engine.resolve("www.hd.test", type: .a) }
-        try await Task.sleep(for: .milliseconds(200))
+        let (_, upstream, leader, follower) = try await leaderAndFollower()
         follower.cancel()
         await #expect { try await follower.value } throws: { ($0 as? DNSError)?.code == .cancelled }
         #expect(try await leader.value.addresses.map(\.ip.description) == ["198.18.0.1"])
