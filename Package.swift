@@ -12,6 +12,8 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     ],
     targets: [
         // System libraries. shim.h holds only static inline wrappers for variadic C calls.
@@ -26,8 +28,12 @@ let package = Package(
             providers: [.apt(["libc-ares-dev"])]
         ),
 
-        // Pure Swift: wire codec, names, addresses, errors. No C, no Foundation networking.
-        .target(name: "DNSCore"),
+        // Pure Swift: wire codec, names, addresses, errors, the engine. No C, no Foundation.
+        // swift-log and swift-metrics are API packages only: the application picks the backends.
+        .target(name: "DNSCore", dependencies: [
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "CoreMetrics", package: "swift-metrics"),
+        ]),
 
         // One libcurl multi handle driven on its own thread.
         .target(name: "CurlSupport", dependencies: ["CCurl"]),
@@ -36,7 +42,11 @@ let package = Package(
         .target(name: "SystemResolver", dependencies: ["CCares", "DNSCore"]),
 
         // Public façade: trusted DoH / JSON upstreams, bootstrap, presets, system fallback.
-        .target(name: "HTTPDNS", dependencies: ["DNSCore", "CurlSupport", "SystemResolver"]),
+        .target(name: "HTTPDNS", dependencies: [
+            "DNSCore", "CurlSupport", "SystemResolver",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "CoreMetrics", package: "swift-metrics"),
+        ]),
 
         // The YAML configuration file of `resolve --config` and `resolve daemon`.
         .target(name: "ResolverConfig", dependencies: ["HTTPDNS", .product(name: "Yams", package: "Yams")]),
@@ -57,11 +67,17 @@ let package = Package(
 
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "DNSCoreTests", dependencies: ["DNSCore"]),
+        .testTarget(name: "DNSCoreTests", dependencies: [
+            "DNSCore", .product(name: "MetricsTestKit", package: "swift-metrics"),
+            .product(name: "InMemoryLogging", package: "swift-log"),
+        ]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
         .testTarget(name: "SystemResolverTests", dependencies: ["SystemResolver", "TestSupport"]),
         .testTarget(name: "ResolverConfigTests", dependencies: ["ResolverConfig"]),
-        .testTarget(name: "HTTPDNSTests", dependencies: ["HTTPDNS", "CurlSupport", "DNSCore", "TestSupport"]),
+        .testTarget(name: "HTTPDNSTests", dependencies: [
+            "HTTPDNS", "CurlSupport", "DNSCore", "TestSupport",
+            .product(name: "MetricsTestKit", package: "swift-metrics"),
+        ]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport"]),
     ]
 )

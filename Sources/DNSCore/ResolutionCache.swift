@@ -89,17 +89,19 @@ package final class ResolutionCache: Sendable {
     }
 
     /// Stores `entry`, evicting a cold entry when the shard is full.
-    package func store(_ entry: CacheEntry, for key: CacheKey) {
+    /// - Returns: whether another entry was evicted to make room.
+    @discardableResult
+    package func store(_ entry: CacheEntry, for key: CacheKey) -> Bool {
         shard(for: key).lock.withLock { shard in
             if let slot = shard.index[key] {
                 shard.slots[slot].entry = entry
                 shard.slots[slot].referenced = true
-                return
+                return false
             }
             if shard.slots.count < shardCapacity {
                 shard.index[key] = shard.slots.count
                 shard.slots.append(Slot(key: key, entry: entry, referenced: false))
-                return
+                return false
             }
             // CLOCK: clear reference bits until an unreferenced slot comes under the hand.
             while shard.slots[shard.hand].referenced {
@@ -112,6 +114,7 @@ package final class ResolutionCache: Sendable {
             shard.index[key] = victim
             shard.hand = (victim + 1) % shard.slots.count
             shard.evictions += 1
+            return true
         }
     }
 

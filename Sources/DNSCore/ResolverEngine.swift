@@ -1,3 +1,5 @@
+import CoreMetrics
+import Logging
 import Synchronization
 
 /// The resolution engine: cache, serve-stale, prefetch, single-flight, upstream pool and fallback.
@@ -11,6 +13,8 @@ public final class ResolverEngine: Sendable {
     private let fallback: (any DNSUpstream)?
     private let clock: any ResolverClock
     private let flights = SingleFlight<CacheKey, Fetched>()
+    package let metrics: ResolverMetrics
+    private let logger: Logger
 
     /// What one upstream round produced: the entry now cached, and the upstreams that failed first.
     struct Fetched: Sendable {
@@ -22,10 +26,18 @@ public final class ResolverEngine: Sendable {
     ///   - upstreams: trusted resolvers, in order of preference.
     ///   - fallback: the system's DNS, used only under ``ResolverOptions/Fallback/system``.
     ///   - clock: monotonic time for TTLs, stale windows and circuit breakers.
+    ///   - metrics: where the counters and timers of ``ResolverMetrics`` go; by default the factory
+    ///     the application bootstrapped (`MetricsSystem.factory`). The engine never bootstraps one.
+    ///   - logger: upstream failures (debug), circuit-breaker changes (warning, notice) and serve-stale
+    ///     events (debug); by default nothing is logged.
     public init(upstreams: [any DNSUpstream], options: ResolverOptions = .init(),
-                fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock()) {
+                fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),
+                metrics: (any MetricsFactory)? = nil, logger: Logger? = nil) {
         self.options = options
-        self.pool = UpstreamPool(upstreams, strategy: options.strategy, clock: clock)
+        let logger = logger ?? .silent
+        self.metrics = ResolverMetrics(factory: metrics, upstreams: upstreams.map(\.identifier))
+        self.logger = logger
+        self.pool = UpstreamPool(upstreams, strategy: options.strategy, clock: clock, metrics: self.metrics, logger: logger)
         self.cache = ResolutionCache(capacity: options.cacheCapacity)
         self.fallback = fallback
         self.clock = clock
@@ -93,7 +105,7 @@ public final class ResolverEngine: Sendable {
     @discardableResult
     public func restore(_ bytes: [UInt8], wallMilliseconds: UInt64) throws(DNSError) -> Int {
         let entries = try CacheSnapshot.decode(bytes, monotonicNow: clock.now, wallMilliseconds: wallMilliseconds)
-        for (key, entry) in entries { cache.store(entry, for: key) }
+        for (key, entry) in entries { store(entry, for: key) }
         return entries.count
     }
 
@@ -116,20 +128,36 @@ public final class ResolverEngine: Sendable {
         if let entry = cache.entry(for: key) {
             if now < entry.expiresAt {
                 if options.prefetch, case .addresses = entry.payload, entry.isNearExpiry(at: now) {
-                    refreshInBackground(key)
+                    if refreshInBackground(key) { metrics.nearExpiryPrefetches.increment() }
                 }
                 if case .failure = entry.payload, options.fallback == .system, let fallback {
+                    metrics.misses.increment()
                     return await askFallback(fallback, key, failures: [])
                 }
+                metrics.hits.increment()
                 return outcome(from: entry, type: type, now: now, allowStale: false)!
             }
             if case .addresses = entry.payload, now < entry.staleUntil {
-                // RFC 8767: answer from stale at once, refresh behind the caller's back.
-                refreshInBackground(key)
-                return outcome(from: entry, type: type, now: now, allowStale: true)!
+                // RFC 8767: answer from stale, at once or when no fresh answer came within the
+                // delay, and refresh behind the caller's back.
+                if options.staleAnswerDelay > .zero,
+                   let fetched = await refresh(key, waitingAtMost: options.staleAnswerDelay) {
+                    return await finish(key, type, fetched, startedAt: now)
+                }
+                if refreshInBackground(key) { metrics.stalePrefetches.increment() }
+                metrics.staleServed.increment()
+                logger.debug("serving stale", metadata: ["name": "\(name)", "type": "\(type)"])
+                return outcome(from: entry, type: type, now: clock.now, allowStale: true)!
             }
         }
-        switch await flights.run(key, { await self.fetch(key) }) {
+        metrics.misses.increment()
+        return await finish(key, type, await flights.run(key, { await self.fetch(key) }), startedAt: now)
+    }
+
+    /// The outcome of a finished upstream round for `key`.
+    private func finish(_ key: CacheKey, _ type: RecordType, _ result: Result<Fetched, DNSError>,
+                        startedAt now: ContinuousClock.Instant) async -> TypeOutcome {
+        switch result {
         case let .success(fetched):
             let entry = fetched.entry
             if case let .failure(error) = entry.payload, options.fallback == .system, let fallback {
@@ -139,6 +167,7 @@ public final class ResolverEngine: Sendable {
                 ?? TypeOutcome(type: type, payload: entry.payload, source: entry.source, upstream: entry.upstream,
                                expiresAt: entry.expiresAt)
             if case .failure = entry.payload {} else { result.failures = fetched.failures }
+            if result.stale { metrics.staleServed.increment() }
             return result
         case let .failure(error):
             return TypeOutcome(type: type, payload: .failure(error), source: .doh, upstream: nil, expiresAt: now,
@@ -146,9 +175,34 @@ public final class ResolverEngine: Sendable {
         }
     }
 
-    private func refreshInBackground(_ key: CacheKey) {
-        guard !flights.isRunning(key) else { return }
+    /// Waits for a refresh of `key` for at most `delay`; nil when it takes longer, in which case it
+    /// goes on in the background and lands in the cache.
+    private func refresh(_ key: CacheKey, waitingAtMost delay: Duration) async -> Result<Fetched, DNSError>? {
+        let first = FirstOf<Result<Fetched, DNSError>?>()
+        return await withCheckedContinuation { continuation in
+            first.arm(continuation)
+            let timer = Task {
+                try? await Task.sleep(for: delay)
+                first.resume(with: nil)
+            }
+            Task {
+                let result = await self.flights.run(key, { await self.fetch(key) })
+                first.resume(with: result)
+                timer.cancel()
+            }
+        }
+    }
+
+    /// Starts a background refresh of `key` unless one runs; returns whether it started one.
+    @discardableResult
+    private func refreshInBackground(_ key: CacheKey) -> Bool {
+        guard !flights.isRunning(key) else { return false }
         Task { _ = await self.flights.run(key, { await self.fetch(key) }) }
+        return true
+    }
+
+    private func store(_ entry: CacheEntry, for key: CacheKey) {
+        if cache.store(entry, for: key) { metrics.evictions.increment() }
     }
 
     /// Asks the pool and stores what it learns. A total failure keeps a stale answer in place (so it
@@ -165,7 +219,7 @@ public final class ResolverEngine: Sendable {
             }
             let entry = CacheEntry(payload: .failure(error), source: .doh, upstream: nil, storedAt: now,
                                    expiresAt: now + options.failureTTL, staleUntil: now + options.failureTTL)
-            cache.store(entry, for: key)
+            store(entry, for: key)
             return .success(Fetched(entry: entry, failures: outcome.failures))
         }
         let entry: CacheEntry
@@ -184,7 +238,7 @@ public final class ResolverEngine: Sendable {
             entry = CacheEntry(payload: .negative(code), source: upstream.source, upstream: upstream.identifier,
                                storedAt: now, expiresAt: now + ttl, staleUntil: now + ttl)
         }
-        cache.store(entry, for: key)
+        store(entry, for: key)
         return .success(Fetched(entry: entry, failures: outcome.failures))
     }
 
@@ -195,6 +249,7 @@ public final class ResolverEngine: Sendable {
             switch answer {
             case let .addresses(addresses, canonicalName):
                 let ttl = addresses.map(\.ttl).min() ?? 0
+                metrics.fallbackAnswers.increment()
                 return TypeOutcome(type: key.type, payload: .addresses(addresses, canonicalName: canonicalName),
                                    source: .system, upstream: fallback.identifier, expiresAt: now + .seconds(Int64(ttl)),
                                    failures: failures)
@@ -302,5 +357,24 @@ public final class ResolverEngine: Sendable {
         var error = DNSError.combining(collected)
         error.message = "\(host): \(error.message)"
         throw error
+    }
+}
+
+/// A continuation resumed by whichever of several tasks finishes first; later results are dropped.
+private final class FirstOf<Value: Sendable>: Sendable {
+    private let state = Mutex<(continuation: CheckedContinuation<Value, Never>?, done: Bool)>((nil, false))
+
+    func arm(_ continuation: CheckedContinuation<Value, Never>) {
+        state.withLock { $0.continuation = continuation }
+    }
+
+    func resume(with value: Value) {
+        let continuation = state.withLock { state -> CheckedContinuation<Value, Never>? in
+            guard !state.done, let continuation = state.continuation else { return nil }
+            state.done = true
+            state.continuation = nil
+            return continuation
+        }
+        continuation?.resume(returning: value)
     }
 }

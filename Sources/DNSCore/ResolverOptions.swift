@@ -34,6 +34,11 @@ public struct ResolverOptions: Sendable, Hashable {
     /// How long after expiry an answer may still be served as stale (RFC 8767). Default 3,600 s;
     /// zero disables serve-stale.
     public var staleWindow: Duration = .seconds(3_600)
+    /// How long a lookup that finds only a stale answer waits for a fresh one before answering from
+    /// stale (RFC 8767's client response timer, which suggests 1.8 s). Default zero: the stale
+    /// answer is returned at once and the refresh runs in the background (Unbound's
+    /// `serve-expired` without a client timeout), the lowest latency for the caller.
+    public var staleAnswerDelay: Duration = .zero
     /// The TTL given to stale answers (RFC 8767 §4). Default 30 s.
     public var staleAnswerTTL: UInt32 = 30
     /// Refresh in the background on a hit in the last 10 % of an entry's TTL. Default true.

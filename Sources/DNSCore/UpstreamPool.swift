@@ -1,3 +1,4 @@
+import Logging
 import Synchronization
 
 /// How the pool picks upstreams for a question.
@@ -40,10 +41,15 @@ package final class UpstreamPool: Sendable {
     private let maxBackoff: Duration
     private let health: Mutex<[Health]>
     private let queries = Atomic<Int>(0)
+    private let metrics: ResolverMetrics
+    private let logger: Logger
 
     package init(_ upstreams: [any DNSUpstream], strategy: UpstreamStrategy = .ordered, clock: any ResolverClock,
-                 failureThreshold: Int = 3, baseBackoff: Duration = .seconds(1), maxBackoff: Duration = .seconds(60)) {
+                 failureThreshold: Int = 3, baseBackoff: Duration = .seconds(1), maxBackoff: Duration = .seconds(60),
+                 metrics: ResolverMetrics? = nil, logger: Logger = .silent) {
         self.upstreams = upstreams
+        self.metrics = metrics ?? ResolverMetrics(factory: nil, upstreams: upstreams.map(\.identifier))
+        self.logger = logger
         self.strategy = strategy
         self.clock = clock
         self.failureThreshold = failureThreshold
@@ -146,12 +152,22 @@ package final class UpstreamPool: Sendable {
 
     private func ask(_ index: Int, _ question: DNSMessage.Question, timeout: Duration) async -> Result<AddressAnswer, DNSError> {
         let start = ContinuousClock.now
+        let upstream = upstreams[index].identifier
         do {
             let answer = try await upstreams[index].query(question, timeout: timeout)
-            record(index, rtt: Self.seconds(.now - start), success: true)
+            let elapsed = ContinuousClock.now - start
+            metrics.recordExchange(upstream: upstream, duration: elapsed, failure: nil)
+            record(index, rtt: Self.seconds(elapsed), success: true)
             return .success(answer)
         } catch {
-            if error.code != .cancelled { record(index, rtt: Self.seconds(.now - start), success: false) }
+            guard error.code != .cancelled else { return .failure(error) }
+            let elapsed = ContinuousClock.now - start
+            metrics.recordExchange(upstream: upstream, duration: elapsed, failure: error.code)
+            logger.debug("upstream query failed", metadata: [
+                "upstream": "\(upstream)", "name": "\(question.name)", "type": "\(question.type)",
+                "code": "\(error.code.rawValue)", "error": "\(error.message)",
+            ])
+            record(index, rtt: Self.seconds(elapsed), success: false)
             return .failure(error)
         }
     }
@@ -159,8 +175,9 @@ package final class UpstreamPool: Sendable {
     /// Updates the decayed RTT (EWMA, weight 0.3 for the new sample) and the circuit breaker.
     private func record(_ index: Int, rtt: Double, success: Bool?) {
         let now = clock.now
-        health.withLock { all in
+        let (wasOpen, isOpen, backoff) = health.withLock { all in
             var entry = all[index]
+            let wasOpen = entry.backoff != .zero
             entry.rtt = entry.rtt.map { $0 * 0.7 + rtt * 0.3 } ?? rtt
             entry.lastUsed = now
             switch success {
@@ -178,6 +195,17 @@ package final class UpstreamPool: Sendable {
                 break
             }
             all[index] = entry
+            return (wasOpen, entry.backoff != .zero, entry.backoff)
+        }
+        guard wasOpen != isOpen || (isOpen && success == false) else { return }
+        let upstream = upstreams[index].identifier
+        metrics.recordCircuit(upstream: upstream, open: isOpen)
+        if isOpen {
+            logger.warning("upstream circuit opened: skipped until re-probed", metadata: [
+                "upstream": "\(upstream)", "backoff_seconds": "\(Self.seconds(backoff))",
+            ])
+        } else {
+            logger.notice("upstream circuit closed: answering again", metadata: ["upstream": "\(upstream)"])
         }
     }
 

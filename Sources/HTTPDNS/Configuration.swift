@@ -111,10 +111,14 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
     public var upstreams: [UpstreamEndpoint]
     /// Extra trust anchors (PEM file) for the resolvers, added to the system's. Default: none.
     public var caFile: String?
+    /// Names resolved in the background as soon as the resolver is made (pre-resolve), so their
+    /// first real lookups hit the cache. Default: none.
+    public var preresolve: [String]
 
-    public init(upstreams: [UpstreamEndpoint], caFile: String? = nil) {
+    public init(upstreams: [UpstreamEndpoint], caFile: String? = nil, preresolve: [String] = []) {
         self.upstreams = upstreams
         self.caFile = caFile
+        self.preresolve = preresolve
     }
 
     /// The built-in public resolvers (Cloudflare, Google, Quad9), each with bootstrap addresses.

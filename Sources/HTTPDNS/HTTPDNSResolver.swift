@@ -1,5 +1,8 @@
+import CoreMetrics
 import CurlSupport
 import Foundation
+import Logging
+import Synchronization
 
 /// Resolves host names through trusted resolvers over HTTPS, never through the system's DNS.
 ///
@@ -26,8 +29,12 @@ public final class HTTPDNSResolver: Sendable {
     ///   - fallback: the system's DNS (`SystemResolver`), used only when `options.fallback` is `.system`.
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` when an upstream cannot be
     ///   reached without DNS or the CA file is unreadable.
+    ///   - metrics: where the engine's counters and timers go (see `ResolverMetrics` for their names);
+    ///     by default the application's bootstrapped `MetricsSystem.factory`.
+    ///   - logger: where upstream failures and circuit-breaker changes are logged; silent by default.
     public convenience init(configuration: HTTPDNSConfiguration, options: HTTPDNSOptions = .init(),
-                            fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock()) throws(DNSError) {
+                            fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),
+                            metrics: (any MetricsFactory)? = nil, logger: Logger? = nil) throws(DNSError) {
         try configuration.validate()
         let transport = HTTPTransport(engine: .shared, trust: TLSTrust(caFile: configuration.caFile),
                                       maxResponseBytes: options.maxResponseBytes)
@@ -37,15 +44,20 @@ public final class HTTPDNSResolver: Sendable {
             case .json: return JSONUpstream(endpoint: endpoint, transport: transport)
             }
         }
-        self.init(configuration: configuration, options: options, upstreams: upstreams, fallback: fallback, clock: clock)
+        self.init(configuration: configuration, options: options, upstreams: upstreams, fallback: fallback, clock: clock,
+                  metrics: metrics, logger: logger)
     }
 
     /// Builds a resolver over any upstreams (tests inject fakes here).
     public init(configuration: HTTPDNSConfiguration = .init(upstreams: []), options: HTTPDNSOptions = .init(),
                 upstreams: [any DNSUpstream], fallback: (any DNSUpstream)? = nil,
-                clock: any ResolverClock = MonotonicClock()) {
+                clock: any ResolverClock = MonotonicClock(), metrics: (any MetricsFactory)? = nil, logger: Logger? = nil) {
         self.configuration = configuration
-        self.engine = ResolverEngine(upstreams: upstreams, options: options, fallback: fallback, clock: clock)
+        self.engine = ResolverEngine(upstreams: upstreams, options: options, fallback: fallback, clock: clock,
+                                     metrics: metrics, logger: logger)
+        if !configuration.preresolve.isEmpty {
+            engine.prefetch(configuration.preresolve)
+        }
     }
 
     /// Resolves `host` to addresses.
@@ -66,6 +78,23 @@ public final class HTTPDNSResolver: Sendable {
     /// Resolves `hosts` in the background to warm the cache.
     public func prefetch(_ hosts: [String], type: AddressQuery = .both) {
         engine.prefetch(hosts, type: type)
+    }
+
+    /// Resolves `hosts` concurrently and waits for all of them (pre-resolve at start-up, when the
+    /// caller wants to know the cache is warm before serving).
+    /// - Returns: each host's resolution or error, in the order given.
+    public func warm(_ hosts: [String], type: AddressQuery = .both) async -> [(host: String, result: Result<Resolution, DNSError>)] {
+        await withTaskGroup(of: (Int, Result<Resolution, DNSError>).self) { group in
+            for (index, host) in hosts.enumerated() {
+                group.addTask {
+                    do throws(DNSError) { return (index, .success(try await self.resolve(host, type: type))) }
+                    catch { return (index, .failure(error)) }
+                }
+            }
+            var results = [Result<Resolution, DNSError>?](repeating: nil, count: hosts.count)
+            for await (index, result) in group { results[index] = result }
+            return zip(hosts, results).map { ($0, $1!) }
+        }
     }
 
     /// Forgets every cached answer.
@@ -100,6 +129,19 @@ public final class HTTPDNSResolver: Sendable {
             return try engine.restore(Array(data), wallMilliseconds: Self.wallMilliseconds())
         } catch {
             throw DNSError(error.code, "'\(path)': \(error.message)")
+        }
+    }
+
+    /// Snapshots the cache to `path` every `interval` until the returned task is cancelled, and once
+    /// more when it is (so a shutdown that cancels it keeps the latest answers). A failed write is
+    /// reported to `onError` and retried at the next tick; the process keeps serving.
+    public func persistPeriodically(to path: String, every interval: Duration,
+                                    onError: @escaping @Sendable (DNSError) -> Void = { _ in }) -> Task<Void, Never> {
+        Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                do throws(DNSError) { try self.saveCache(to: path) } catch { onError(error) }
+            }
         }
     }
 

@@ -29,8 +29,14 @@ public struct ConfigFile: Sendable {
     public var systemDNS: [String] = []
     /// Where the cache is persisted, if anywhere.
     public var persistPath: String?
-    /// Names resolved at start-up.
-    public var preresolve: [String] = []
+    /// How often a long-running process (the daemon) snapshots the cache to ``persistPath``.
+    /// Default 300 s; it is also written on shutdown.
+    public var persistInterval: Duration = .seconds(300)
+    /// Names resolved at start-up (``HTTPDNSConfiguration/preresolve``).
+    public var preresolve: [String] {
+        get { configuration.preresolve }
+        set { configuration.preresolve = newValue }
+    }
     /// The daemon's HTTP listener, `host:port`. Default `127.0.0.1:8053`.
     public var listen = "127.0.0.1:8053"
     /// The daemon's optional plain-DNS stub.
@@ -189,7 +195,7 @@ private struct Reader {
             }
         }
         guard !upstreams.isEmpty else { throw fail(root, "upstreams", "at least one trusted upstream is required") }
-        config.configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile)
+        config.configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile, preresolve: config.preresolve)
         config.options = options
         do { try config.configuration.validate() } catch { throw fail(root, "upstreams", error.message) }
         return config
@@ -229,7 +235,8 @@ private struct Reader {
     }
 
     func cache(_ node: Node, into options: inout HTTPDNSOptions, config: inout ConfigFile) throws(DNSError) {
-        let keys: Set<String> = ["min_ttl", "max_ttl", "negative_ttl", "failure_ttl", "stale_window", "capacity", "persist", "prefetch"]
+        let keys: Set<String> = ["min_ttl", "max_ttl", "negative_ttl", "failure_ttl", "stale_window", "capacity", "persist",
+                                 "persist_interval", "prefetch", "stale_answer_delay"]
         for (name, _, value) in try mapping(node, "cache", allowed: keys) {
             let path = "cache.\(name)"
             switch name {
@@ -240,6 +247,10 @@ private struct Reader {
             case "stale_window": options.staleWindow = try seconds(value, path)
             case "capacity": options.cacheCapacity = try integer(value, path, 1...10_000_000)
             case "persist": config.persistPath = try self.path(value, path)
+            case "persist_interval": config.persistInterval = try seconds(value, path, allowZero: false)
+            case "stale_answer_delay":
+                options.staleAnswerDelay = try seconds(value, path)
+                guard options.staleAnswerDelay <= .seconds(30) else { throw fail(value, path, "must be at most 30 seconds") }
             case "prefetch": options.prefetch = try bool(value, path)
             default: break
             }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import HTTPDNS
 
@@ -220,5 +221,64 @@ import Testing
             ($0 as? DNSError)?.message.contains("truncated") == true
         }
         #expect(try await resolver.resolve("www.hd.test", type: .a).source == .doh, "the resolver keeps serving")
+    }
+}
+
+@Suite struct StartupAndSnapshotTests {
+    func temporaryPath(_ name: String) -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-\(name)-\(UInt64.random(in: 0...UInt64.max))").path
+    }
+
+    @Test func preresolvedNamesAreCachedBeforeTheirFirstLookup() async throws {
+        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1", "2001:2::1"]))
+        let resolver = HTTPDNSResolver(configuration: .init(upstreams: [], preresolve: ["www.hd.test", "api.hd.test"]),
+                                       upstreams: [upstream])
+        for _ in 0..<200 where upstream.events.count < 4 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(Set(upstream.events.map(\.name)) == ["www.hd.test", "api.hd.test"])
+        #expect(upstream.events.count == 4, "A and AAAA of each name, once")
+        #expect(try await resolver.resolve("api.hd.test").source == .cache)
+        #expect(upstream.events.count == 4)
+    }
+
+    @Test func warmWaitsForEveryNameAndReportsEach() async throws {
+        let upstream = FakeUpstream("https://a.test/dns-query") { _ in .answer(["198.18.0.1"]) }
+        let resolver = HTTPDNSResolver(upstreams: [upstream])
+        let results = await resolver.warm(["www.hd.test", "bad..name", "api.hd.test"], type: .a)
+        #expect(results.map(\.host) == ["www.hd.test", "bad..name", "api.hd.test"])
+        #expect((try? results[0].result.get())?.source == .doh)
+        #expect({ if case let .failure(error) = results[1].result { error.code == .invalidName } else { false } }())
+        #expect(resolver.cachedResolution(for: "api.hd.test", type: .a) != nil)
+    }
+
+    @Test func periodicSnapshotsAreWrittenAndOnceMoreOnCancel() async throws {
+        let path = temporaryPath("periodic")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))
+        let resolver = HTTPDNSResolver(upstreams: [upstream])
+        _ = try await resolver.resolve("www.hd.test", type: .a)
+        let task = resolver.persistPeriodically(to: path, every: .milliseconds(50))
+        for _ in 0..<200 where !FileManager.default.fileExists(atPath: path) { try await Task.sleep(for: .milliseconds(5)) }
+        let reader = HTTPDNSResolver(upstreams: [upstream])
+        #expect(try reader.loadCache(from: path) == 1)
+
+        _ = try await resolver.resolve("api.hd.test", type: .a)
+        task.cancel()
+        await task.value
+        let after = HTTPDNSResolver(upstreams: [upstream])
+        #expect(try after.loadCache(from: path) == 2, "the final snapshot on cancel holds the newest answer")
+    }
+
+    @Test func aFailedSnapshotIsReportedAndTheResolverKeepsServing() async throws {
+        let errors = Mutex<[DNSError]>([])
+        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))
+        let resolver = HTTPDNSResolver(upstreams: [upstream])
+        let task = resolver.persistPeriodically(to: "/nonexistent-dir.test/cache.bin", every: .milliseconds(20)) { error in
+            errors.withLock { $0.append(error) }
+        }
+        for _ in 0..<200 where errors.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(5)) }
+        task.cancel()
+        await task.value
+        #expect(errors.withLock { $0.first?.message.contains("cannot write") } == true)
+        #expect(try await resolver.resolve("www.hd.test", type: .a).source == .doh)
     }
 }

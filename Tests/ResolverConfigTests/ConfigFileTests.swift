@@ -18,7 +18,8 @@ import Testing
     system_dns: ["127.0.0.1:18055", "::1"]
     timeout: 2.5
     strategy: fastest
-    cache: {min_ttl: 30, max_ttl: 3600, negative_ttl: 15, stale_window: 600, capacity: 5000, persist: cache.bin}
+    cache: {min_ttl: 30, max_ttl: 3600, negative_ttl: 15, stale_window: 600, capacity: 5000, persist: cache.bin,
+             persist_interval: 60, stale_answer_delay: 1.8, prefetch: false}
     listen: "127.0.0.1:8053"
     dns_listen: "127.0.0.1:5353"
     preresolve: [www.hd.test]
@@ -42,6 +43,10 @@ import Testing
         #expect(config.options.negativeTTL == .seconds(15) && config.options.staleWindow == .seconds(600))
         #expect(config.options.cacheCapacity == 5000)
         #expect(config.persistPath == "/etc/httpdns/cache.bin")
+        #expect(config.persistInterval == .seconds(60))
+        #expect(config.options.staleAnswerDelay == .milliseconds(1800))
+        #expect(!config.options.prefetch)
+        #expect(config.configuration.preresolve == ["www.hd.test"], "pre-resolve reaches the resolver's configuration")
         #expect(config.systemDNS == ["127.0.0.1:18055", "::1"])
         #expect(config.dnsListen == "127.0.0.1:5353")
         #expect(config.preresolve == ["www.hd.test"])
@@ -70,6 +75,8 @@ import Testing
         ("upstreams:\n  - doh: https://127.0.0.1/q\nsystem_dns: [dns.test]\n", "c.yaml:3: system_dns: 'dns.test' is not IP or IP:port"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nwatch:\n  - {port: 443}\n", "c.yaml:4: watch[0]: needs host"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\ncache: {min_ttl: 100, max_ttl: 10}\n", "cache.min_ttl: is larger than cache.max_ttl"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ncache: {stale_answer_delay: 90}\n", "c.yaml:3: cache.stale_answer_delay: must be at most 30 seconds"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ncache: {persist_interval: 0}\n", "c.yaml:3: cache.persist_interval: expected a number of seconds"),
         ("upstreams: [\n", "c.yaml: not valid YAML"),
         ("", "c.yaml: the file is empty"),
         ("- just\n- a list\n", "c.yaml:1: : expected a mapping"),

@@ -1,0 +1,145 @@
+import InMemoryLogging
+import Logging
+import MetricsTestKit
+import Testing
+@testable import DNSCore
+
+/// Metrics go to the factory the caller passes (nothing is bootstrapped globally), logs to the
+/// caller's logger; and the RFC 8767 client response timer.
+@Suite struct InstrumentationTests {
+    let clock = ManualClock()
+    let metrics = TestMetrics()
+
+    func engine(_ upstreams: [ScriptedUpstream], logger: Logger? = nil,
+                configure: (inout ResolverOptions) -> Void = { _ in }) -> ResolverEngine {
+        var options = ResolverOptions(timeout: .seconds(2))
+        options.minTTL = .zero
+        configure(&options)
+        return ResolverEngine(upstreams: upstreams, options: options, clock: clock, metrics: metrics, logger: logger)
+    }
+
+    func total(_ label: String, _ dimensions: [(String, String)] = []) -> Int64 {
+        dimensions.isEmpty ? metrics.counterTotal(label: label) : metrics.counterTotal(label: label, dimensions: dimensions)
+    }
+
+    /// Waits (bounded) for background refreshes to land.
+    func eventually(_ condition: () -> Bool) async {
+        for _ in 0..<200 where !condition() { try? await Task.sleep(for: .milliseconds(5)) }
+    }
+
+    @Test func cacheCountersFollowHitsMissesStaleAndPrefetches() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 100))
+        let engine = engine([upstream])
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        #expect(total("httpdns_cache_misses_total") == 1)
+        #expect(total("httpdns_cache_hits_total") == 2)
+
+        clock.advance(by: .seconds(95))   // last 10 % of the TTL: a hit that prefetches
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        #expect(total("httpdns_prefetches_total", [("reason", "near_expiry")]) == 1)
+        await eventually { upstream.queries == 2 }
+
+        clock.advance(by: .seconds(200))  // expired: stale served, refreshed in the background
+        #expect(try await engine.resolve("www.hd.test", type: .a).source == .stale)
+        #expect(total("httpdns_cache_stale_served_total") == 1)
+        #expect(total("httpdns_prefetches_total", [("reason", "stale")]) == 1)
+        await eventually { upstream.queries == 3 }
+        #expect(total("httpdns_cache_hits_total") == 3)
+    }
+
+    @Test func evictionsAreCounted() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 300))
+        let engine = engine([upstream]) { $0.cacheCapacity = 4 }
+        for index in 0..<10 { _ = try await engine.resolve("n\(index).hd.test", type: .a) }
+        #expect(total("httpdns_cache_evictions_total") == 6)
+        #expect(engine.cachedEntryCount == 4)
+    }
+
+    @Test func upstreamLatencyAndFailuresArePerUpstream() async throws {
+        let broken = ScriptedUpstream("https://broken.test/q", .fail(.httpStatus))
+        let healthy = ScriptedUpstream("https://healthy.test/q", .slow(.milliseconds(20), ["198.18.0.1"]))
+        let engine = engine([broken, healthy])
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        _ = try await engine.resolve("other.hd.test", type: .a)
+        #expect(total("httpdns_upstream_failures_total", [("upstream", "https://broken.test/q"), ("code", "http_status")]) == 2)
+        #expect(metrics.counters(label: "httpdns_upstream_failures_total", dimensions: [("upstream", "https://healthy.test/q"), ("code", "http_status")]).isEmpty)
+        let latency = try metrics.expectTimer("httpdns_upstream_duration_seconds", [("upstream", "https://healthy.test/q")])
+        #expect(latency.values.count == 2)
+        #expect(latency.values.allSatisfy { $0 >= 20_000_000 }, "recorded in nanoseconds, at least the upstream's 20 ms")
+        #expect(try metrics.expectTimer("httpdns_upstream_duration_seconds", [("upstream", "https://broken.test/q")]).values.count == 2)
+    }
+
+    @Test func circuitBreakerChangesAreAGaugeAndALogLine() async throws {
+        let logs = InMemoryLogHandler()
+        var logger = Logger(label: "test", factory: { _ in logs })
+        logger.logLevel = .debug
+        let broken = ScriptedUpstream("https://broken.test/q", .fail(.connectFailed))
+        let healthy = ScriptedUpstream("https://healthy.test/q", .addresses(["198.18.0.1"], ttl: 300))
+        let engine = engine([broken, healthy], logger: logger)
+        for index in 0..<3 { _ = try await engine.resolve("n\(index).hd.test", type: .a) }
+        let gauge = try metrics.expectGauge("httpdns_upstream_circuit_open", [("upstream", "https://broken.test/q")])
+        #expect(gauge.lastValue == 1)
+        let warnings = logs.entries.filter { $0.level == .warning }
+        #expect(warnings.count == 1)
+        #expect(warnings.first?.metadata["upstream"] == "https://broken.test/q")
+        #expect(logs.entries.filter { $0.level == .debug && $0.message.description == "upstream query failed" }.count == 3)
+
+        broken.reply(.addresses(["198.18.0.2"], ttl: 300))
+        clock.advance(by: .seconds(2))   // past the 1 s backoff: re-probed, answers, closes
+        _ = try await engine.resolve("n9.hd.test", type: .a)
+        #expect(gauge.lastValue == 0)
+        #expect(logs.entries.contains { $0.level == .notice && $0.metadata["upstream"] == "https://broken.test/q" })
+    }
+
+    @Test func withoutALoggerNothingIsLoggedAndNothingBreaks() async throws {
+        let broken = ScriptedUpstream(.fail(.connectFailed))
+        let engine = ResolverEngine(upstreams: [broken], clock: clock)
+        await #expect(throws: DNSError.self) { try await engine.resolve("www.hd.test", type: .a) }
+    }
+
+    @Test func staleAnswerDelayWaitsForAFastRefresh() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
+        let engine = engine([upstream]) { $0.staleAnswerDelay = .seconds(5) }
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        clock.advance(by: .seconds(61))
+        upstream.reply(.slow(.milliseconds(30), ["198.18.0.2"]))
+        let answer = try await engine.resolve("www.hd.test", type: .a)
+        #expect(answer.source == .doh, "the refresh answered within the delay: a fresh answer, not stale")
+        #expect(answer.addresses.map(\.ip.description) == ["198.18.0.2"])
+        #expect(total("httpdns_cache_stale_served_total") == 0)
+    }
+
+    @Test func staleAnswerDelayAnswersFromStaleWhenTheRefreshIsSlow() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
+        let engine = engine([upstream]) { $0.staleAnswerDelay = .milliseconds(100); $0.timeout = .seconds(10) }
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        clock.advance(by: .seconds(61))
+        upstream.reply(.slow(.milliseconds(2500), ["198.18.0.2"]))
+        let started = ContinuousClock.now
+        let answer = try await engine.resolve("www.hd.test", type: .a)
+        let waited = ContinuousClock.now - started
+        #expect(answer.source == .stale)
+        #expect(answer.addresses.map(\.ip.description) == ["198.18.0.1"])
+        #expect(waited >= .milliseconds(100), "waited for the delay first")
+        #expect(waited < .milliseconds(2000), "did not wait for the slow refresh")
+        // The refresh goes on and lands in the cache.
+        for _ in 0..<100 where engine.cachedResolution(for: "www.hd.test", type: .a)?.source != .cache {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(engine.cachedResolution(for: "www.hd.test", type: .a)?.addresses.map(\.ip.description) == ["198.18.0.2"])
+    }
+
+    @Test func staleAnswerDelayAnswersFromStaleAtOnceWhenTheRefreshFails() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
+        let engine = engine([upstream]) { $0.staleAnswerDelay = .seconds(5) }
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        clock.advance(by: .seconds(61))
+        upstream.reply(.fail(.connectFailed))
+        let started = ContinuousClock.now
+        let answer = try await engine.resolve("www.hd.test", type: .a)
+        #expect(answer.source == .stale)
+        #expect(ContinuousClock.now - started < .seconds(2), "a failed refresh does not wait out the delay")
+    }
+}
