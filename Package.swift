@@ -64,6 +64,7 @@ let package = Package(
 
         // Benchmarks live apart from tests; Scripts/bench-*.sh run them against named peers.
         .executableTarget(name: "DoHBenchmark", dependencies: ["HTTPDNS"], path: "Benchmarks/DoHBenchmark"),
+        .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "CCares"], path: "Benchmarks/CacheBenchmark"),
 
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
         .target(name: "TestSupport", path: "Tests/TestSupport"),

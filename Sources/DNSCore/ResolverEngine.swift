@@ -13,6 +13,7 @@ public final class ResolverEngine: Sendable {
     private let fallback: (any DNSUpstream)?
     private let clock: any ResolverClock
     private let flights = SingleFlight<CacheKey, Fetched>()
+    private let memo = ResolutionMemo()
     package let metrics: ResolverMetrics
     private let logger: Logger
 
@@ -50,6 +51,13 @@ public final class ResolverEngine: Sendable {
             return Resolution(host: host, addresses: [ResolvedAddress(ip: literal, ttl: 0)], source: .literal,
                               upstream: nil, elapsed: .zero, expiresAt: clock.now)
         }
+        // The hit path: a finished resolution kept from the last second, or one built from fresh entries.
+        let now = clock.now
+        if var hit = memo.resolution(for: host, type: type, now: now) ?? fromCache(host, type, now: now)?.usable {
+            metrics.hits.increment(by: type == .both ? 2 : 1)
+            hit.elapsed = .now - started
+            return hit
+        }
         let name = try DomainName(host)
         guard !pool.upstreams.isEmpty || fallback != nil else {
             throw DNSError(.invalidConfiguration, "no trusted upstream is configured")
@@ -68,16 +76,43 @@ public final class ResolverEngine: Sendable {
     }
 
     /// The cached answer for `host`, fresh or stale, without any I/O: for hot paths that must not
-    /// suspend. Nil when nothing usable is cached.
+    /// suspend. Nil when nothing usable is cached. A peek: it neither counts as a hit in the metrics
+    /// nor starts a prefetch.
     public func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
-        guard let name = try? DomainName(host) else { return nil }
         let now = clock.now
-        let outcomes = type.recordTypes.compactMap { recordType -> TypeOutcome? in
-            guard let entry = cache.entry(for: CacheKey(name, recordType)) else { return nil }
-            return outcome(from: entry, type: recordType, now: now, allowStale: true)
+        if let hit = memo.resolution(for: host, type: type, now: now) { return hit }
+        return fromCache(host, type, now: now)?.resolution
+    }
+
+    /// A resolution built from the cache alone (fresh or stale), and the same resolution as `usable`
+    /// when a lookup may return it without the slow path: every entry fresh, none a remembered
+    /// failure, none in its prefetch window. Usable ones are kept in the memo.
+    private func fromCache(_ host: String, _ type: AddressQuery, now: ContinuousClock.Instant)
+        -> (resolution: Resolution, usable: Resolution?)? {
+        let generation = memo.currentGeneration
+        guard let name = try? DomainName(host) else { return nil }
+        var outcomes: [TypeOutcome] = []
+        var validUntil = now + .seconds(1)
+        var usable = true
+        for recordType in type.recordTypes {
+            guard let entry = cache.entry(for: CacheKey(name, recordType)),
+                  let outcome = outcome(from: entry, type: recordType, now: now, allowStale: true) else { return nil }
+            switch entry.payload {
+            case .addresses:
+                let prefetchFrom = options.prefetch ? entry.expiresAt - (entry.expiresAt - entry.storedAt) / 10 : entry.expiresAt
+                validUntil = min(validUntil, prefetchFrom)
+            case .negative:
+                validUntil = min(validUntil, entry.expiresAt)
+            case .failure:
+                usable = false
+            }
+            usable = usable && !outcome.stale
+            outcomes.append(outcome)
         }
-        guard outcomes.count == type.recordTypes.count else { return nil }
-        return try? merge(host: host, name: name, outcomes: outcomes, elapsed: .zero)
+        guard let resolution = try? merge(host: host, name: name, outcomes: outcomes, elapsed: .zero) else { return nil }
+        guard usable, now < validUntil else { return (resolution, nil) }
+        memo.store(resolution, for: host, type: type, validUntil: validUntil, generation: generation)
+        return (resolution, resolution)
     }
 
     /// Resolves `hosts` in the background to warm the cache (pre-resolve at start-up).
@@ -88,7 +123,10 @@ public final class ResolverEngine: Sendable {
     }
 
     /// Forgets every cached answer.
-    public func removeAll() { cache.removeAll() }
+    public func removeAll() {
+        cache.removeAll()
+        memo.removeAll()
+    }
 
     /// Entries in the cache now.
     public var cachedEntryCount: Int { cache.count }
@@ -203,6 +241,7 @@ public final class ResolverEngine: Sendable {
 
     private func store(_ entry: CacheEntry, for key: CacheKey) {
         if cache.store(entry, for: key) { metrics.evictions.increment() }
+        memo.invalidate()
     }
 
     /// Asks the pool and stores what it learns. A total failure keeps a stale answer in place (so it

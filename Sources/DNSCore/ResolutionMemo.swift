@@ -1,0 +1,91 @@
+import Synchronization
+
+/// Finished resolutions by the host string as the caller wrote it: the cache-hit fast path.
+///
+/// A hit in ``ResolutionCache`` still parses the name, copies entries, counts down TTLs, applies the
+/// rebinding filter and merges A with AAAA. For a hot name those steps give the same result for a
+/// whole second, so the result is kept here, keyed by the caller's string, and returned as it is.
+/// An item is used only while
+/// - the cache has not changed since it was built (one generation counter, bumped on every store or
+///   removal, read with one atomic load),
+/// - the TTLs it reports are still right to the second (at most 1 s after it was built), and
+/// - no entry in it has reached its prefetch window (hits there must take the slow path, which
+///   starts the refresh).
+/// Stale answers, failures and partial answers are never kept here.
+package final class ResolutionMemo: Sendable {
+    private struct Key: Hashable {
+        var host: String
+        var type: AddressQuery
+    }
+
+    /// A class, so a lookup retains one reference under the lock instead of copying every field.
+    private final class Item: Sendable {
+        let resolution: Resolution
+        let validUntil: ContinuousClock.Instant
+        let generation: UInt64
+
+        init(resolution: Resolution, validUntil: ContinuousClock.Instant, generation: UInt64) {
+            self.resolution = resolution
+            self.validUntil = validUntil
+            self.generation = generation
+        }
+    }
+
+    private final class Shard: Sendable {
+        let items = Mutex<[Key: Item]>([:])
+    }
+
+    private let shards: [Shard]
+    private let shardLimit: Int
+    private let generation = Atomic<UInt64>(0)
+
+    /// - Parameter capacity: items kept at most; a full shard is emptied (hot names come back at once).
+    package init(capacity: Int = 32_768, shardCount: Int = 8) {
+        shards = (0..<shardCount).map { _ in Shard() }
+        shardLimit = max(1, capacity / shardCount)
+    }
+
+    /// Marks every item out of date; called whenever the cache changes.
+    @inline(__always)
+    package func invalidate() {
+        generation.add(1, ordering: .releasing)
+    }
+
+    /// The current generation, to be passed back to ``store(_:for:type:validUntil:generation:)``:
+    /// read it *before* reading the cache, so a change made meanwhile makes the item unusable.
+    @inline(__always)
+    package var currentGeneration: UInt64 { generation.load(ordering: .acquiring) }
+
+    /// The shard for `host`, from its length and last bytes: cheap, and a second full hash of the
+    /// key (the dictionary makes one) would cost as much as the rest of the hit.
+    @inline(__always)
+    private func shard(_ host: String) -> Shard {
+        var mix = UInt(host.utf8.count)
+        for byte in host.utf8.suffix(4) { mix = mix &* 31 &+ UInt(byte) }
+        return shards[Int(mix % UInt(shards.count))]
+    }
+
+    /// The kept resolution for `host`, if still valid at `now`.
+    @inline(__always)
+    package func resolution(for host: String, type: AddressQuery, now: ContinuousClock.Instant) -> Resolution? {
+        let key = Key(host: host, type: type)
+        let current = currentGeneration
+        guard let item = shard(host).items.withLock({ $0[key] }),
+              item.generation == current, now < item.validUntil else { return nil }
+        return item.resolution
+    }
+
+    package func store(_ resolution: Resolution, for host: String, type: AddressQuery,
+                       validUntil: ContinuousClock.Instant, generation: UInt64) {
+        let key = Key(host: host, type: type)
+        shard(host).items.withLock { items in
+            if items.count >= shardLimit, items[key] == nil { items.removeAll(keepingCapacity: true) }
+            items[key] = Item(resolution: resolution, validUntil: validUntil, generation: generation)
+        }
+    }
+
+    package func removeAll() {
+        invalidate()
+        for shard in shards { shard.items.withLock { $0.removeAll() } }
+    }
+}
