@@ -143,3 +143,50 @@ import Testing
         #expect(ContinuousClock.now - started < .seconds(2), "a failed refresh does not wait out the delay")
     }
 }
+
+/// The hit fast path (ResolutionMemo) must never show an answer the cache no longer holds.
+@Suite struct HitFastPathTests {
+    let clock = ManualClock()
+
+    @Test func aChangedCacheIsSeenAtOnceWithoutTimePassing() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 300))
+        let engine = ResolverEngine(upstreams: [upstream], clock: clock)
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        #expect(try await engine.resolve("www.hd.test", type: .a).addresses.map(\.ip.description) == ["198.18.0.1"])
+        #expect(engine.cachedResolution(for: "www.hd.test", type: .a)?.addresses.map(\.ip.description) == ["198.18.0.1"])
+
+        engine.removeAll()
+        #expect(engine.cachedResolution(for: "www.hd.test", type: .a) == nil, "removeAll empties the fast path too")
+        upstream.reply(.addresses(["198.18.0.2"], ttl: 300))
+        #expect(try await engine.resolve("www.hd.test", type: .a).source == .doh)
+        #expect(engine.cachedResolution(for: "www.hd.test", type: .a)?.addresses.map(\.ip.description) == ["198.18.0.2"])
+
+        // Another name's store also invalidates (one generation), and the answer is rebuilt the same.
+        _ = try await engine.resolve("other.hd.test", type: .a)
+        #expect(try await engine.resolve("www.hd.test", type: .a).source == .cache)
+        #expect(upstream.queries == 3)
+    }
+
+    @Test func reportedTTLsFollowTheClockAcrossSeconds() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 300))
+        var options = ResolverOptions()
+        options.minTTL = .zero
+        let engine = ResolverEngine(upstreams: [upstream], options: options, clock: clock)
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        #expect(engine.cachedResolution(for: "www.hd.test", type: .a)?.addresses.first?.ttl == 300)
+        clock.advance(by: .seconds(1))
+        #expect(engine.cachedResolution(for: "www.hd.test", type: .a)?.addresses.first?.ttl == 299)
+        clock.advance(by: .seconds(100))
+        #expect(try await engine.resolve("www.hd.test", type: .a).addresses.first?.ttl == 199)
+    }
+
+    @Test func differentSpellingsOfOneNameShareTheCacheEntry() async throws {
+        let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 300))
+        let engine = ResolverEngine(upstreams: [upstream], clock: clock)
+        _ = try await engine.resolve("www.hd.test", type: .a)
+        let upper = try await engine.resolve("WWW.HD.TEST", type: .a)
+        #expect(upper.source == .cache)
+        #expect(upper.host == "WWW.HD.TEST", "the host is echoed as the caller wrote it")
+        #expect(upstream.queries == 1)
+    }
+}
