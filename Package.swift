@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "HTTPDNS", targets: ["HTTPDNS"]),
         .library(name: "DNSCore", targets: ["DNSCore"]),
+        .library(name: "DNSInterceptor", targets: ["DNSInterceptor"]),
         .executable(name: "resolve", targets: ["resolve"]),
     ],
     dependencies: [
@@ -48,6 +49,10 @@ let package = Package(
             .product(name: "CoreMetrics", package: "swift-metrics"),
         ]),
 
+        // The interceptor: HTTP client, URLProtocol and request rewriter, all on CurlSupport.
+        // The only target that links FoundationNetworking.
+        .target(name: "DNSInterceptor", dependencies: ["HTTPDNS", "CurlSupport"]),
+
         // The YAML configuration file of `resolve --config` and `resolve daemon`.
         .target(name: "ResolverConfig", dependencies: ["HTTPDNS", .product(name: "Yams", package: "Yams")]),
 
@@ -79,6 +84,7 @@ let package = Package(
             "HTTPDNS", "CurlSupport", "DNSCore", "TestSupport",
             .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
+        .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "HTTPDNS", "TestSupport"]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport"]),
     ]
 )

@@ -43,13 +43,20 @@ private.hd.test A 10.0.0.1 300
 loopback.hd.test A 127.0.0.1 300
 mixed.hd.test A 10.0.0.2 300
 mixed.hd.test A 198.18.0.50 300
+origin.hd.test A 127.0.0.4 300
+origin2.hd.test A 127.0.0.4 300
+failover.hd.test AAAA ::1 300
+failover.hd.test A 127.0.0.4 300
+mismatch.hd.test A 127.0.0.5 300
+untrusted.hd.test A 127.0.0.6 300
+dead.hd.test A 127.0.0.7 300
 EOF
     for i in $(seq 1 16); do echo "many.hd.test A 198.18.1.$i 300"; done
     for i in $(seq 1 4); do echo "many.hd.test AAAA 2001:2::1:$i 300"; done
 }
 
 make_ca() {
-    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && return 0
+    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/untrusted.hd.test.pem" ] && return 0
     mkdir -p "$ca_dir"
     cd "$ca_dir"
     # The project's test CA, and a second unrelated CA for "untrusted" cases.
@@ -72,6 +79,10 @@ make_ca() {
     issue hostile.test ca
     issue json.test ca
     issue doh-untrusted.test other-ca
+    # HTTPS origins for the interceptor.
+    issue origin.hd.test ca "DNS:origin2.hd.test,DNS:failover.hd.test"
+    issue origin2.hd.test ca
+    issue untrusted.hd.test other-ca
     # SPKI pin of doh-a.test's key, as CURLOPT_PINNEDPUBLICKEY takes it.
     printf 'sha256//%s' "$(openssl pkey -in doh-a.test.key -pubout -outform DER 2>/dev/null \
         | openssl dgst -sha256 -binary | openssl base64 -A)" >doh-a.test.pin
@@ -164,6 +175,7 @@ http {
         root $dir/www;
         location = /dns-query { default_type application/dns-message; alias $dir/www/valid.bin; }
     }
+$(origin_servers "$dir")
     server {
         listen 127.0.0.3:$DOH_PORT ssl http2;
         server_name json.test;
@@ -177,6 +189,66 @@ http {
         }
     }
 }
+EOF
+}
+
+origin_servers() { # nginx server blocks of the HTTPS origins the interceptor tests talk to
+    local dir=$1
+    # 64 MiB for streaming downloads (sparse: no disk is used).
+    [ -f "$dir/www/big.bin" ] || truncate -s 64M "$dir/www/big.bin"
+    cat <<EOF
+    # origin.hd.test and origin2.hd.test (127.0.0.4): what arrived, as the server saw it.
+    server {
+        listen 127.0.0.4:$ORIGIN_PORT ssl http2;
+        server_name origin.hd.test origin2.hd.test;
+        ssl_certificate $ca_dir/origin.hd.test.pem;
+        ssl_certificate_key $ca_dir/origin.hd.test.key;
+        root $dir/www;
+        client_max_body_size 100m;
+        client_body_buffer_size 1m;
+        location = /echo { default_type text/plain; return 200 "sni=\$ssl_server_name host=\$host method=\$request_method proto=\$server_protocol cookie=\$http_cookie\n"; }
+        location = /upload {
+            # The body is read here and reported in headers; the backend only says ok.
+            proxy_pass http://127.0.0.4:$ORIGIN_PLAIN_PORT/ok;
+            add_header X-Request-Method \$request_method always;
+            add_header X-Request-Body \$request_body always;
+            add_header X-Request-Length \$request_length always;
+            add_header X-Content-Length \$content_length always;
+        }
+        location = /redirect-301 { return 301 https://origin2.hd.test:$ORIGIN_PORT/upload; }
+        location = /redirect-302 { return 302 https://origin2.hd.test:$ORIGIN_PORT/upload; }
+        location = /redirect-303 { return 303 https://origin2.hd.test:$ORIGIN_PORT/upload; }
+        location = /redirect-307 { return 307 https://origin2.hd.test:$ORIGIN_PORT/upload; }
+        location = /redirect-308 { return 308 https://origin2.hd.test:$ORIGIN_PORT/upload; }
+        location = /redirect-relative { return 302 /echo; }
+        location = /redirect-loop { return 302 /redirect-loop; }
+        location = /redirect-to-mismatch { return 302 https://mismatch.hd.test:$ORIGIN_PORT/echo; }
+        location = /set-cookie { add_header Set-Cookie "session=s3cr3t; Path=/; Secure; HttpOnly"; default_type text/plain; return 200 "set\n"; }
+        location = /not-found { default_type text/plain; return 404 "no such page\n"; }
+        location = /close { return 444; }
+        location = /big { alias $dir/www/big.bin; }
+        location = /slow { alias $dir/www/big.bin; limit_rate 256k; }
+    }
+    # mismatch.hd.test resolves here, where only origin2.hd.test's certificate is presented.
+    server {
+        listen 127.0.0.5:$ORIGIN_PORT ssl http2;
+        server_name origin2.hd.test;
+        ssl_certificate $ca_dir/origin2.hd.test.pem;
+        ssl_certificate_key $ca_dir/origin2.hd.test.key;
+        location / { default_type text/plain; return 200 "secret body that must not reach the caller\n"; }
+    }
+    # untrusted.hd.test: a certificate for the right name from a CA nobody trusts.
+    server {
+        listen 127.0.0.6:$ORIGIN_PORT ssl http2;
+        server_name untrusted.hd.test;
+        ssl_certificate $ca_dir/untrusted.hd.test.pem;
+        ssl_certificate_key $ca_dir/untrusted.hd.test.key;
+        location / { default_type text/plain; return 200 "secret body that must not reach the caller\n"; }
+    }
+    server {
+        listen 127.0.0.4:$ORIGIN_PLAIN_PORT;
+        location = /ok { default_type text/plain; return 200 "ok\n"; }
+    }
 EOF
 }
 

@@ -20,6 +20,12 @@ package struct CurlRequest: Sendable {
     package var maxResponseBytes: Int
     /// Protocols the transfer may use, as `CURLOPT_PROTOCOLS_STR` (`https`, or `http,https`).
     package var protocols: String
+    /// Where the body goes instead of memory (a file, a stream): the response's `body` is then empty
+    /// and memory stays constant whatever the size. `maxResponseBytes` still caps it.
+    package var bodySink: (any CurlBodySink)?
+    /// Between connection attempts of different families (`CURLOPT_HAPPY_EYEBALLS_TIMEOUT_MS`);
+    /// libcurl's default (200 ms) when nil.
+    package var happyEyeballsDelay: Duration?
 
     package init(url: String, method: String = "GET", headers: [String] = [], body: [UInt8]? = nil,
                  resolve: [String] = [], connectTo: [String] = [], timeout: Duration = .seconds(5),
@@ -37,6 +43,12 @@ package struct CurlRequest: Sendable {
         self.maxResponseBytes = maxResponseBytes
         self.protocols = protocols
     }
+}
+
+/// Receives a response body as it arrives, on the engine thread: it must not block for long.
+package protocol CurlBodySink: AnyObject, Sendable {
+    /// Takes the next bytes; false aborts the transfer (reported as a protocol error).
+    func write(_ bytes: UnsafeRawBufferPointer) -> Bool
 }
 
 /// How a transfer verifies its peer. Verification itself is never optional.

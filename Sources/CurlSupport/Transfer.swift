@@ -19,6 +19,8 @@ final class Transfer: @unchecked Sendable {
     fileprivate var body: [UInt8] = []
     fileprivate var headers: [(name: String, value: String)] = []
     fileprivate var exceededLimit = false
+    fileprivate var sinkFailed = false
+    fileprivate var received = 0
 
     init(request: CurlRequest) {
         self.request = request
@@ -63,7 +65,8 @@ final class Transfer: @unchecked Sendable {
         try set(CURLOPT_FOLLOWLOCATION, 0)
         try set(CURLOPT_TIMEOUT_MS, Self.milliseconds(request.timeout))
         try set(CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(request.connectTimeout ?? request.timeout))
-        try set(CURLOPT_MAXFILESIZE_LARGE, offset: curl_off_t(request.maxResponseBytes))
+        try set(CURLOPT_MAXFILESIZE_LARGE, offset: curl_off_t(clamping: request.maxResponseBytes))
+        if let delay = request.happyEyeballsDelay { try set(CURLOPT_HAPPY_EYEBALLS_TIMEOUT_MS, Self.milliseconds(delay)) }
         try check(httpdns_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer), CURLOPT_ERRORBUFFER)
 
         if let caFile = request.trust.caFile {
@@ -125,6 +128,8 @@ final class Transfer: @unchecked Sendable {
         let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
         let raw = Int32(code.rawValue)
         switch code {
+        case CURLE_WRITE_ERROR where sinkFailed:
+            return CurlError(.protocolError, "the body could not be stored (write failed)", curlCode: raw)
         case CURLE_WRITE_ERROR where exceededLimit, CURLE_FILESIZE_EXCEEDED:
             return CurlError(.responseTooLarge, "response body exceeds \(request.maxResponseBytes) bytes", curlCode: raw)
         case CURLE_OPERATION_TIMEDOUT:
@@ -226,11 +231,21 @@ private let onBody: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, Unsa
     guard let context else { return 0 }
     let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
     let length = size * count
-    if transfer.body.count + length > transfer.request.maxResponseBytes {
+    if transfer.received + length > transfer.request.maxResponseBytes {
         transfer.exceededLimit = true
         return 0
     }
-    if let data { transfer.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: length)) }
+    transfer.received += length
+    guard let data else { return length }
+    let bytes = UnsafeRawBufferPointer(start: data, count: length)
+    if let sink = transfer.request.bodySink {
+        if !sink.write(bytes) {
+            transfer.sinkFailed = true
+            return 0
+        }
+    } else {
+        transfer.body.append(contentsOf: bytes)
+    }
     return length
 }
 

@@ -26,6 +26,14 @@ public enum TestEnvironment {
     public static let hostileAddress = "127.0.0.3"
     public static let untrusted = "https://doh-untrusted.test:\(dohPort)/dns-query"
 
+    /// nginx HTTPS origins (interceptor tests): origin/origin2.hd.test on 127.0.0.4, mismatch.hd.test
+    /// on 127.0.0.5 (presents origin2's certificate), untrusted.hd.test on 127.0.0.6 (another CA),
+    /// dead.hd.test on 127.0.0.7 (nothing listens), failover.hd.test (AAAA ::1 refused, A 127.0.0.4).
+    public static let originPort = 18480
+    public static func origin(_ path: String, host: String = "origin.hd.test") -> String {
+        "https://\(host):\(originPort)\(path)"
+    }
+
     /// Fails with a clear message when the environment is not running.
     public static func requireRunning() throws {
         guard FileManager.default.fileExists(atPath: root + "/.testenv/ready") else {

@@ -1,0 +1,191 @@
+import DNSInterceptor
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import HTTPDNS
+import Testing
+import TestSupport
+
+/// The client against real nginx origins whose names only the local DoH server knows (the system's
+/// DNS cannot resolve `.test` names here), with certificates from the test CA.
+@Suite(.serialized) struct HTTPDNSClientTests {
+    let resolver: HTTPDNSResolver
+    let client: HTTPDNSClient
+
+    init() throws {
+        try TestEnvironment.requireRunning()
+        var options = HTTPDNSOptions(timeout: .seconds(3), allowPrivate: true)   // the origins are on loopback
+        options.minTTL = .zero
+        resolver = try HTTPDNSResolver(
+            configuration: .init(upstreams: [try .doh(TestEnvironment.dohA, bootstrap: ["127.0.0.1"])],
+                                 caFile: TestEnvironment.caFile),
+            options: options)
+        var clientOptions = HTTPDNSClient.Options()
+        clientOptions.caFile = TestEnvironment.caFile
+        clientOptions.timeout = .seconds(10)
+        client = HTTPDNSClient(resolver: resolver, options: clientOptions)
+    }
+
+    func request(_ path: String, host: String = "origin.hd.test", method: String = "GET", body: Data? = nil) -> URLRequest {
+        var request = URLRequest(url: URL(string: TestEnvironment.origin(path, host: host))!)
+        request.httpMethod = method
+        request.httpBody = body
+        return request
+    }
+
+    func text(_ data: Data) -> String { String(decoding: data, as: UTF8.self) }
+
+    @Test func sniAndHostCarryTheNameWhileTheSocketGoesToTheResolvedAddress() async throws {
+        let exchange = try await client.send(request("/echo"))
+        #expect(exchange.response.statusCode == 200)
+        #expect(text(exchange.body) == "sni=origin.hd.test host=origin.hd.test method=GET proto=HTTP/2.0 cookie=\n",
+                "nginx saw the original name in SNI and Host")
+        #expect(exchange.remoteAddress == "127.0.0.4")
+        #expect(exchange.resolution?.source == .doh || exchange.resolution?.source == .cache)
+        #expect(exchange.httpVersion == 20)
+    }
+
+    @Test func postAndPutBodiesArriveWhole() async throws {
+        let post = try await client.send(request("/upload", method: "POST", body: Data("name=value&x=1".utf8)))
+        #expect(post.response.value(forHTTPHeaderField: "X-Request-Method") == "POST")
+        #expect(post.response.value(forHTTPHeaderField: "X-Request-Body") == "name=value&x=1")
+        var put = request("/upload", method: "PUT")
+        put.httpBodyStream = InputStream(data: Data("streamed body".utf8))
+        let putExchange = try await client.send(put)
+        #expect(putExchange.response.value(forHTTPHeaderField: "X-Request-Method") == "PUT")
+        #expect(putExchange.response.value(forHTTPHeaderField: "X-Request-Body") == "streamed body")
+    }
+
+    @Test(arguments: [(301, "GET"), (302, "GET"), (303, "GET"), (307, "POST"), (308, "POST")])
+    func redirectsToAnotherHostFollowTheMethodRules(status: Int, expectedMethod: String) async throws {
+        let exchange = try await client.send(request("/redirect-\(status)", method: "POST", body: Data("payload".utf8)))
+        #expect(exchange.response.url?.host == "origin2.hd.test", "the new host was resolved and reached")
+        #expect(exchange.redirects.count == 1)
+        #expect(exchange.response.value(forHTTPHeaderField: "X-Request-Method") == expectedMethod)
+        let body = exchange.response.value(forHTTPHeaderField: "X-Request-Body") ?? ""
+        #expect(body == (expectedMethod == "POST" ? "payload" : ""), "307/308 keep the body; the others drop it")
+    }
+
+    @Test func redirectLoopsStopAtTheLimit() async throws {
+        await #expect {
+            try await client.send(request("/redirect-loop"))
+        } throws: { error in
+            (error as? URLError)?.code == .httpTooManyRedirects
+                && HTTPDNSClientError.reason(of: error)?.reason == .tooManyRedirects
+        }
+    }
+
+    @Test func cookiesGoBackToTheOrigin() async throws {
+        let storage = HTTPCookieStorage.sharedCookieStorage(forGroupContainerIdentifier: "httpdns-test-\(UUID())")
+        var options = client.options
+        options.cookieStorage = storage
+        let withCookies = HTTPDNSClient(resolver: resolver, options: options)
+        _ = try await withCookies.send(request("/set-cookie"))
+        let echo = try await withCookies.send(request("/echo"))
+        #expect(text(echo.body).contains("cookie=session=s3cr3t"))
+        let without = try await client.send(request("/echo"))
+        #expect(text(without.body).hasSuffix("cookie=\n"), "no storage, no cookies")
+    }
+
+    @Test func aCertificateForAnotherNameFailsWithoutDeliveringTheBody() async throws {
+        await #expect {
+            try await client.send(request("/", host: "mismatch.hd.test"))
+        } throws: { error in
+            (error as? URLError)?.code == .serverCertificateUntrusted
+                && HTTPDNSClientError.reason(of: error)?.reason == .nameMismatch
+                && HTTPDNSClientError.reason(of: error)?.message.contains("mismatch.hd.test") == true
+        }
+    }
+
+    @Test func aCertificateFromAnUnknownCAFailsWithoutDeliveringTheBody() async throws {
+        await #expect {
+            try await client.send(request("/", host: "untrusted.hd.test"))
+        } throws: { error in
+            (error as? URLError)?.code == .serverCertificateHasUnknownRoot
+                && HTTPDNSClientError.reason(of: error)?.reason == .untrustedCertificate
+        }
+    }
+
+    @Test func aRedirectToAMismatchedHostFails() async throws {
+        await #expect {
+            try await client.send(request("/redirect-to-mismatch"))
+        } throws: { ($0 as? URLError)?.code == .serverCertificateUntrusted }
+    }
+
+    @Test func unresolvableAndUnreachableHostsHaveTheirOwnErrors() async throws {
+        await #expect {
+            try await client.send(request("/", host: "absent.hd.test"))
+        } throws: { error in
+            (error as? URLError)?.code == .cannotFindHost && HTTPDNSClientError.reason(of: error)?.dnsCode == "nxdomain"
+        }
+        await #expect {
+            try await client.send(request("/", host: "dead.hd.test"))
+        } throws: { ($0 as? URLError)?.code == .cannotConnectToHost }
+    }
+
+    @Test func aRefusedAddressFallsOverToTheNextFamily() async throws {
+        // failover.hd.test: AAAA ::1 (nothing listens on the origin port there), A 127.0.0.4.
+        let exchange = try await client.send(request("/echo", host: "failover.hd.test"))
+        #expect(exchange.response.statusCode == 200)
+        #expect(exchange.remoteAddress == "127.0.0.4")
+        #expect(exchange.resolution?.addresses.first?.ip.description == "::1", "IPv6 was tried first")
+    }
+
+    @Test func anOriginClosingEarlyIsAConnectionLoss() async throws {
+        await #expect {
+            try await client.send(request("/close"))
+        } throws: { ($0 as? URLError)?.code == .networkConnectionLost }
+    }
+
+    @Test func errorStatusesAreResponsesNotErrors() async throws {
+        let exchange = try await client.send(request("/not-found"))
+        #expect(exchange.response.statusCode == 404)
+        #expect(text(exchange.body) == "no such page\n")
+    }
+
+    @Test func aLargeDownloadGoesToAFileInConstantMemory() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-big-\(UUID()).bin").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let before = residentBytes()
+        let exchange = try await client.download(request("/big"), to: path)
+        let grown = residentBytes() - before
+        #expect(exchange.response.statusCode == 200)
+        #expect(exchange.body.isEmpty)
+        let size = try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int
+        #expect(size == 64 * 1024 * 1024)
+        #expect(grown < 16 * 1024 * 1024, "64 MiB went to disk; the process grew by \(grown) bytes")
+    }
+
+    @Test func cancellationStopsATransferAtOnce() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-slow-\(UUID()).bin").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let task = Task { try await client.download(request("/slow"), to: path) }
+        try await Task.sleep(for: .milliseconds(500))
+        let cancelled = ContinuousClock.now
+        task.cancel()
+        let result = await task.result
+        #expect(ContinuousClock.now - cancelled < .seconds(2))
+        #expect(throws: URLError.self) { try result.get() }
+        #expect((try? result.get()) == nil)
+        if case let .failure(error) = result { #expect((error as? URLError)?.code == .cancelled) }
+    }
+
+    @Test func theRewriterKeepsTheNameForTLS() async throws {
+        let rewritten = try await resolver.rewrite(URL(string: "https://origin.hd.test:18480/echo?x=1")!)
+        #expect(rewritten.ipURL.absoluteString == "https://127.0.0.4:18480/echo?x=1")
+        #expect(rewritten.hostHeader == "origin.hd.test:18480")
+        #expect(rewritten.serverName == "origin.hd.test")
+        #expect(rewritten.connectTo == "origin.hd.test:18480:127.0.0.4:18480")
+        let dual = try await resolver.rewrite(URL(string: "https://failover.hd.test/")!)
+        #expect(dual.ipURL.absoluteString == "https://[::1]/")
+        #expect(dual.hostHeader == "failover.hd.test")
+        #expect(dual.curlResolve == "failover.hd.test:443:[::1],127.0.0.4")
+        await #expect(throws: DNSError.self) { try await resolver.rewrite(URL(string: "https://127.0.0.1/")!) }
+    }
+
+    func residentBytes() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+        return (Int(text.split(separator: " ")[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+}
