@@ -61,6 +61,7 @@ let package = Package(
             name: "resolve",
             dependencies: [
                 "HTTPDNS",
+                "DNSInterceptor",
                 "ResolverConfig",
                 "SystemResolver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -16,7 +16,7 @@ struct Resolve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "resolve",
         abstract: "Resolve host names through trusted DNS-over-HTTPS resolvers, immune to DNS hijacking.",
-        subcommands: [Lookup.self],
+        subcommands: [Lookup.self, Fetch.self],
         defaultSubcommand: Lookup.self)
 
     /// Parses and runs; maps every parse or validation error to exit 2, as the contract says.
