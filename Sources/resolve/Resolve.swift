@@ -211,17 +211,7 @@ struct Lookup: AsyncParsableCommand {
             }
         }
         // Every host is resolved concurrently; output keeps argument order.
-        let results = await withTaskGroup(of: (Int, Result<Resolution, DNSError>).self) { group in
-            for (index, host) in hosts.enumerated() {
-                group.addTask {
-                    do throws(DNSError) { return (index, .success(try await resolver.resolve(host, type: type))) }
-                    catch { return (index, .failure(error)) }
-                }
-            }
-            var ordered = [Result<Resolution, DNSError>?](repeating: nil, count: hosts.count)
-            for await (index, result) in group { ordered[index] = result }
-            return ordered.map { $0! }
-        }
+        let results = await resolver.warm(hosts, type: type).map(\.result)
         var failed = false
         for (host, result) in zip(hosts, results) {
             switch result {
