@@ -226,7 +226,7 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
         location = /set-cookie { add_header Set-Cookie "session=s3cr3t; Path=/; Secure; HttpOnly"; default_type text/plain; return 200 "set\n"; }
         location = /not-found { default_type text/plain; return 404 "no such page\n"; }
         location = /close { return 444; }
-        location = /big { alias $dir/www/big.bin; }
+        location = /big { alias $dir/www/big.bin; limit_rate 48m; }   # spread over ~1.5 s: tests share 2 cores
         location = /slow { alias $dir/www/big.bin; limit_rate 256k; }
     }
     # mismatch.hd.test resolves here, where only origin2.hd.test's certificate is presented.

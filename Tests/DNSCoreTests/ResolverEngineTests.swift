@@ -208,8 +208,9 @@ final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
 
     /// One lookup leading a slow query and a second one waiting on it.
     func leaderAndFollower() async throws -> (ResolverEngine, ScriptedUpstream, Task<Resolution, Error>, Task<Resolution, Error>) {
-        let upstream = ScriptedUpstream(.slow(.seconds(1), ["198.18.0.1"]))
-        let engine = engine([upstream])
+        // Slow enough that the set-up (which may be stalled on a loaded 2-core machine) ends first.
+        let upstream = ScriptedUpstream(.slow(.seconds(5), ["198.18.0.1"]))
+        let engine = engine([upstream]) { $0.timeout = .seconds(20) }
         let leader = Task { try await engine.resolve("www.hd.test", type: .a) }
         try await eventually { upstream.queries == 1 }
         let follower = Task { try await engine.resolve("www.hd.test", type: .a) }
@@ -347,14 +348,14 @@ final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
     }
 
     @Test func raceStrategyTakesTheFirstValidAnswer() async throws {
-        let slow = ScriptedUpstream("https://slow.test/q", .slow(.seconds(5), ["198.18.0.1"]))
+        let slow = ScriptedUpstream("https://slow.test/q", .slow(.seconds(20), ["198.18.0.1"]))
         let fast = ScriptedUpstream("https://fast.test/q", .addresses(["198.18.0.2"], ttl: 300))
         let pool = UpstreamPool([slow, fast], strategy: .race, clock: clock)
         let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
         let start = ContinuousClock.now
-        let outcome = await pool.query(question, deadline: .now + .seconds(10))
+        let outcome = await pool.query(question, deadline: .now + .seconds(40))
         #expect(outcome.upstream?.identifier == "https://fast.test/q")
-        #expect(ContinuousClock.now - start < .seconds(2), "the slow one is cancelled, not waited for")
+        #expect(ContinuousClock.now - start < .seconds(8), "the slow one (20 s) is cancelled, not waited for")
         #expect(slow.queries == 1 && fast.queries == 1)
     }
 

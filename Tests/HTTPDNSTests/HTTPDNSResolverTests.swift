@@ -26,18 +26,18 @@ import Testing
         let second = FakeUpstream("https://second.test/dns-query", always: .answer(["198.18.0.1"]))
         let clock = ContinuousClock()
         let start = clock.now
-        let resolution = try await resolver([first, second], timeout: .seconds(2)).resolve("www.hd.test", type: .a)
+        let resolution = try await resolver([first, second], timeout: .seconds(6)).resolve("www.hd.test", type: .a)
         let elapsed = clock.now - start
         #expect(resolution.upstream == "https://second.test/dns-query")
         #expect(resolution.failedAttempts.map(\.code) == [.timeout])
         // Half of the budget for the first of two upstreams, the rest for the second.
         let granted = try #require(first.events.first?.timeout)
-        #expect(granted <= .seconds(1) && granted > .milliseconds(900), "first upstream was granted \(granted)")
+        #expect(granted <= .seconds(3) && granted > .milliseconds(2500), "first upstream was granted \(granted)")
         let secondGranted = try #require(second.events.first?.timeout)
-        #expect(secondGranted > .milliseconds(500), "second upstream was granted \(secondGranted)")
+        #expect(secondGranted > .seconds(1), "second upstream was granted \(secondGranted)")
         // Succeeding at all proves the second was asked inside the budget; the bound is loose
         // because CI runs CPU-heavy suites alongside.
-        #expect(elapsed < .seconds(4), "took \(elapsed)")
+        #expect(elapsed < .seconds(8), "took \(elapsed)")
     }
 
     @Test func nxdomainIsAnAnswerAndStopsFailover() async throws {
