@@ -31,3 +31,8 @@ run $a --ca-file $ca private.hd.test
 run $a --ca-file $ca --allow-private private.hd.test
 echo; echo "# The JSON API (application/dns-json) works the same way."
 run --json-api https://json.test:$DOH_PORT/resolve --bootstrap json.test=127.0.0.3 --ca-file $ca alias.hd.test
+echo; echo "# fetch: the origin's name is resolved by the trusted resolver and only the socket goes to"
+echo "# that address; SNI, Host and the certificate check keep the name (nginx echoes what it saw)."
+run fetch $a --ca-file $ca --allow-private -v https://origin.hd.test:$ORIGIN_PORT/echo
+echo; echo "# An address presenting a certificate for another name is refused (exit 5); no body is printed."
+run fetch $a --ca-file $ca --allow-private https://mismatch.hd.test:$ORIGIN_PORT/
