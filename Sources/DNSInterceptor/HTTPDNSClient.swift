@@ -126,7 +126,7 @@ public final class HTTPDNSClient: Sendable {
             sink = nil
         }
         var curlRequest = CurlRequest(url: url.absoluteString, method: request.httpMethod ?? "GET",
-                                      headers: headers(for: request, url: url), body: try Self.body(of: request),
+                                      headers: try headers(for: request, url: url), body: try Self.body(of: request),
                                       resolve: resolve, timeout: timeout(for: request),
                                       trust: TLSTrust(caFile: options.caFile),
                                       maxResponseBytes: sink == nil ? options.maxBodyBytes : Int.max,
@@ -171,9 +171,13 @@ public final class HTTPDNSClient: Sendable {
             ? .milliseconds(Int64(request.timeoutInterval * 1000)) : options.timeout
     }
 
-    private func headers(for request: URLRequest, url: URL) -> [String] {
+    private func headers(for request: URLRequest, url: URL) throws -> [String] {
         var lines: [String] = []
         for (name, value) in request.allHTTPHeaderFields ?? [:] where name.lowercased() != "cookie" || !request.httpShouldHandleCookies {
+            // A line break in a field would let a caller's data inject headers or a second request.
+            guard !name.isEmpty, !(name + value).utf8.contains(where: { $0 == 0x0d || $0 == 0x0a }) else {
+                throw Self.error(.badURL, url, HTTPDNSClientError(.invalidRequest, "header '\(name)' is empty or contains a line break"))
+            }
             lines.append("\(name): \(value)")
         }
         if let storage = options.cookieStorage, request.httpShouldHandleCookies,

@@ -59,8 +59,12 @@ struct Fetch: AsyncParsableCommand {
         if data != nil, dataFile != nil { throw ValidationError("give -d or --data-file, not both") }
         guard maxTime > 0, maxTime <= 86_400, maxTime.isFinite else { throw ValidationError("--max-time must be between 0 and 86400 seconds") }
         guard (0...100).contains(maxRedirects) else { throw ValidationError("--max-redirs must be between 0 and 100") }
-        for header in headers where !header.contains(":") {
-            throw ValidationError("-H takes 'Name: value', not '\(header)'")
+        for header in headers {
+            let name = header.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)[0]
+            guard header.contains(":"), !name.trimmingCharacters(in: .whitespaces).isEmpty,
+                  !header.utf8.contains(where: { $0 == 0x0d || $0 == 0x0a }) else {
+                throw ValidationError("-H takes 'Name: value' on one line, not '\(header)'")
+            }
         }
     }
 

@@ -66,7 +66,8 @@ import Testing
     }
 
     @Test(arguments: [["ftp://origin.hd.test/"], ["-d", "a", "--data-file", "/dev/null", "https://origin.hd.test/"],
-                      ["-H", "no-colon", "https://origin.hd.test/"], ["--max-redirs", "-1", "https://origin.hd.test/"]])
+                      ["-H", "no-colon", "https://origin.hd.test/"], ["-H", ": value", "https://origin.hd.test/"],
+                      ["-H", "X-A: 1\r\nX-Injected: 2", "https://origin.hd.test/"], ["--max-redirs", "-1", "https://origin.hd.test/"]])
     func usageErrorsExit2(arguments: [String]) async throws {
         let output = try await CLI.run(Self.base + arguments)
         #expect(output.status == 2)

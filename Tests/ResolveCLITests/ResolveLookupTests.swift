@@ -74,6 +74,11 @@ struct CLI {
         return (directory, file)
     }
 
+    /// A config file's start that points `resolve` at doh-a with the test CA; keys may follow.
+    static var dohAConfig: String {
+        "upstreams:\n  - doh: \(TestEnvironment.dohA)\n    bootstrap: [127.0.0.1]\nca_file: \(TestEnvironment.caFile)\n"
+    }
+
     /// Arguments that point `resolve` at the loopback DoH servers with the test CA.
     static let dohA = ["--doh", TestEnvironment.dohA, "--bootstrap", "doh-a.test=127.0.0.1", "--ca-file", TestEnvironment.caFile]
     static let dohB = ["--doh", TestEnvironment.dohB, "--bootstrap", "doh-b.test=127.0.0.1", "--ca-file", TestEnvironment.caFile]
@@ -208,13 +213,7 @@ struct CLI {
 
     @Test func configFileSuppliesUpstreamsAndFlagsWin() async throws {
         try TestEnvironment.requireRunning()
-        let (directory, file) = try CLI.writeConfig("""
-        upstreams:
-          - doh: \(TestEnvironment.dohA)
-            bootstrap: [127.0.0.1]
-        ca_file: \(TestEnvironment.caFile)
-        allow_private: false
-        """)
+        let (directory, file) = try CLI.writeConfig(CLI.dohAConfig + "allow_private: false\n")
         defer { try? FileManager.default.removeItem(at: directory) }
         let output = try await CLI.run(["--config", file.path, "--json", "www.hd.test", "private.hd.test"])
         #expect(output.status == 1)
@@ -234,13 +233,7 @@ struct CLI {
 @Suite struct ResolvePersistenceTests {
     @Test func persistedCacheAnswersTheNextRun() async throws {
         try TestEnvironment.requireRunning()
-        let (directory, file) = try CLI.writeConfig("""
-        upstreams:
-          - doh: \(TestEnvironment.dohA)
-            bootstrap: [127.0.0.1]
-        ca_file: \(TestEnvironment.caFile)
-        cache: {persist: cache.bin}
-        """)
+        let (directory, file) = try CLI.writeConfig(CLI.dohAConfig + "cache: {persist: cache.bin}\n")
         defer { try? FileManager.default.removeItem(at: directory) }
         let first = try await CLI.run(["--config", file.path, "--json", "www.hd.test"])
         #expect(first.status == 0)
