@@ -25,6 +25,14 @@ static inline CURLcode httpdns_easy_setopt_write_callback(CURL *handle, CURLopti
                                                           size_t (*callback)(char *, size_t, size_t, void *)) {
     return curl_easy_setopt(handle, option, callback);
 }
+static inline CURLcode httpdns_easy_setopt_seek_callback(CURL *handle,
+        int (*callback)(void *, curl_off_t, int)) {
+    return curl_easy_setopt(handle, CURLOPT_SEEKFUNCTION, callback);
+}
+/* CURLPAUSE_CONT is a compound macro Swift does not import. */
+static inline CURLcode httpdns_easy_unpause(CURL *handle) {
+    return curl_easy_pause(handle, CURLPAUSE_CONT);
+}
 static inline CURLcode httpdns_easy_setopt_xferinfo_callback(CURL *handle,
         int (*callback)(void *, curl_off_t, curl_off_t, curl_off_t, curl_off_t)) {
     return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);

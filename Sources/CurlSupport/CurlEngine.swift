@@ -18,6 +18,7 @@ package final class CurlEngine: @unchecked Sendable {
     private struct Queue {
         var adds: [Transfer] = []
         var cancels: [Transfer] = []
+        var resumes: [ObjectIdentifier] = []
         var running = true
     }
 
@@ -69,17 +70,28 @@ package final class CurlEngine: @unchecked Sendable {
         }
     }
 
+    /// Lets a paused transfer go on; called by its body sink or source, from any thread, after
+    /// it answered `.pause`.
+    package func resume(_ party: AnyObject) {
+        queue.withLock { $0.resumes.append(ObjectIdentifier(party)) }
+        curl_multi_wakeup(multi)
+    }
+
     // MARK: Engine thread
 
     private func run() {
         var stillRunning: Int32 = 0
         while true {
-            let (adds, cancels, running) = queue.withLock { state in
-                defer { state.adds.removeAll(); state.cancels.removeAll() }
-                return (state.adds, state.cancels, state.running)
+            let (adds, cancels, resumes, running) = queue.withLock { state in
+                defer { state.adds.removeAll(); state.cancels.removeAll(); state.resumes.removeAll() }
+                return (state.adds, state.cancels, state.resumes, state.running)
             }
             for transfer in adds { start(transfer) }
             for transfer in cancels { cancel(transfer) }
+            for party in resumes {
+                // Unpausing may call the transfer's callbacks at once; they may pause it again.
+                for (easy, transfer) in active where transfer.involves(party) { _ = httpdns_easy_unpause(easy) }
+            }
             if !running && active.isEmpty { break }
 
             curl_multi_perform(multi, &stillRunning)

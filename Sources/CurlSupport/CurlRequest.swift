@@ -6,6 +6,9 @@ package struct CurlRequest: Sendable {
     /// Header lines, `Name: value`.
     package var headers: [String]
     package var body: [UInt8]?
+    /// A body read as the transfer goes (`CURLOPT_READFUNCTION`), for files and streams that should
+    /// not be read into memory first. Wins over `body`.
+    package var bodySource: (any CurlBodySource)?
     /// `CURLOPT_RESOLVE` entries, `host:port:ip[,ip]`: the URL keeps its host for SNI, Host and
     /// certificate checks while the socket goes to the given address.
     package var resolve: [String]
@@ -26,6 +29,9 @@ package struct CurlRequest: Sendable {
     /// Between connection attempts of different families (`CURLOPT_HAPPY_EYEBALLS_TIMEOUT_MS`);
     /// libcurl's default (200 ms) when nil.
     package var happyEyeballsDelay: Duration?
+    /// Offers every content coding libcurl can decode (gzip, deflate, br, zstd) and hands the body
+    /// over decoded, as URLSession does (`CURLOPT_ACCEPT_ENCODING ""`).
+    package var decodesContent = false
 
     package init(url: String, method: String = "GET", headers: [String] = [], body: [UInt8]? = nil,
                  resolve: [String] = [], connectTo: [String] = [], timeout: Duration = .seconds(5),
@@ -45,10 +51,59 @@ package struct CurlRequest: Sendable {
     }
 }
 
-/// Receives a response body as it arrives, on the engine thread: it must not block for long.
+/// Receives a response as it arrives, on the engine thread: it must not block.
 package protocol CurlBodySink: AnyObject, Sendable {
-    /// Takes the next bytes; false aborts the transfer (reported as a protocol error).
-    func write(_ bytes: UnsafeRawBufferPointer) -> Bool
+    /// The final response head (after any 1xx), once, before the first body byte.
+    func receive(head: CurlResponseHead)
+    /// Takes the next bytes, or asks libcurl to hold them (`.pause`) until the sink calls
+    /// ``CurlEngine/resume(_:)``; libcurl then hands the same bytes over again.
+    func write(_ bytes: UnsafeRawBufferPointer) -> CurlSinkAnswer
+}
+
+extension CurlBodySink {
+    package func receive(head: CurlResponseHead) {}
+}
+
+package enum CurlSinkAnswer: Sendable {
+    case accepted
+    /// Hold the data: back-pressure on the connection (TCP window, HTTP/2 flow control).
+    case pause
+    /// Stop the transfer (reported as a protocol error).
+    case abort
+}
+
+/// Supplies a request body while the transfer runs, on the engine thread: it must not block.
+package protocol CurlBodySource: AnyObject, Sendable {
+    /// The body's length when known up front; nil sends it chunked (HTTP/1.1) or as it comes (HTTP/2).
+    var length: Int64? { get }
+    /// Fills `buffer` from the start.
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> CurlSourceAnswer
+    /// Starts over from the first byte, when libcurl must send the body again; false if it cannot.
+    func rewind() -> Bool
+}
+
+package enum CurlSourceAnswer: Sendable, Equatable {
+    case bytes(Int)
+    case end
+    /// Nothing available yet: the source calls ``CurlEngine/resume(_:)`` when there is.
+    case pause
+    /// The body cannot be produced (reported as ``CurlError/Code/invalidRequest``).
+    case abort
+}
+
+/// The status line and header fields of a response, known before its body.
+package struct CurlResponseHead: Sendable {
+    package var status: Int
+    package var headers: [(name: String, value: String)]
+    package var remoteIP: String?
+    package var httpVersion: Int
+
+    package init(status: Int, headers: [(name: String, value: String)], remoteIP: String?, httpVersion: Int) {
+        self.status = status
+        self.headers = headers
+        self.remoteIP = remoteIP
+        self.httpVersion = httpVersion
+    }
 }
 
 /// How a transfer verifies its peer. Verification itself is never optional.
@@ -108,6 +163,8 @@ package struct CurlError: Error, Sendable, CustomStringConvertible {
         case responseTooLarge = "response_too_large"
         case cancelled
         case invalidRequest = "invalid_request"
+        /// The request body could not be read (a failing stream or file).
+        case bodySourceFailed = "body_source_failed"
         case protocolError = "protocol_error"
     }
 

@@ -20,6 +20,8 @@ final class Transfer: @unchecked Sendable {
     fileprivate var headers: [(name: String, value: String)] = []
     fileprivate var exceededLimit = false
     fileprivate var sinkFailed = false
+    fileprivate var sourceFailed = false
+    fileprivate var headDelivered = false
     fileprivate var received = 0
 
     init(request: CurlRequest) {
@@ -66,6 +68,7 @@ final class Transfer: @unchecked Sendable {
         try set(CURLOPT_TIMEOUT_MS, Self.milliseconds(request.timeout))
         try set(CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(request.connectTimeout ?? request.timeout))
         try set(CURLOPT_MAXFILESIZE_LARGE, offset: curl_off_t(clamping: request.maxResponseBytes))
+        if request.decodesContent { try set(CURLOPT_ACCEPT_ENCODING, "") }
         if let delay = request.happyEyeballsDelay { try set(CURLOPT_HAPPY_EYEBALLS_TIMEOUT_MS, Self.milliseconds(delay)) }
         try check(httpdns_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer), CURLOPT_ERRORBUFFER)
 
@@ -79,6 +82,30 @@ final class Transfer: @unchecked Sendable {
         if let list = makeList(request.connectTo) { try check(httpdns_easy_setopt_slist(easy, CURLOPT_CONNECT_TO, list), CURLOPT_CONNECT_TO) }
         if let list = makeList(request.headers) { try check(httpdns_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, list), CURLOPT_HTTPHEADER) }
 
+        if let source = request.bodySource {
+            // UPLOAD streams the body through the read callback; the method line stays the caller's.
+            try set(CURLOPT_UPLOAD, 1)
+            try set(CURLOPT_INFILESIZE_LARGE, offset: source.length.map { curl_off_t($0) } ?? -1)
+            if request.method != "PUT" { try set(CURLOPT_CUSTOMREQUEST, request.method) }
+            let context = Unmanaged.passUnretained(self).toOpaque()
+            try check(httpdns_easy_setopt_write_callback(easy, CURLOPT_READFUNCTION, onRead), CURLOPT_READFUNCTION)
+            try check(httpdns_easy_setopt_pointer(easy, CURLOPT_READDATA, context), CURLOPT_READDATA)
+            try check(httpdns_easy_setopt_seek_callback(easy, onSeek), CURLOPT_SEEKFUNCTION)
+            try check(httpdns_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context), CURLOPT_SEEKDATA)
+        } else {
+            try configureMethodAndBody()
+        }
+
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        try check(httpdns_easy_setopt_write_callback(easy, CURLOPT_WRITEFUNCTION, onBody), CURLOPT_WRITEFUNCTION)
+        try check(httpdns_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context), CURLOPT_WRITEDATA)
+        try check(httpdns_easy_setopt_write_callback(easy, CURLOPT_HEADERFUNCTION, onHeader), CURLOPT_HEADERFUNCTION)
+        try check(httpdns_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context), CURLOPT_HEADERDATA)
+        return easy
+    }
+
+    private func configureMethodAndBody() throws {
+        guard let easy else { return }
         switch request.method {
         case "GET":
             try set(CURLOPT_HTTPGET, 1)
@@ -95,13 +122,12 @@ final class Transfer: @unchecked Sendable {
             }
             if request.method != "POST" || request.body == nil { try set(CURLOPT_CUSTOMREQUEST, request.method) }
         }
+    }
 
-        let context = Unmanaged.passUnretained(self).toOpaque()
-        try check(httpdns_easy_setopt_write_callback(easy, CURLOPT_WRITEFUNCTION, onBody), CURLOPT_WRITEFUNCTION)
-        try check(httpdns_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context), CURLOPT_WRITEDATA)
-        try check(httpdns_easy_setopt_write_callback(easy, CURLOPT_HEADERFUNCTION, onHeader), CURLOPT_HEADERFUNCTION)
-        try check(httpdns_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context), CURLOPT_HEADERDATA)
-        return easy
+    /// Whether `party` is this transfer's body sink or body source.
+    func involves(_ party: ObjectIdentifier) -> Bool {
+        request.bodySink.map { ObjectIdentifier($0) == party } == true
+            || request.bodySource.map { ObjectIdentifier($0) == party } == true
     }
 
     /// Builds the response, or maps libcurl's code to a ``CurlError``.
@@ -128,6 +154,10 @@ final class Transfer: @unchecked Sendable {
         let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
         let raw = Int32(code.rawValue)
         switch code {
+        case CURLE_ABORTED_BY_CALLBACK where sourceFailed, CURLE_READ_ERROR where sourceFailed:
+            return CurlError(.bodySourceFailed, "the request body could not be read", curlCode: raw)
+        case CURLE_SEND_FAIL_REWIND:
+            return CurlError(.bodySourceFailed, "the request body had to be sent again and cannot be rewound", curlCode: raw)
         case CURLE_WRITE_ERROR where sinkFailed:
             return CurlError(.protocolError, "the body could not be stored (write failed)", curlCode: raw)
         case CURLE_WRITE_ERROR where exceededLimit, CURLE_FILESIZE_EXCEEDED:
@@ -159,7 +189,10 @@ final class Transfer: @unchecked Sendable {
     fileprivate func append(header line: UnsafeRawBufferPointer) {
         var end = line.count
         while end > 0, line[end - 1] == 0x0a || line[end - 1] == 0x0d || line[end - 1] == 0x20 { end -= 1 }
-        guard end > 0 else { return }
+        if end == 0 {
+            deliverHeadIfFinal()
+            return
+        }
         if end >= 5, line[0] == 0x48, line[1] == 0x54, line[2] == 0x54, line[3] == 0x50, line[4] == 0x2f {
             // "HTTP/": a new response head (after 100-continue or a redirect) replaces the previous one.
             headers.removeAll()
@@ -171,6 +204,20 @@ final class Transfer: @unchecked Sendable {
         let name = String(decoding: UnsafeRawBufferPointer(rebasing: line[..<colon]), as: UTF8.self)
         let value = String(decoding: UnsafeRawBufferPointer(rebasing: line[valueStart..<end]), as: UTF8.self)
         headers.append((name, value))
+    }
+
+    /// At the blank line ending a head: hands a final (non-1xx) head to the sink, once. Trailers
+    /// end with a blank line too and are not a head.
+    private func deliverHeadIfFinal() {
+        guard !headDelivered, let sink = request.bodySink, let easy else { return }
+        var status = 0
+        _ = httpdns_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+        guard status >= 200 else { return }
+        headDelivered = true
+        var version = 0
+        _ = httpdns_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
+        sink.receive(head: CurlResponseHead(status: status, headers: headers, remoteIP: string(CURLINFO_PRIMARY_IP),
+                                            httpVersion: Self.httpVersion(version)))
     }
 
     // MARK: Helpers
@@ -235,18 +282,48 @@ private let onBody: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, Unsa
         transfer.exceededLimit = true
         return 0
     }
-    transfer.received += length
     guard let data else { return length }
     let bytes = UnsafeRawBufferPointer(start: data, count: length)
     if let sink = transfer.request.bodySink {
-        if !sink.write(bytes) {
+        switch sink.write(bytes) {
+        case .accepted: break
+        // Not counted: libcurl hands the same bytes over again after the resume.
+        case .pause: return Int(CURL_WRITEFUNC_PAUSE)
+        case .abort:
             transfer.sinkFailed = true
             return 0
         }
     } else {
         transfer.body.append(contentsOf: bytes)
     }
+    transfer.received += length
     return length
+}
+
+private let onRead: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {
+    buffer, size, count, context in
+    guard let context, let buffer else { return Int(CURL_READFUNC_ABORT) }
+    let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+    guard let source = transfer.request.bodySource else { return 0 }
+    switch source.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count)) {
+    case .bytes(let count): return count
+    case .end: return 0
+    case .pause: return Int(CURL_READFUNC_PAUSE)
+    case .abort:
+        transfer.sourceFailed = true
+        return Int(CURL_READFUNC_ABORT)
+    }
+}
+
+private let onSeek: @convention(c) (UnsafeMutableRawPointer?, curl_off_t, Int32) -> Int32 = {
+    context, offset, origin in
+    guard let context else { return Int32(CURL_SEEKFUNC_FAIL) }
+    let transfer = Unmanaged<Transfer>.fromOpaque(context).takeUnretainedValue()
+    // libcurl only ever rewinds a body to its start (a retried or redirected request).
+    guard offset == 0, origin == SEEK_SET, let source = transfer.request.bodySource, source.rewind() else {
+        return Int32(CURL_SEEKFUNC_CANTSEEK)
+    }
+    return Int32(CURL_SEEKFUNC_OK)
 }
 
 private let onHeader: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {

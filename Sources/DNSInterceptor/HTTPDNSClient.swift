@@ -36,6 +36,8 @@ public final class HTTPDNSClient: Sendable {
         /// The cap on a body kept in memory (``HTTPDNSClient/data(for:)``). Default 100 MiB;
         /// downloads to a file have no cap.
         public var maxBodyBytes = 100 * 1024 * 1024
+        /// Offer gzip, deflate, br and zstd and hand bodies over decoded, as URLSession does. Default true.
+        public var decodesContent = true
         /// Cookies sent from and stored into this storage when a request's `httpShouldHandleCookies`
         /// is true. Default none: no cookies are sent or kept.
         public nonisolated(unsafe) var cookieStorage: HTTPCookieStorage?
@@ -58,39 +60,119 @@ public final class HTTPDNSClient: Sendable {
         return (exchange.body, exchange.response)
     }
 
+    /// Sends `request` and tells everything about the exchange: the final response, the address
+    /// used, the resolution behind it, the redirects followed. A body stream
+    /// (`httpBodyStream`) is sent as it is read, never held whole.
+    public func send(_ request: URLRequest) async throws -> HTTPDNSExchange {
+        try await exchange(request, body: RequestBody(request), sinkPath: nil, context: CallContext())
+    }
+
+    /// Sends `request` with the file at `file` as its body, read from disk as it is sent
+    /// (constant memory whatever its size; `Content-Length` is the file's size).
+    /// With `path`, the response body goes to that file as in ``download(_:to:)``.
+    public func upload(_ request: URLRequest, fromFile file: URL, downloadTo path: String? = nil) async throws -> HTTPDNSExchange {
+        try await exchange(request, body: .file(file), sinkPath: path, context: CallContext())
+    }
+
     /// Sends `request`, writing the body to the file at `path` as it arrives (constant memory).
     /// The file is created or truncated; on failure it may hold a partial body.
     public func download(_ request: URLRequest, to path: String) async throws -> HTTPDNSExchange {
-        try await send(request, sinkPath: path)
+        try await exchange(request, body: RequestBody(request), sinkPath: path, context: CallContext())
     }
 
-    /// Sends `request` and tells everything about the exchange: the final response, the address
-    /// used, the resolution behind it, the redirects followed.
-    public func send(_ request: URLRequest) async throws -> HTTPDNSExchange {
-        try await send(request, sinkPath: nil)
+    /// Sends `request` and returns as soon as the final response head has arrived; the body is
+    /// read from the returned stream as it comes, with back-pressure: when the reader falls
+    /// behind by `bufferLimit` bytes the transfer pauses, so memory stays bounded whatever the size.
+    ///
+    /// ```swift
+    /// let stream = try await client.stream(for: request)
+    /// for try await chunk in stream { try handle.write(contentsOf: chunk) }
+    /// ```
+    public func stream(for request: URLRequest, bufferLimit: Int = 1 << 20) async throws -> HTTPDNSResponseStream {
+        try await openStream(request, body: RequestBody(request), context: CallContext(), bufferLimit: bufferLimit)
     }
 
     // MARK: The exchange
 
-    private func send(_ original: URLRequest, sinkPath: String?) async throws -> HTTPDNSExchange {
+    /// What a caller such as the URLProtocol adds to a request: its session's settings.
+    struct CallContext: @unchecked Sendable {
+        // Safety: HTTPCookieStorage is thread-safe (it locks internally), as URLSession relies on.
+        /// Overrides ``Options/cookieStorage`` when set.
+        var cookieStorage: HTTPCookieStorage?
+        /// Header fields sent when the request has none of that name (`httpAdditionalHeaders`).
+        var additionalHeaders: [String: String] = [:]
+        /// Overrides the per-request timeout.
+        var timeout: Duration?
+    }
+
+    func exchange(_ original: URLRequest, body: RequestBody, sinkPath: String?, context: CallContext) async throws -> HTTPDNSExchange {
         guard let firstURL = original.url else { throw URLError(.badURL) }
         var request = original
+        var body = body
         var redirects: [URL] = []
         while true {
             let url = try Self.validated(request.url ?? firstURL)
-            let hop = try await perform(request, url: url, sinkPath: sinkPath)
-            if options.cookieStorage != nil, request.httpShouldHandleCookies { storeCookies(hop.response, for: url) }
-            guard options.followRedirects, let next = Self.redirect(from: request, url: url, response: hop.response) else {
+            let hop = try await perform(request, url: url, body: body, sinkPath: sinkPath, context: context)
+            storeCookies(hop.response, for: request, url: url, context: context)
+            guard let next = try nextHop(after: request, url: url, response: hop.response, body: body, redirects: &redirects) else {
                 return HTTPDNSExchange(response: hop.response, body: hop.body, remoteAddress: hop.remoteAddress,
                                        resolution: hop.resolution, httpVersion: hop.httpVersion, redirects: redirects)
             }
-            redirects.append(url)
-            guard redirects.count <= options.maxRedirects else {
-                throw Self.error(.httpTooManyRedirects, url,
-                                 HTTPDNSClientError(.tooManyRedirects, "more than \(options.maxRedirects) redirects, last to \(next.url!.absoluteString)"))
-            }
-            request = next
+            (request, body) = next
         }
+    }
+
+    func openStream(_ original: URLRequest, body: RequestBody, context: CallContext, bufferLimit: Int = 1 << 20) async throws -> HTTPDNSResponseStream {
+        guard let firstURL = original.url else { throw URLError(.badURL) }
+        var request = original
+        var body = body
+        var redirects: [URL] = []
+        while true {
+            let url = try Self.validated(request.url ?? firstURL)
+            let prepared = try await prepare(request, url: url, body: body, context: context, sink: false)
+            let stream = CurlEngine.shared.stream(prepared.curl, bufferLimit: bufferLimit)
+            let head: CurlResponseHead
+            do {
+                head = try await stream.head()
+            } catch {
+                prepared.source?.cancel()
+                throw Self.error(for: error, url: url, host: prepared.host)
+            }
+            let response = try Self.response(url: url, status: head.status, headers: head.headers,
+                                              version: head.httpVersion, host: prepared.host)
+            storeCookies(response, for: request, url: url, context: context)
+            guard let next = try nextHop(after: request, url: url, response: response, body: body, redirects: &redirects) else {
+                return HTTPDNSResponseStream(response: response, remoteAddress: head.remoteIP, resolution: prepared.resolution,
+                                             httpVersion: head.httpVersion, redirects: redirects, stream: stream,
+                                             source: prepared.source, host: prepared.host)
+            }
+            // A redirect's own body is small; past 64 KiB the connection is not worth keeping.
+            var drained = 0
+            while drained < 64 * 1024, let bytes = try? await stream.next() { drained += bytes.count }
+            stream.cancel()
+            prepared.source?.cancel()
+            (request, body) = next
+        }
+    }
+
+    /// The request and body of the redirect `response` asks for, or nil when it is final.
+    private func nextHop(after request: URLRequest, url: URL, response: HTTPURLResponse, body: RequestBody,
+                         redirects: inout [URL]) throws -> (URLRequest, RequestBody)? {
+        guard options.followRedirects, let (next, keepsBody) = Self.redirect(from: request, url: url, response: response) else {
+            return nil
+        }
+        redirects.append(url)
+        guard redirects.count <= options.maxRedirects else {
+            throw Self.error(.httpTooManyRedirects, url,
+                             HTTPDNSClientError(.tooManyRedirects, "more than \(options.maxRedirects) redirects, last to \(next.url!.absoluteString)"))
+        }
+        guard keepsBody else { return (next, .none) }
+        if case .stream = body {
+            // Apple's URLSession asks its delegate for a new stream here; a stream read once cannot be resent.
+            throw Self.error(.requestBodyStreamExhausted, url,
+                             HTTPDNSClientError(.bodySource, "a \(response.statusCode) redirect needs the body again, and a body stream is read once; send Data or a file"))
+        }
+        return (next, body)
     }
 
     private struct Hop {
@@ -101,10 +183,46 @@ public final class HTTPDNSClient: Sendable {
         var httpVersion: Int
     }
 
-    private func perform(_ request: URLRequest, url: URL, sinkPath: String?) async throws -> Hop {
+    private struct PreparedHop {
+        var curl: CurlRequest
+        var resolution: Resolution?
+        var host: String
+        var source: StreamBodySource?
+    }
+
+    private func perform(_ request: URLRequest, url: URL, body: RequestBody, sinkPath: String?, context: CallContext) async throws -> Hop {
+        var prepared = try await prepare(request, url: url, body: body, context: context, sink: sinkPath != nil)
+        defer { prepared.source?.cancel() }
+        let sink: FileSink?
+        if let sinkPath {
+            guard let opened = FileSink(path: sinkPath) else {
+                throw Self.error(.cannotCreateFile, url, HTTPDNSClientError(.io, "cannot write '\(sinkPath)'"))
+            }
+            sink = opened
+            prepared.curl.bodySink = opened
+        } else {
+            sink = nil
+        }
+        let response: CurlResponse
+        do {
+            response = try await CurlEngine.shared.perform(prepared.curl)
+        } catch let error as CurlError {
+            throw Self.error(for: error, url: url, host: prepared.host)
+        }
+        try sink?.close()
+        let http = try Self.response(url: url, status: response.status, headers: response.headers,
+                                     version: response.httpVersion, host: prepared.host)
+        return Hop(response: http, body: Data(response.body), remoteAddress: response.remoteIP,
+                   resolution: prepared.resolution, httpVersion: response.httpVersion)
+    }
+
+    /// Resolves the host and builds the transfer: the URL unchanged, the socket pinned to the
+    /// resolved addresses.
+    private func prepare(_ request: URLRequest, url: URL, body: RequestBody, context: CallContext, sink: Bool) async throws -> PreparedHop {
         let host = url.host ?? ""
         let port = url.port ?? (url.scheme?.lowercased() == "http" ? 80 : 443)
         let bareHost = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
+        let headers = try headers(for: request, url: url, context: context)
         var resolution: Resolution?
         var resolve: [String] = []
         if IPAddress(bareHost) == nil {
@@ -116,40 +234,39 @@ public final class HTTPDNSClient: Sendable {
                 throw Self.error(.cannotFindHost, url, HTTPDNSClientError(.resolution, "cannot resolve \(bareHost): \(error.message)", dnsCode: error.code.rawValue))
             }
         }
-        let sink: FileSink?
-        if let sinkPath {
-            guard let opened = FileSink(path: sinkPath) else {
-                throw Self.error(.cannotCreateFile, url, HTTPDNSClientError(.io, "cannot write '\(sinkPath)'"))
+        var curl = CurlRequest(url: url.absoluteString, method: request.httpMethod ?? "GET", headers: headers,
+                               resolve: resolve, timeout: context.timeout ?? timeout(for: request),
+                               trust: TLSTrust(caFile: options.caFile),
+                               maxResponseBytes: sink ? Int.max : options.maxBodyBytes, protocols: "http,https")
+        curl.happyEyeballsDelay = options.happyEyeballsDelay
+        curl.decodesContent = options.decodesContent
+        var streamSource: StreamBodySource?
+        switch body {
+        case .none: break
+        case .data(let bytes): curl.body = bytes
+        case .file(let file):
+            guard let source = FileBodySource(path: file.path) else {
+                throw Self.error(.fileDoesNotExist, url, HTTPDNSClientError(.bodySource, "cannot read the body file '\(file.path)'"))
             }
-            sink = opened
-        } else {
-            sink = nil
+            curl.bodySource = source
+        case .stream(let stream):
+            let source = StreamBodySource(stream, engine: .shared)
+            curl.bodySource = source
+            streamSource = source
         }
-        var curlRequest = CurlRequest(url: url.absoluteString, method: request.httpMethod ?? "GET",
-                                      headers: try headers(for: request, url: url), body: try Self.body(of: request),
-                                      resolve: resolve, timeout: timeout(for: request),
-                                      trust: TLSTrust(caFile: options.caFile),
-                                      maxResponseBytes: sink == nil ? options.maxBodyBytes : Int.max,
-                                      protocols: "http,https")
-        curlRequest.bodySink = sink
-        curlRequest.happyEyeballsDelay = options.happyEyeballsDelay
-        let response: CurlResponse
-        do {
-            response = try await CurlEngine.shared.perform(curlRequest)
-        } catch let error as CurlError {
-            throw Self.error(for: error, url: url, host: bareHost)
-        }
-        try sink?.close()
+        return PreparedHop(curl: curl, resolution: resolution, host: bareHost, source: streamSource)
+    }
+
+    static func response(url: URL, status: Int, headers: [(name: String, value: String)], version: Int, host: String) throws -> HTTPURLResponse {
         var fields: [String: String] = [:]
-        for (name, value) in response.headers {
+        for (name, value) in headers {
             fields[name] = fields[name].map { "\($0), \(value)" } ?? value
         }
-        let version = response.httpVersion == 20 ? "HTTP/2" : response.httpVersion == 10 ? "HTTP/1.0" : "HTTP/1.1"
-        guard let http = HTTPURLResponse(url: url, statusCode: response.status, httpVersion: version, headerFields: fields) else {
-            throw Self.error(.badServerResponse, url, HTTPDNSClientError(.protocolError, "unusable response from \(bareHost)"))
+        let versionText = version == 20 ? "HTTP/2" : version == 10 ? "HTTP/1.0" : "HTTP/1.1"
+        guard let http = HTTPURLResponse(url: url, statusCode: status, httpVersion: versionText, headerFields: fields) else {
+            throw error(.badServerResponse, url, HTTPDNSClientError(.protocolError, "unusable response from \(host)"))
         }
-        return Hop(response: http, body: Data(response.body), remoteAddress: response.remoteIP, resolution: resolution,
-                   httpVersion: response.httpVersion)
+        return http
     }
 
     /// RFC 8305 §4: alternate the families, starting with the resolver's preferred one.
@@ -171,16 +288,19 @@ public final class HTTPDNSClient: Sendable {
             ? .milliseconds(Int64(request.timeoutInterval * 1000)) : options.timeout
     }
 
-    private func headers(for request: URLRequest, url: URL) throws -> [String] {
+    private func headers(for request: URLRequest, url: URL, context: CallContext) throws -> [String] {
         var lines: [String] = []
-        for (name, value) in request.allHTTPHeaderFields ?? [:] where name.lowercased() != "cookie" || !request.httpShouldHandleCookies {
+        var fields = request.allHTTPHeaderFields ?? [:]
+        let present = Set(fields.keys.map { $0.lowercased() })
+        for (name, value) in context.additionalHeaders where !present.contains(name.lowercased()) { fields[name] = value }
+        for (name, value) in fields where name.lowercased() != "cookie" || !request.httpShouldHandleCookies {
             // A line break in a field would let a caller's data inject headers or a second request.
             guard !name.isEmpty, !(name + value).utf8.contains(where: { $0 == 0x0d || $0 == 0x0a }) else {
                 throw Self.error(.badURL, url, HTTPDNSClientError(.invalidRequest, "header '\(name)' is empty or contains a line break"))
             }
             lines.append("\(name): \(value)")
         }
-        if let storage = options.cookieStorage, request.httpShouldHandleCookies,
+        if let storage = context.cookieStorage ?? options.cookieStorage, request.httpShouldHandleCookies,
            let cookies = storage.cookies(for: url), !cookies.isEmpty,
            let header = HTTPCookie.requestHeaderFields(with: cookies)["Cookie"] {
             lines.append("Cookie: \(header)")
@@ -190,31 +310,14 @@ public final class HTTPDNSClient: Sendable {
         return lines
     }
 
-    private func storeCookies(_ response: HTTPURLResponse, for url: URL) {
-        guard let storage = options.cookieStorage else { return }
+    private func storeCookies(_ response: HTTPURLResponse, for request: URLRequest, url: URL, context: CallContext) {
+        guard request.httpShouldHandleCookies, let storage = context.cookieStorage ?? options.cookieStorage else { return }
         var fields: [String: String] = [:]
         for (name, value) in response.allHeaderFields {
             if let name = name as? String, let value = value as? String { fields[name] = value }
         }
         let cookies = HTTPCookie.cookies(withResponseHeaderFields: fields, for: url)
         if !cookies.isEmpty { storage.setCookies(cookies, for: url, mainDocumentURL: nil) }
-    }
-
-    static func body(of request: URLRequest) throws -> [UInt8]? {
-        if let body = request.httpBody { return [UInt8](body) }
-        guard let stream = request.httpBodyStream else { return nil }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        stream.open()
-        defer { stream.close() }
-        while true {
-            let count = stream.read(&buffer, maxLength: buffer.count)
-            if count < 0 {
-                throw URLError(.cannotDecodeRawData, userInfo: [NSLocalizedDescriptionKey: "the request body stream failed"])
-            }
-            if count == 0 { return bytes }
-            bytes.append(contentsOf: buffer[0..<count])
-        }
     }
 
     static func validated(_ url: URL) throws -> URL {
@@ -229,7 +332,7 @@ public final class HTTPDNSClient: Sendable {
 
     /// The next request of a redirect, with the method and body rules of RFC 9110 §15.4 as browsers
     /// and URLSession apply them; nil when `response` is not a redirect to follow.
-    static func redirect(from request: URLRequest, url: URL, response: HTTPURLResponse) -> URLRequest? {
+    static func redirect(from request: URLRequest, url: URL, response: HTTPURLResponse) -> (request: URLRequest, keepsBody: Bool)? {
         let status = response.statusCode
         guard [301, 302, 303, 307, 308].contains(status),
               let location = response.value(forHTTPHeaderField: "Location"),
@@ -238,7 +341,9 @@ public final class HTTPDNSClient: Sendable {
         var next = request
         next.url = target
         let method = (request.httpMethod ?? "GET").uppercased()
+        var keepsBody = true
         if (status == 303 && method != "HEAD") || ((status == 301 || status == 302) && method == "POST") {
+            keepsBody = false
             next.httpMethod = "GET"
             next.httpBody = nil
             next.httpBodyStream = nil
@@ -250,7 +355,7 @@ public final class HTTPDNSClient: Sendable {
             next.setValue(nil, forHTTPHeaderField: "Authorization")
             next.setValue(nil, forHTTPHeaderField: "Cookie")
         }
-        return next
+        return (next, keepsBody)
     }
 
     // MARK: Errors
@@ -282,6 +387,8 @@ public final class HTTPDNSClient: Sendable {
             return Self.error(.dataLengthExceedsMaximum, url, HTTPDNSClientError(.protocolError, "\(host): \(error.message)"))
         case .invalidRequest:
             return Self.error(.badURL, url, HTTPDNSClientError(.invalidRequest, error.message))
+        case .bodySourceFailed:
+            return Self.error(.requestBodyStreamExhausted, url, HTTPDNSClientError(.bodySource, "\(host): \(error.message)"))
         case .protocolError:
             return Self.error(.networkConnectionLost, url, HTTPDNSClientError(.protocolError, "\(host): \(error.message)"))
         }
@@ -309,6 +416,10 @@ public struct HTTPDNSClientError: Error, Sendable, CustomStringConvertible {
         case resolution, connectFailed = "connect_failed", timeout, untrustedCertificate = "untrusted_certificate"
         case nameMismatch = "name_mismatch", tlsFailed = "tls_failed", cancelled, protocolError = "protocol_error"
         case tooManyRedirects = "too_many_redirects", invalidRequest = "invalid_request", io
+        /// The request body could not be read, or had to be sent again and could not be.
+        case bodySource = "body_source"
+        /// The interception policy does not let this host through HTTPDNS.
+        case notIntercepted = "not_intercepted"
     }
 
     public var reason: Reason
@@ -340,17 +451,17 @@ final class FileSink: CurlBodySink, @unchecked Sendable {
         if descriptor < 0 { return nil }
     }
 
-    func write(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    func write(_ bytes: UnsafeRawBufferPointer) -> CurlSinkAnswer {
         var offset = 0
         while offset < bytes.count {
             let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
             if written < 0 {
                 if errno == EINTR { continue }
-                return false
+                return .abort
             }
             offset += written
         }
-        return true
+        return .accepted
     }
 
     func close() throws {

@@ -234,7 +234,7 @@ struct HTTPTransport: Sendable {
         case .untrustedCertificate, .nameMismatch, .pinMismatch, .tlsFailed: return .tlsFailed
         case .responseTooLarge: return .responseTooLarge
         case .cancelled: return .cancelled
-        case .invalidRequest: return .invalidConfiguration
+        case .invalidRequest, .bodySourceFailed: return .invalidConfiguration
         case .protocolError: return .malformedResponse
         }
     }

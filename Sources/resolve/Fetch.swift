@@ -78,9 +78,12 @@ struct Fetch: AsyncParsableCommand {
         let client = HTTPDNSClient(resolver: resolver, options: clientOptions)
 
         var request = URLRequest(url: URL(string: url)!)
-        let body = try readBody()
-        request.httpMethod = method ?? (body == nil ? "GET" : "POST")
-        request.httpBody = body
+        // -d is sent as given; --data-file is streamed from disk (stdin as it is read), never held whole.
+        let bodyFile = try bodyFileURL()
+        let hasBody = data != nil || dataFile != nil
+        request.httpMethod = method ?? (hasBody ? "POST" : "GET")
+        if let data { request.httpBody = Data(data.utf8) }
+        if dataFile == "-" { request.httpBodyStream = InputStream(fileAtPath: "/dev/stdin") }
         var hasContentType = false
         for header in headers {
             let parts = header.split(separator: ":", maxSplits: 1)
@@ -89,13 +92,15 @@ struct Fetch: AsyncParsableCommand {
             if name.lowercased() == "content-type" { hasContentType = true }
             request.setValue(value, forHTTPHeaderField: name)
         }
-        if body != nil, !hasContentType, data != nil {
+        if hasBody, !hasContentType, data != nil {
             request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
         }
 
         let exchange: HTTPDNSExchange
         do {
-            if let output {
+            if let bodyFile {
+                exchange = try await client.upload(request, fromFile: bodyFile, downloadTo: output)
+            } else if let output {
                 exchange = try await client.download(request, to: output)
             } else {
                 exchange = try await client.send(request)
@@ -117,14 +122,14 @@ struct Fetch: AsyncParsableCommand {
         throw ExitCode(fail && exchange.response.statusCode >= 400 ? 22 : Exit.ok)
     }
 
-    private func readBody() throws -> Data? {
-        if let data { return Data(data.utf8) }
-        guard let dataFile else { return nil }
-        if dataFile == "-" { return FileHandle.standardInput.readDataToEndOfFile() }
-        guard let contents = FileManager.default.contents(atPath: dataFile) else {
+    private func bodyFileURL() throws -> URL? {
+        guard let dataFile, dataFile != "-" else { return nil }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: dataFile, isDirectory: &isDirectory), !isDirectory.boolValue,
+              FileManager.default.isReadableFile(atPath: dataFile) else {
             throw ValidationError("cannot read --data-file '\(dataFile)'")
         }
-        return contents
+        return URL(fileURLWithPath: dataFile)
     }
 
     private func describe(_ exchange: HTTPDNSExchange) {
