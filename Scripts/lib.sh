@@ -8,7 +8,8 @@ DNS_PORT_B=18054   # doh-b's plain DNS
 SYSTEM_DNS_PORT=18055  # dnsmasq: the "system" DNS (lies for some names)
 ORIGIN_PORT=18480       # nginx HTTPS origins on 127.0.0.4-6 (interceptor tests)
 ORIGIN_PLAIN_PORT=18481 # nginx plain-HTTP backend on 127.0.0.4
-export DOH_PORT DNS_PORT DOH_PORT_B DNS_PORT_B SYSTEM_DNS_PORT ORIGIN_PORT ORIGIN_PLAIN_PORT
+ORIGIN_H1_PORT=18482    # nginx HTTPS origin on 127.0.0.4 offering HTTP/1.1 only (chunked responses)
+export DOH_PORT DNS_PORT DOH_PORT_B DNS_PORT_B SYSTEM_DNS_PORT ORIGIN_PORT ORIGIN_PLAIN_PORT ORIGIN_H1_PORT
 
 # Installs the Debian packages that are missing (apt-get needs root; CI and dev machines run as root).
 need_packages() {

@@ -135,6 +135,7 @@ write_hostile() {
     local dir="$env_dir/nginx"
     mkdir -p "$dir/www/json" "$dir/logs"
     python3 "$root/Scripts/make_fixtures.py" "$dir/www" <(zone_names)
+    write_upload_location "$dir"
     cat >"$dir/nginx.conf" <<EOF
 worker_processes 1;
 pid $dir/nginx.pid;
@@ -192,10 +193,30 @@ $(origin_servers "$dir")
 EOF
 }
 
+write_upload_location() { # the /upload-file location both HTTPS origins include
+    local dir=$1
+    mkdir -p "$dir/bodies"
+    cat >"$dir/upload-file.conf" <<CONF
+location = /upload-file {
+    # The body is kept in a file whose path is reported, so a test can compare every byte.
+    client_body_in_file_only on;
+    client_body_temp_path $dir/bodies;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_pass http://127.0.0.4:$ORIGIN_PLAIN_PORT/ok;
+    add_header X-Request-Body-File \$request_body_file always;
+    add_header X-Content-Length \$content_length always;
+    add_header X-Transfer-Encoding \$http_transfer_encoding always;
+}
+CONF
+}
+
 origin_servers() { # nginx server blocks of the HTTPS origins the interceptor tests talk to
     local dir=$1
     # 64 MiB for streaming downloads (sparse: no disk is used).
     [ -f "$dir/www/big.bin" ] || truncate -s 64M "$dir/www/big.bin"
+    # ~290 KB of numbered lines: gzip-compressed on the fly, hence sent chunked over HTTP/1.1.
+    [ -f "$dir/www/lines.txt" ] || seq -f "line %06g of the chunked response" 1 8000 >"$dir/www/lines.txt"
     cat <<EOF
     # origin.hd.test and origin2.hd.test (127.0.0.4): what arrived, as the server saw it.
     server {
@@ -228,6 +249,29 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
         location = /close { return 444; }
         location = /big { alias $dir/www/big.bin; limit_rate 48m; }   # spread over ~1.5 s: tests share 2 cores
         location = /slow { alias $dir/www/big.bin; limit_rate 256k; }
+        include $dir/upload-file.conf;
+        location = /auth-basic {
+            add_header WWW-Authenticate 'Basic realm="hd"' always;
+            default_type text/plain;
+            return 401 "basic credentials required\n";
+        }
+        location = /auth-bearer {
+            # No realm: corelibs' own challenge handling would crash on this header.
+            add_header WWW-Authenticate 'Bearer error="invalid_token"' always;
+            default_type text/plain;
+            return 401 "bearer token required\n";
+        }
+    }
+    # The same origin over HTTP/1.1 only: chunked transfer coding, keep-alive.
+    server {
+        listen 127.0.0.4:$ORIGIN_H1_PORT ssl;
+        server_name origin.hd.test;
+        ssl_certificate $ca_dir/origin.hd.test.pem;
+        ssl_certificate_key $ca_dir/origin.hd.test.key;
+        client_max_body_size 100m;
+        include $dir/upload-file.conf;
+        location = /chunked { alias $dir/www/lines.txt; default_type text/plain; gzip on; gzip_types text/plain; gzip_min_length 1; }
+        location = /echo { default_type text/plain; return 200 "sni=\$ssl_server_name host=\$host method=\$request_method proto=\$server_protocol\n"; }
     }
     # mismatch.hd.test resolves here, where only origin2.hd.test's certificate is presented.
     server {

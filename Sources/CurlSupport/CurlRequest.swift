@@ -32,6 +32,8 @@ package struct CurlRequest: Sendable {
     /// Offers every content coding libcurl can decode (gzip, deflate, br, zstd) and hands the body
     /// over decoded, as URLSession does (`CURLOPT_ACCEPT_ENCODING ""`).
     package var decodesContent = false
+    /// Offer HTTP/2 in TLS (ALPN); false keeps the transfer on HTTP/1.1.
+    package var allowsHTTP2 = true
 
     package init(url: String, method: String = "GET", headers: [String] = [], body: [UInt8]? = nil,
                  resolve: [String] = [], connectTo: [String] = [], timeout: Duration = .seconds(5),

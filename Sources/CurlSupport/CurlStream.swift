@@ -85,7 +85,7 @@ package final class CurlStream: CurlBodySink, Sendable {
         while true {
             let (outcome, resume, version): (Result<[UInt8]?, CurlError>?, Bool, Int) = state.withLock { state in
                 if !state.chunks.isEmpty {
-                    let bytes = state.chunks.count == 1 ? state.chunks[0] : Array(state.chunks.joined())
+                    let bytes = state.chunks.count == 1 ? state.chunks[0] : state.joinedChunks()
                     state.chunks.removeAll(keepingCapacity: true)
                     state.buffered = 0
                     let resume = state.paused
@@ -131,7 +131,7 @@ package final class CurlStream: CurlBodySink, Sendable {
 
     fileprivate func finish(_ result: Result<CurlResponse, CurlError>) {
         let waiter = state.withLock { state in
-            state.end = result
+            state.end = state.cancelled ? .failure(CurlError(.cancelled, "cancelled")) : result
             return state.takeWaiter()
         }
         waiter?.resume()
@@ -149,12 +149,16 @@ package final class CurlStream: CurlBodySink, Sendable {
 
     package func write(_ bytes: UnsafeRawBufferPointer) -> CurlSinkAnswer {
         let (answer, waiter): (CurlSinkAnswer, CheckedContinuation<Void, Never>?) = state.withLock { state in
-            if state.cancelled { return (.abort, nil) }
+            // The cancelled task removes the transfer; until then it just waits.
+            if state.cancelled { return (.pause, nil) }
             if state.buffered >= bufferLimit {
                 state.paused = true
                 return (.pause, nil)
             }
-            state.chunks.append(Array(bytes))
+            state.chunks.append([UInt8](unsafeUninitializedCapacity: bytes.count) { buffer, count in
+                buffer.baseAddress!.initialize(from: bytes.bindMemory(to: UInt8.self).baseAddress!, count: bytes.count)
+                count = bytes.count
+            })
             state.buffered += bytes.count
             return (.accepted, state.takeWaiter())
         }
@@ -164,6 +168,14 @@ package final class CurlStream: CurlBodySink, Sendable {
 }
 
 extension CurlStream.State {
+    /// The waiting chunks as one array, copied block by block.
+    fileprivate func joinedChunks() -> [UInt8] {
+        var joined: [UInt8] = []
+        joined.reserveCapacity(buffered)
+        for chunk in chunks { joined.append(contentsOf: chunk) }
+        return joined
+    }
+
     /// Records an arrival and hands back the reader to wake, if one waits.
     fileprivate mutating func takeWaiter() -> CheckedContinuation<Void, Never>? {
         version &+= 1

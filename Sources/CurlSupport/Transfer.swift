@@ -59,7 +59,7 @@ final class Transfer: @unchecked Sendable {
         try set(CURLOPT_NOSIGNAL, 1)
         try set(CURLOPT_PROTOCOLS_STR, request.protocols)
         try set(CURLOPT_REDIR_PROTOCOLS_STR, request.protocols)
-        try set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
+        try set(CURLOPT_HTTP_VERSION, Int(request.allowsHTTP2 ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_1_1))
         // Wait for a multiplexable connection rather than opening a second one.
         try set(CURLOPT_PIPEWAIT, 1)
         // Environment proxies would send the trusted path through hosts nobody chose.

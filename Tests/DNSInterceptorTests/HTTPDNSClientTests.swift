@@ -195,6 +195,124 @@ import TestSupport
         await #expect(throws: DNSError.self) { try await resolver.rewrite(URL(string: "https://127.0.0.1/")!) }
     }
 
+    // MARK: Streaming, uploads without holding the body, chunked responses
+
+    @Test func aStreamedResponseIsPausedWhileTheReaderIsBehind() async throws {
+        let before = residentBytes()
+        let stream = try await client.stream(for: request("/big"), bufferLimit: 1 << 20)
+        #expect(stream.response.statusCode == 200)
+        #expect(stream.remoteAddress == "127.0.0.4")
+        // Not reading for a second: at 48 MB/s the origin would have sent ~48 MB by now.
+        try await Task.sleep(for: .seconds(1))
+        let whilePaused = residentBytes() - before
+        var total = 0
+        var chunks = 0
+        for try await chunk in stream {
+            total += chunk.count
+            chunks += 1
+        }
+        let grown = residentBytes() - before
+        #expect(total == 64 * 1024 * 1024)
+        #expect(chunks > 10)
+        #expect(whilePaused < 12 * 1024 * 1024, "the transfer paused at the buffer limit; grew \(whilePaused) bytes")
+        #expect(grown < 24 * 1024 * 1024, "64 MiB streamed through; the process grew by \(grown) bytes")
+    }
+
+    @Test func cancellingAStreamStopsItsTransfer() async throws {
+        let stream = try await client.stream(for: request("/slow"))
+        var iterator = stream.makeAsyncIterator()
+        _ = try await iterator.next()
+        stream.cancel()
+        await #expect {
+            while try await iterator.next() != nil {}
+        } throws: { ($0 as? URLError)?.code == .cancelled }
+    }
+
+    @Test func aChunkedResponseOverHTTP1ArrivesWholeAndDecoded() async throws {
+        let url = "https://origin.hd.test:\(TestEnvironment.originH1Port)/chunked"
+        let expected = try Data(contentsOf: URL(fileURLWithPath: TestEnvironment.root + "/.testenv/nginx/www/lines.txt"))
+        let exchange = try await client.send(URLRequest(url: URL(string: url)!))
+        #expect(exchange.httpVersion == 11)
+        #expect(exchange.response.value(forHTTPHeaderField: "Transfer-Encoding") == "chunked")
+        #expect(exchange.response.value(forHTTPHeaderField: "Content-Encoding") == "gzip")
+        #expect(exchange.body == expected, "gzip decoded, chunks joined: \(exchange.body.count) of \(expected.count) bytes")
+        let streamed = try await client.stream(for: URLRequest(url: URL(string: url)!))
+        #expect(try await streamed.collect() == expected)
+    }
+
+    @Test(arguments: [TestEnvironment.originPort, TestEnvironment.originH1Port])
+    func aFileUploadIsSentFromDiskAndArrivesByteForByte(port: Int) async throws {
+        let size = 24 * 1024 * 1024
+        let file = try temporaryFile(size: size)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let before = residentBytes()
+        var upload = URLRequest(url: URL(string: "https://origin.hd.test:\(port)/upload-file")!)
+        upload.httpMethod = "POST"
+        let exchange = try await client.upload(upload, fromFile: file)
+        let grown = residentBytes() - before
+        #expect(exchange.response.statusCode == 200)
+        #expect(exchange.response.value(forHTTPHeaderField: "X-Content-Length") == "\(size)")
+        try expectServerKept(exchange, sameAs: file)
+        #expect(grown < 16 * 1024 * 1024, "a 24 MiB file went out from disk; the process grew by \(grown) bytes")
+    }
+
+    @Test func aStreamBodyOfUnknownLengthIsSentChunkedOverHTTP1() async throws {
+        let file = try temporaryFile(size: 3 * 1024 * 1024 + 17)
+        defer { try? FileManager.default.removeItem(at: file) }
+        var upload = URLRequest(url: URL(string: "https://origin.hd.test:\(TestEnvironment.originH1Port)/upload-file")!)
+        upload.httpMethod = "PUT"
+        upload.httpBodyStream = InputStream(url: file)
+        let exchange = try await client.send(upload)
+        #expect(exchange.response.value(forHTTPHeaderField: "X-Transfer-Encoding") == "chunked")
+        try expectServerKept(exchange, sameAs: file)
+    }
+
+    @Test func aStreamBodyCannotBeResentForA307() async throws {
+        var post = request("/redirect-307", method: "POST")
+        post.httpBodyStream = InputStream(data: Data("once".utf8))
+        await #expect {
+            try await client.send(post)
+        } throws: { error in
+            (error as? URLError)?.code == .requestBodyStreamExhausted && HTTPDNSClientError.reason(of: error)?.reason == .bodySource
+        }
+    }
+
+    @Test func aFailingBodyStreamFailsTheRequest() async throws {
+        var put = request("/upload-file", method: "PUT")
+        put.httpBodyStream = InputStream(fileAtPath: "/nonexistent/httpdns-body")
+        await #expect {
+            try await client.send(put)
+        } throws: { error in
+            (error as? URLError)?.code == .requestBodyStreamExhausted && HTTPDNSClientError.reason(of: error)?.reason == .bodySource
+        }
+        // The engine keeps serving.
+        #expect(try await client.send(request("/echo")).response.statusCode == 200)
+    }
+
+    func temporaryFile(size: Int) throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-upload-\(UUID()).bin")
+        var generator = SystemRandomNumberGenerator()
+        var bytes = [UInt8](repeating: 0, count: size)
+        for index in stride(from: 0, to: size, by: 8) {
+            withUnsafeBytes(of: generator.next() as UInt64) { word in
+                for offset in 0..<min(8, size - index) { bytes[index + offset] = word[offset] }
+            }
+        }
+        try Data(bytes).write(to: url)
+        return url
+    }
+
+    /// Compares the body nginx stored for `/upload-file` with `file`, then removes nginx's copy.
+    func expectServerKept(_ exchange: HTTPDNSExchange, sameAs file: URL) throws {
+        let stored = try #require(exchange.response.value(forHTTPHeaderField: "X-Request-Body-File"))
+        #expect(stored.hasPrefix(TestEnvironment.bodiesDirectory))
+        defer { try? FileManager.default.removeItem(atPath: stored) }
+        let received = try Data(contentsOf: URL(fileURLWithPath: stored))
+        let sent = try Data(contentsOf: file)
+        #expect(received.count == sent.count)
+        #expect(received == sent, "every byte arrived as sent")
+    }
+
     func residentBytes() -> Int {
         guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
         return (Int(text.split(separator: " ")[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))

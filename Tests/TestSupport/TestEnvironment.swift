@@ -30,6 +30,10 @@ public enum TestEnvironment {
     /// on 127.0.0.5 (presents origin2's certificate), untrusted.hd.test on 127.0.0.6 (another CA),
     /// dead.hd.test on 127.0.0.7 (nothing listens), failover.hd.test (AAAA ::1 refused, A 127.0.0.4).
     public static let originPort = 18480
+    /// The origin over HTTP/1.1 only (chunked responses).
+    public static let originH1Port = 18482
+    /// Where nginx keeps request bodies of `/upload-file`.
+    public static let bodiesDirectory = root + "/.testenv/nginx/bodies"
     public static func origin(_ path: String, host: String = "origin.hd.test") -> String {
         "https://\(host):\(originPort)\(path)"
     }
