@@ -32,6 +32,9 @@ package struct CurlRequest: Sendable {
     /// Offers every content coding libcurl can decode (gzip, deflate, br, zstd) and hands the body
     /// over decoded, as URLSession does (`CURLOPT_ACCEPT_ENCODING ""`).
     package var decodesContent = false
+    /// Fails the transfer when no byte moved for this long (URLSession's request timeout), with
+    /// ``CurlError/Code/timeout``; `timeout` still bounds the whole transfer.
+    package var idleTimeout: Duration?
     /// Offer HTTP/2 in TLS (ALPN); false keeps the transfer on HTTP/1.1.
     package var allowsHTTP2 = true
 

@@ -68,6 +68,10 @@ final class Transfer: @unchecked Sendable {
         try set(CURLOPT_TIMEOUT_MS, Self.milliseconds(request.timeout))
         try set(CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(request.connectTimeout ?? request.timeout))
         try set(CURLOPT_MAXFILESIZE_LARGE, offset: curl_off_t(clamping: request.maxResponseBytes))
+        if let idle = request.idleTimeout {
+            try set(CURLOPT_LOW_SPEED_LIMIT, 1)
+            try set(CURLOPT_LOW_SPEED_TIME, max(1, Int(idle.components.seconds)))
+        }
         if request.decodesContent { try set(CURLOPT_ACCEPT_ENCODING, "") }
         if let delay = request.happyEyeballsDelay { try set(CURLOPT_HAPPY_EYEBALLS_TIMEOUT_MS, Self.milliseconds(delay)) }
         try check(httpdns_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer), CURLOPT_ERRORBUFFER)

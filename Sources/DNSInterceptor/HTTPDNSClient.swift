@@ -101,8 +101,10 @@ public final class HTTPDNSClient: Sendable {
         var cookieStorage: HTTPCookieStorage?
         /// Header fields sent when the request has none of that name (`httpAdditionalHeaders`).
         var additionalHeaders: [String: String] = [:]
-        /// Overrides the per-request timeout.
+        /// Overrides the per-request timeout (the whole transfer's budget).
         var timeout: Duration?
+        /// Fails a transfer idle for this long.
+        var idleTimeout: Duration?
     }
 
     func exchange(_ original: URLRequest, body: RequestBody, sinkPath: String?, context: CallContext) async throws -> HTTPDNSExchange {
@@ -239,6 +241,8 @@ public final class HTTPDNSClient: Sendable {
                                trust: TLSTrust(caFile: options.caFile),
                                maxResponseBytes: sink ? Int.max : options.maxBodyBytes, protocols: "http,https")
         curl.happyEyeballsDelay = options.happyEyeballsDelay
+        curl.idleTimeout = context.idleTimeout
+        if let idle = context.idleTimeout { curl.connectTimeout = idle }
         curl.decodesContent = options.decodesContent
         var streamSource: StreamBodySource?
         switch body {
