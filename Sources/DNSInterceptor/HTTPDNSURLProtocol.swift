@@ -52,8 +52,10 @@ public final class HTTPDNSURLProtocol: URLProtocol {
     }
 
     /// Installs `client` and registers the class with `URLProtocol.registerClass`, which on Linux
-    /// reaches `URLSession.shared` only: sessions made from a configuration need
-    /// ``Foundation/URLSessionConfiguration/useHTTPDNS(_:policy:)``.
+    /// reaches `URLSession.shared` only, and only when called before anything in the process has
+    /// used `URLSession.shared` (corelibs settles shared's protocols at its first use; after that
+    /// its requests keep going to the built-in protocol and system DNS). Sessions made from a
+    /// configuration need ``Foundation/URLSessionConfiguration/useHTTPDNS(_:policy:)``; prefer that.
     public static func registerForSharedSession(_ client: HTTPDNSClient, policy: HTTPDNSInterceptionPolicy = .init()) {
         install(client, policy: policy)
         _ = URLProtocol.registerClass(HTTPDNSURLProtocol.self)
