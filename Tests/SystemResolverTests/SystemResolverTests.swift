@@ -77,7 +77,7 @@ import Testing
         let start = ContinuousClock.now
         task.cancel()
         await #expect { try await task.value } throws: { ($0 as? DNSError)?.code == .cancelled }
-        #expect(ContinuousClock.now - start < .milliseconds(1500), "the attempt timeout is 5 s")
+        #expect(ContinuousClock.now - start < .seconds(3), "the attempt timeout is 5 s (margin for a loaded 2-core CI)")
     }
 
     @Test func manyConcurrentQueries() async throws {
