@@ -42,6 +42,18 @@ func get(_ session: URLSession, _ url: URL) {
     if !ok { fatalError("GET \(url) failed") }
 }
 
+/// One GET through HTTPDNSClient without URLSession, waited for from this (non-pool) thread.
+func clientGet(_ client: HTTPDNSClient, _ url: URL) {
+    let done = DispatchSemaphore(value: 0)
+    nonisolated(unsafe) var ok = false
+    Task.detached {
+        ok = (try? await client.data(for: URLRequest(url: url)))?.0.isEmpty == false
+        done.signal()
+    }
+    done.wait()
+    if !ok { fatalError("GET \(url) failed") }
+}
+
 /// Per-request seconds of `count` calls of `body`, after 50 warm-up calls.
 func measure(_ count: Int, _ body: () -> Void) -> [Double] {
     for _ in 0..<50 { body() }
@@ -129,6 +141,7 @@ case "gets":
         ("a_urlsession_httpdns_http", { get(interceptedSession, byName) }),
         ("b_urlsession_plain_http_by_ip", { get(plainSession, byIP) }),
         ("c_curl_easy_resolve_http", { easy.get() }),
+        ("d_httpdns_client_http", { clientGet(client, byName) }),
         ("a_urlsession_httpdns_https", { get(interceptedSession, tlsByName) }),
         ("c_curl_easy_resolve_https", { easyTLS.get() }),
     ]
