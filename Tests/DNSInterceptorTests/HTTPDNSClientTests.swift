@@ -14,17 +14,7 @@ import TestSupport
     let client: HTTPDNSClient
 
     init() throws {
-        try TestEnvironment.requireRunning()
-        var options = HTTPDNSOptions(timeout: .seconds(3), allowPrivate: true)   // the origins are on loopback
-        options.minTTL = .zero
-        resolver = try HTTPDNSResolver(
-            configuration: .init(upstreams: [try .doh(TestEnvironment.dohA, bootstrap: ["127.0.0.1"])],
-                                 caFile: TestEnvironment.caFile),
-            options: options)
-        var clientOptions = HTTPDNSClient.Options()
-        clientOptions.caFile = TestEnvironment.caFile
-        clientOptions.timeout = .seconds(10)
-        client = HTTPDNSClient(resolver: resolver, options: clientOptions)
+        (resolver, client) = try InterceptorFixtures.makeClient(timeout: .seconds(10))
     }
 
     func request(_ path: String, host: String = "origin.hd.test", method: String = "GET", body: Data? = nil) -> URLRequest {
@@ -313,8 +303,5 @@ import TestSupport
         #expect(received == sent, "every byte arrived as sent")
     }
 
-    func residentBytes() -> Int {
-        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
-        return (Int(text.split(separator: " ")[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
-    }
+    func residentBytes() -> Int { InterceptorFixtures.residentBytes() }
 }

@@ -17,16 +17,7 @@ import TestSupport
     let session: URLSession
 
     init() throws {
-        try TestEnvironment.requireRunning()
-        var options = HTTPDNSOptions(timeout: .seconds(3), allowPrivate: true)   // the origins are on loopback
-        options.minTTL = .zero
-        resolver = try HTTPDNSResolver(
-            configuration: .init(upstreams: [try .doh(TestEnvironment.dohA, bootstrap: ["127.0.0.1"])],
-                                 caFile: TestEnvironment.caFile),
-            options: options)
-        var clientOptions = HTTPDNSClient.Options()
-        clientOptions.caFile = TestEnvironment.caFile
-        client = HTTPDNSClient(resolver: resolver, options: clientOptions)
+        (resolver, client) = try InterceptorFixtures.makeClient()
         session = URLSession(configuration: Self.configuration(client))
     }
 
@@ -221,10 +212,7 @@ import TestSupport
         return await once.value(timeout: timeout)
     }
 
-    func residentBytes() -> Int {
-        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
-        return (Int(text.split(separator: " ")[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
-    }
+    func residentBytes() -> Int { InterceptorFixtures.residentBytes() }
 }
 
 /// A value set once from any thread and awaited with a deadline.
