@@ -1,7 +1,12 @@
 import DNSInterceptor
 import Foundation
 import HTTPDNS
+import Testing
 import TestSupport
+
+/// Both interceptor suites, one test at a time: they measure the process's memory and share the
+/// process-wide URLProtocol installation.
+@Suite(.serialized) enum InterceptorSuites {}
 
 /// The resolver and client both interceptor suites use: the local DoH server, the test CA, and
 /// loopback answers allowed (the origins live on 127.0.0.4-6).
