@@ -1,5 +1,8 @@
 import Foundation
 import HTTPDNS
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// What another HTTP stack needs to send a request to a resolved address while keeping the name for
 /// TLS: for stacks that can set SNI and the `Host` header themselves (AsyncHTTPClient's
@@ -29,7 +32,24 @@ public struct RewrittenRequest: Sendable, Hashable {
     public var resolution: Resolution
 }
 
+extension RewrittenRequest {
+    /// `request` sent to ``ipURL`` with the `Host` header set to the name, for stacks that take a
+    /// URLRequest and let the caller set the TLS server name (to ``serverName``) separately.
+    public func applied(to request: URLRequest) -> URLRequest {
+        var rewritten = request
+        rewritten.url = ipURL
+        rewritten.setValue(hostHeader, forHTTPHeaderField: "Host")
+        return rewritten
+    }
+}
+
 extension HTTPDNSResolver {
+    /// Resolves `request`'s host through the trusted resolvers, as the URL variant does.
+    public func rewrite(_ request: URLRequest) async throws(DNSError) -> RewrittenRequest {
+        guard let url = request.url else { throw DNSError(.invalidName, "the request has no URL") }
+        return try await rewrite(url)
+    }
+
     /// Resolves `url`'s host through the trusted resolvers and says how to reach it by address.
     /// - Throws: ``DNSError`` when the host cannot be resolved or the URL is not http(s) with a
     ///   host name (IP literals need no rewriting).

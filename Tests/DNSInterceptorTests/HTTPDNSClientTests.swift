@@ -184,6 +184,13 @@ extension InterceptorSuites {
             #expect(dual.hostHeader == "failover.hd.test")
             #expect(dual.curlResolve == "failover.hd.test:443:[::1],127.0.0.4")
             await #expect(throws: DNSError.self) { try await resolver.rewrite(URL(string: "https://127.0.0.1/")!) }
+            var post = URLRequest(url: URL(string: "https://origin.hd.test:18480/upload")!)
+            post.httpMethod = "POST"
+            let fromRequest = try await resolver.rewrite(post)
+            let applied = fromRequest.applied(to: post)
+            #expect(applied.url?.absoluteString == "https://127.0.0.4:18480/upload")
+            #expect(applied.value(forHTTPHeaderField: "Host") == "origin.hd.test:18480")
+            #expect(applied.httpMethod == "POST")
         }
 
         // MARK: Streaming, uploads without holding the body, chunked responses

@@ -35,6 +35,12 @@ import Testing
         #expect(posted.stdout.lowercased().contains("x-request-body: from a file"))
         #expect(posted.stdout.lowercased().contains("x-request-method: post"))
 
+        // --data-file - streams standard input (length unknown up front).
+        let piped = try await CLI.run(Self.base + ["-i", "-X", "PUT", "--data-file", "-", TestEnvironment.origin("/upload")],
+                                      stdin: Data("from stdin".utf8))
+        #expect(piped.stdout.lowercased().contains("x-request-body: from stdin"))
+        #expect(piped.stdout.lowercased().contains("x-request-method: put"))
+
         // (The 64 MiB constant-memory download is HTTPDNSClientTests'; -o shares its code path.)
         let output = directory.appendingPathComponent("echo.txt")
         let downloaded = try await CLI.run(Self.base + ["-o", output.path, TestEnvironment.origin("/echo")])

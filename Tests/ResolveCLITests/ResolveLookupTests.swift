@@ -28,23 +28,29 @@ struct CLI {
 
     /// Runs the binary on a thread of its own: waiting for a process must not block the
     /// cooperative pool, which has only as many threads as cores and runs every other test.
-    static func run(_ arguments: [String]) async throws -> Output {
+    /// Runs the binary; `stdin`, when given, is what it reads from standard input.
+    static func run(_ arguments: [String], stdin: Data? = nil) async throws -> Output {
         try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
-                continuation.resume(with: Result { try runBlocking(arguments) })
+                continuation.resume(with: Result { try runBlocking(arguments, stdin: stdin) })
             }
             thread.start()
         }
     }
 
-    private static func runBlocking(_ arguments: [String]) throws -> Output {
+    private static func runBlocking(_ arguments: [String], stdin: Data?) throws -> Output {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
-        let out = Pipe(), err = Pipe()
+        let out = Pipe(), err = Pipe(), input = Pipe()
         process.standardOutput = out
         process.standardError = err
+        if stdin != nil { process.standardInput = input }
         try process.run()
+        if let stdin {
+            try input.fileHandleForWriting.write(contentsOf: stdin)
+            try input.fileHandleForWriting.close()
+        }
         // Read stderr on another thread so neither pipe can fill up and stall the child.
         let stderrBox = DataBox()
         let done = DispatchSemaphore(value: 0)
