@@ -108,33 +108,21 @@ public final class HTTPDNSClient: Sendable {
     }
 
     func exchange(_ original: URLRequest, body: RequestBody, sinkPath: String?, context: CallContext) async throws -> HTTPDNSExchange {
-        guard let firstURL = original.url else { throw URLError(.badURL) }
-        var request = original
-        var body = body
-        var redirects: [URL] = []
-        while true {
-            let url = try Self.validated(request.url ?? firstURL)
+        try await followingRedirects(original, body: body, context: context) { request, url, body in
             let hop = try await perform(request, url: url, body: body, sinkPath: sinkPath, context: context)
-            storeCookies(hop.response, for: request, url: url, context: context)
-            guard let next = try nextHop(after: request, url: url, response: hop.response, body: body, redirects: &redirects) else {
-                return HTTPDNSExchange(response: hop.response, body: hop.body, remoteAddress: hop.remoteAddress,
-                                       resolution: hop.resolution, httpVersion: hop.httpVersion, redirects: redirects)
-            }
-            (request, body) = next
+            return (hop.response, { redirects in
+                HTTPDNSExchange(response: hop.response, body: hop.body, remoteAddress: hop.remoteAddress,
+                                resolution: hop.resolution, httpVersion: hop.httpVersion, redirects: redirects)
+            }, {})
         }
     }
 
     func openStream(_ original: URLRequest, body: RequestBody, context: CallContext, bufferLimit: Int = 1 << 20) async throws -> HTTPDNSResponseStream {
-        guard let firstURL = original.url else { throw URLError(.badURL) }
-        var request = original
-        var body = body
-        var redirects: [URL] = []
-        while true {
-            let url = try Self.validated(request.url ?? firstURL)
+        try await followingRedirects(original, body: body, context: context) { request, url, body in
             let prepared = try await prepare(request, url: url, body: body, context: context, sink: false)
             let stream = CurlEngine.shared.stream(prepared.curl, bufferLimit: bufferLimit)
             let head: CurlResponseHead
-            do {
+            do throws(CurlError) {
                 head = try await stream.head()
             } catch {
                 prepared.source?.cancel()
@@ -142,17 +130,39 @@ public final class HTTPDNSClient: Sendable {
             }
             let response = try Self.response(url: url, status: head.status, headers: head.headers,
                                               version: head.httpVersion, host: prepared.host)
-            storeCookies(response, for: request, url: url, context: context)
-            guard let next = try nextHop(after: request, url: url, response: response, body: body, redirects: &redirects) else {
-                return HTTPDNSResponseStream(response: response, remoteAddress: head.remoteIP, resolution: prepared.resolution,
-                                             httpVersion: head.httpVersion, redirects: redirects, stream: stream,
-                                             source: prepared.source, host: prepared.host)
+            return (response, { redirects in
+                HTTPDNSResponseStream(response: response, remoteAddress: head.remoteIP, resolution: prepared.resolution,
+                                      httpVersion: head.httpVersion, redirects: redirects, stream: stream,
+                                      source: prepared.source, host: prepared.host)
+            }, {
+                // A redirect's own body is small; past 64 KiB the connection is not worth keeping.
+                var drained = 0
+                while drained < 64 * 1024, let bytes = try? await stream.next() { drained += bytes.count }
+                stream.cancel()
+                prepared.source?.cancel()
+            })
+        }
+    }
+
+    /// One hop's outcome: its response, how to finish with it (given the redirects followed so
+    /// far), and how to drop it when it redirects.
+    private typealias HopOutcome<Final> = (response: HTTPURLResponse, finish: ([URL]) -> Final, discard: () async -> Void)
+
+    /// Runs `hop` for the request and for every redirect it leads to, storing cookies on the way.
+    private func followingRedirects<Final>(_ original: URLRequest, body: RequestBody, context: CallContext,
+                                           hop: (URLRequest, URL, RequestBody) async throws -> HopOutcome<Final>) async throws -> Final {
+        guard let firstURL = original.url else { throw URLError(.badURL) }
+        var request = original
+        var body = body
+        var redirects: [URL] = []
+        while true {
+            let url = try Self.validated(request.url ?? firstURL)
+            let outcome = try await hop(request, url, body)
+            storeCookies(outcome.response, for: request, url: url, context: context)
+            guard let next = try nextHop(after: request, url: url, response: outcome.response, body: body, redirects: &redirects) else {
+                return outcome.finish(redirects)
             }
-            // A redirect's own body is small; past 64 KiB the connection is not worth keeping.
-            var drained = 0
-            while drained < 64 * 1024, let bytes = try? await stream.next() { drained += bytes.count }
-            stream.cancel()
-            prepared.source?.cancel()
+            await outcome.discard()
             (request, body) = next
         }
     }
