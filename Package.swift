@@ -53,6 +53,9 @@ let package = Package(
         // The only target that links FoundationNetworking.
         .target(name: "DNSInterceptor", dependencies: ["HTTPDNS", "CurlSupport"]),
 
+        // Hijack detection: verdicts from trusted vs system answers and TLS probes.
+        .target(name: "HijackDetection", dependencies: ["DNSCore"]),
+
         // The YAML configuration file of `resolve --config` and `resolve daemon`.
         .target(name: "ResolverConfig", dependencies: ["HTTPDNS", .product(name: "Yams", package: "Yams")]),
 
@@ -76,6 +79,7 @@ let package = Package(
 
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection"]),
         .testTarget(name: "DNSCoreTests", dependencies: [
             "DNSCore", .product(name: "MetricsTestKit", package: "swift-metrics"),
             .product(name: "InMemoryLogging", package: "swift-log"),
