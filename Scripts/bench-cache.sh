@@ -23,12 +23,7 @@ grep -Eq '^127\.0\.0\.1[[:space:]]+localhost' /etc/hosts || { echo "/etc/hosts h
 
 swift build -c release --product CacheBenchmark 2>&1 | grep -E "error|warning: " || true
 bench="$(swift build -c release --show-bin-path)/CacheBenchmark"
-started_env=0
-if ! bash Scripts/testenv.sh status >/dev/null 2>&1; then
-    bash Scripts/testenv.sh start >/dev/null
-    started_env=1
-fi
-trap '[ "$started_env" = 1 ] && bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+use_testenv
 
 out=$(mktemp)
 "$bench" hits "$seconds" "127.0.0.1:$SYSTEM_DNS_PORT" | tee -a "$out"

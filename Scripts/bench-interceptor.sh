@@ -23,12 +23,7 @@ rounds=${2:-3}
 need_build_packages
 swift build -c release --product InterceptorBenchmark 2>&1 | grep -E "error|warning: " || true
 bench="$(swift build -c release --show-bin-path)/InterceptorBenchmark"
-started_env=0
-if ! bash Scripts/testenv.sh status >/dev/null 2>&1; then
-    bash Scripts/testenv.sh start >/dev/null
-    started_env=1
-fi
-trap '[ "$started_env" = 1 ] && bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+use_testenv
 
 doh="https://doh-a.test:$DOH_PORT/dns-query"
 ca="$root/.testenv/ca/ca.pem"

@@ -50,3 +50,11 @@ stop_pidfile() { # pidfile
     fi
     rm -f "$pidfile"
 }
+
+# Starts the loopback test environment unless it is already running, and stops it again on exit
+# only if this script started it (benchmarks can run alongside a developer's own environment).
+use_testenv() {
+    if bash "$root/Scripts/testenv.sh" status >/dev/null 2>&1; then return; fi
+    bash "$root/Scripts/testenv.sh" start >/dev/null
+    trap 'bash "$root/Scripts/testenv.sh" stop >/dev/null 2>&1 || true' EXIT
+}

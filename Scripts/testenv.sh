@@ -354,14 +354,17 @@ stop() {
     echo "testenv: stopped"
 }
 
-status() {
+status() { # exit 0 only when every server runs
+    local all=0
     for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid; do
         if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
             echo "running  $(basename "$(dirname "$pidfile")") pid $(cat "$pidfile")"
         else
             echo "stopped  $(basename "$(dirname "$pidfile")")"
+            all=1
         fi
     done
+    return $all
 }
 
 case "${1:-}" in
