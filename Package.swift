@@ -54,7 +54,7 @@ let package = Package(
         .target(name: "DNSInterceptor", dependencies: ["HTTPDNS", "CurlSupport"]),
 
         // Hijack detection: verdicts from trusted vs system answers and TLS probes.
-        .target(name: "HijackDetection", dependencies: ["DNSCore"]),
+        .target(name: "HijackDetection", dependencies: ["DNSCore", "HTTPDNS", "SystemResolver"]),
 
         // The YAML configuration file of `resolve --config` and `resolve daemon`.
         .target(name: "ResolverConfig", dependencies: ["HTTPDNS", .product(name: "Yams", package: "Yams")]),
@@ -65,6 +65,7 @@ let package = Package(
             dependencies: [
                 "HTTPDNS",
                 "DNSInterceptor",
+                "HijackDetection",
                 "ResolverConfig",
                 "SystemResolver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -79,7 +80,7 @@ let package = Package(
 
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection"]),
+        .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection", "HTTPDNS", "DNSCore", "TestSupport"]),
         .testTarget(name: "DNSCoreTests", dependencies: [
             "DNSCore", .product(name: "MetricsTestKit", package: "swift-metrics"),
             .product(name: "InMemoryLogging", package: "swift-log"),

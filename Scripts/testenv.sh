@@ -16,8 +16,13 @@
 #               certificate: a name mismatch), doh-untrusted.test (certificate from an unknown CA),
 #               and json.test (the JSON API over the same zone data)
 #   dnsmasq     127.0.0.1:18055, the "system" (plain, hijackable) DNS: forwards hd.test honestly to
-#               doh-a's plain port, lies for hijacked.hd.test (198.18.66.66) and answers
-#               system-only.hd.test itself; no other upstream (no-resolv), so nothing leaves loopback
+#               doh-a's plain port, lies for hijacked.hd.test (198.18.66.66), bank.hd.test (the
+#               impostor 127.0.0.8), shop.hd.test (127.0.0.5, another name's certificate),
+#               cdn.hd.test (127.0.0.10, another genuine node), sinkhole.hd.test (127.0.0.7, dead),
+#               blocked.hd.test (NXDOMAIN), dual.hd.test (AAAA only), any name under
+#               nxrewrite.hd.test, and answers system-only.hd.test itself; no other upstream
+#               (no-resolv), so nothing leaves loopback
+#   impostor    nginx on 127.0.0.8: certificates for the hijacked names from another CA
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,13 +55,20 @@ failover.hd.test A 127.0.0.4 300
 mismatch.hd.test A 127.0.0.5 300
 untrusted.hd.test A 127.0.0.6 300
 dead.hd.test A 127.0.0.7 300
+bank.hd.test A 127.0.0.4 300
+shop.hd.test A 127.0.0.4 300
+cdn.hd.test A 127.0.0.4 300
+sinkhole.hd.test A 127.0.0.4 300
+blocked.hd.test A 127.0.0.4 300
+dual.hd.test A 127.0.0.4 300
+dual.hd.test AAAA ::1 300
 EOF
     for i in $(seq 1 16); do echo "many.hd.test A 198.18.1.$i 300"; done
     for i in $(seq 1 4); do echo "many.hd.test AAAA 2001:2::1:$i 300"; done
 }
 
 make_ca() {
-    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/untrusted.hd.test.pem" ] && return 0
+    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/impostor.pem" ] && return 0
     mkdir -p "$ca_dir"
     cd "$ca_dir"
     # The project's test CA, and a second unrelated CA for "untrusted" cases.
@@ -80,9 +92,12 @@ make_ca() {
     issue json.test ca
     issue doh-untrusted.test other-ca
     # HTTPS origins for the interceptor.
-    issue origin.hd.test ca "DNS:origin2.hd.test,DNS:failover.hd.test"
+    issue origin.hd.test ca "$(printf 'DNS:%s.hd.test,' origin2 failover bank shop cdn sinkhole blocked dual)DNS:*.cmp.hd.test"
     issue origin2.hd.test ca
     issue untrusted.hd.test other-ca
+    # The hijacker's origin: certificates for the hijacked names, from a CA nobody trusts.
+    issue bank.hd.test other-ca "DNS:dual.hd.test,DNS:*.nxrewrite.hd.test"
+    mv bank.hd.test.pem impostor.pem && mv bank.hd.test.key impostor.key
     # SPKI pin of doh-a.test's key, as CURLOPT_PINNEDPUBLICKEY takes it.
     printf 'sha256//%s' "$(openssl pkey -in doh-a.test.key -pubout -outform DER 2>/dev/null \
         | openssl dgst -sha256 -binary | openssl base64 -A)" >doh-a.test.pin
@@ -100,8 +115,10 @@ write_zone() {
             [ "$type" = CNAME ] && value="$value."
             echo "$name. $ttl IN $type $value"
         done
-        # Benchmark names: any label under bench.hd.test answers.
+        # Benchmark names: any label under bench.hd.test answers; any under cmp.hd.test is the
+        # genuine origin (the system side answers them with another genuine address).
         echo '*.bench 300 IN A 198.18.2.1'
+        echo '*.cmp 300 IN A 127.0.0.4'
     } >"$file"
 }
 
@@ -221,6 +238,9 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
     # origin.hd.test and origin2.hd.test (127.0.0.4): what arrived, as the server saw it.
     server {
         listen 127.0.0.4:$ORIGIN_PORT ssl http2;
+        # A second genuine address (a CDN's other node): what cdn.hd.test and *.cmp.hd.test get
+        # from the system DNS.
+        listen 127.0.0.10:$ORIGIN_PORT ssl http2;
         server_name origin.hd.test origin2.hd.test;
         ssl_certificate $ca_dir/origin.hd.test.pem;
         ssl_certificate_key $ca_dir/origin.hd.test.key;
@@ -289,9 +309,25 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
         ssl_certificate_key $ca_dir/untrusted.hd.test.key;
         location / { default_type text/plain; return 200 "secret body that must not reach the caller\n"; }
     }
+    # The impostor the lying system DNS sends bank.hd.test (and dual.hd.test's AAAA) to: the right
+    # names on a certificate from another CA. Plain HTTP on the side, without the genuine marker.
+    server {
+        listen 127.0.0.8:$ORIGIN_PORT ssl http2;
+        server_name bank.hd.test;
+        ssl_certificate $ca_dir/impostor.pem;
+        ssl_certificate_key $ca_dir/impostor.key;
+        location / { default_type text/plain; return 200 "please enter your password\n"; }
+    }
+    server {
+        listen 127.0.0.8:$ORIGIN_PLAIN_PORT;
+        location / { default_type text/plain; return 200 "please enter your password\n"; }
+    }
     server {
         listen 127.0.0.4:$ORIGIN_PLAIN_PORT;
+        listen 127.0.0.10:$ORIGIN_PLAIN_PORT;
         location = /ok { default_type text/plain; return 200 "ok\n"; }
+        # The genuine site's marker, for plain-HTTP probes.
+        location / { add_header X-Genuine-Origin "hd-origin-7f3a" always; default_type text/plain; return 200 "genuine origin\n"; }
     }
 EOF
 }
@@ -312,6 +348,16 @@ log-facility=$dir/dnsmasq.log
 server=/hd.test/127.0.0.1#$DNS_PORT
 address=/hijacked.hd.test/198.18.66.66
 address=/system-only.hd.test/198.18.77.77
+# Hijack detection (resolve compare): impostor, wrong certificate, another genuine node, a dead
+# sinkhole, a blocked name, a different AAAA only, absent names rewritten, benchmark names.
+address=/bank.hd.test/127.0.0.8
+address=/shop.hd.test/127.0.0.5
+address=/cdn.hd.test/127.0.0.10
+address=/sinkhole.hd.test/127.0.0.7
+address=/blocked.hd.test/
+host-record=dual.hd.test,127.0.0.4,::ffff:127.0.0.8
+address=/nxrewrite.hd.test/127.0.0.8
+address=/cmp.hd.test/127.0.0.10
 EOF
 }
 

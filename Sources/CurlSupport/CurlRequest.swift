@@ -37,6 +37,12 @@ package struct CurlRequest: Sendable {
     package var idleTimeout: Duration?
     /// Offer HTTP/2 in TLS (ALPN); false keeps the transfer on HTTP/1.1.
     package var allowsHTTP2 = true
+    /// Stop once connected (TCP, and the TLS handshake for `https`), sending no request
+    /// (`CURLOPT_CONNECT_ONLY`): what a probe measures.
+    package var connectOnly = false
+    /// Open a connection of its own and close it afterwards (`CURLOPT_FRESH_CONNECT`,
+    /// `CURLOPT_FORBID_REUSE`), so that what is measured is this connection and nothing is pooled.
+    package var freshConnection = false
 
     package init(url: String, method: String = "GET", headers: [String] = [], body: [UInt8]? = nil,
                  resolve: [String] = [], connectTo: [String] = [], timeout: Duration = .seconds(5),
@@ -145,10 +151,26 @@ package struct CurlResponse: Sendable {
     package var totalTime: Double
     /// New connections this transfer had to open (0 when it reused one).
     package var newConnections: Int
+    /// How long the connection's phases took.
+    package var timings = CurlTimings()
 
     package func header(_ name: String) -> String? {
         let wanted = name.lowercased()
         return headers.last { $0.name.lowercased() == wanted }?.value
+    }
+}
+
+/// Seconds a transfer spent in each connection phase, when the phase happened on a connection of
+/// its own (`CURLINFO_CONNECT_TIME`, `CURLINFO_APPCONNECT_TIME`).
+package struct CurlTimings: Sendable, Hashable {
+    /// From the start to the TCP connection.
+    package var connect: Double?
+    /// From the TCP connection to the end of the TLS handshake.
+    package var handshake: Double?
+
+    package init(connect: Double? = nil, handshake: Double? = nil) {
+        self.connect = connect
+        self.handshake = handshake
     }
 }
 
@@ -177,6 +199,8 @@ package struct CurlError: Error, Sendable, CustomStringConvertible {
     package var message: String
     /// libcurl's own code, for logs only.
     package var curlCode: Int32
+    /// The phases that completed before the failure (a TLS failure still has a TCP connect time).
+    package var timings = CurlTimings()
 
     package init(_ code: Code, _ message: String, curlCode: Int32 = 0) {
         self.code = code

@@ -73,6 +73,11 @@ final class Transfer: @unchecked Sendable {
             try set(CURLOPT_LOW_SPEED_TIME, max(1, Int(idle.components.seconds)))
         }
         if request.decodesContent { try set(CURLOPT_ACCEPT_ENCODING, "") }
+        if request.connectOnly { try set(CURLOPT_CONNECT_ONLY, 1) }
+        if request.freshConnection {
+            try set(CURLOPT_FRESH_CONNECT, 1)
+            try set(CURLOPT_FORBID_REUSE, 1)
+        }
         if let delay = request.happyEyeballsDelay { try set(CURLOPT_HAPPY_EYEBALLS_TIMEOUT_MS, Self.milliseconds(delay)) }
         try check(httpdns_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer), CURLOPT_ERRORBUFFER)
 
@@ -137,7 +142,11 @@ final class Transfer: @unchecked Sendable {
     /// Builds the response, or maps libcurl's code to a ``CurlError``.
     func outcome(_ code: CURLcode) -> Result<CurlResponse, CurlError> {
         guard let easy else { return .failure(CurlError(.invalidRequest, "no handle")) }
-        if code != CURLE_OK { return .failure(error(for: code)) }
+        if code != CURLE_OK {
+            var failure = error(for: code)
+            failure.timings = timings()
+            return .failure(failure)
+        }
         var status = 0
         _ = httpdns_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
         var version = 0
@@ -146,11 +155,23 @@ final class Transfer: @unchecked Sendable {
         _ = httpdns_easy_getinfo_double(easy, CURLINFO_TOTAL_TIME, &total)
         var connects = 0
         _ = httpdns_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &connects)
-        return .success(CurlResponse(
+        var response = CurlResponse(
             status: status, headers: headers, body: body,
             contentType: string(CURLINFO_CONTENT_TYPE)?.lowercased(),
             remoteIP: string(CURLINFO_PRIMARY_IP),
-            httpVersion: Self.httpVersion(version), totalTime: total, newConnections: connects))
+            httpVersion: Self.httpVersion(version), totalTime: total, newConnections: connects)
+        response.timings = timings()
+        return .success(response)
+    }
+
+    /// The connect and handshake phases, from libcurl's cumulative times (zero = did not happen).
+    private func timings() -> CurlTimings {
+        guard let easy else { return CurlTimings() }
+        var connect = 0.0, appConnect = 0.0
+        _ = httpdns_easy_getinfo_double(easy, CURLINFO_CONNECT_TIME, &connect)
+        _ = httpdns_easy_getinfo_double(easy, CURLINFO_APPCONNECT_TIME, &appConnect)
+        return CurlTimings(connect: connect > 0 ? connect : nil,
+                           handshake: appConnect > 0 && appConnect >= connect ? appConnect - connect : nil)
     }
 
     private func error(for code: CURLcode) -> CurlError {

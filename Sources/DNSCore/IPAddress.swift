@@ -70,6 +70,9 @@ public enum IPAddress: Sendable, Hashable, CustomStringConvertible, Comparable {
         switch self {
         case let .v4(value):
             return "\(value >> 24).\(value >> 16 & 0xff).\(value >> 8 & 0xff).\(value & 0xff)"
+        case let .v6(high, low) where high == 0 && low >> 32 == 0xffff:
+            // IPv4-mapped: the dotted form RFC 5952 §5 recommends.
+            return "::ffff:" + IPAddress.v4(UInt32(truncatingIfNeeded: low)).description
         case let .v6(high, low):
             let groups = (0..<4).map { UInt16(truncatingIfNeeded: high >> (48 - 16 * $0)) }
                 + (0..<4).map { UInt16(truncatingIfNeeded: low >> (48 - 16 * $0)) }

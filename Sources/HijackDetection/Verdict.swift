@@ -1,4 +1,5 @@
 import DNSCore
+import HTTPDNS
 
 /// What one resolver said about a host.
 public enum ResolverAnswer: Sendable, Hashable {
@@ -14,35 +15,6 @@ public enum ResolverAnswer: Sendable, Hashable {
         case .failure(let error) where error.code == .nxdomain || error.code == .nodata: self = .absent(error.code)
         case .failure(let error): self = .failed(error)
         }
-    }
-}
-
-/// One TLS probe of an address: connect, handshake with SNI = host, validate chain and name.
-public struct AddressProbe: Sendable, Hashable {
-    public enum Outcome: String, Sendable, Hashable, Codable {
-        case ok
-        case untrustedCertificate = "untrusted_certificate"
-        case nameMismatch = "name_mismatch"
-        case connectFailed = "connect_failed"
-        case timeout
-
-        /// The address answered TLS with a certificate that does not prove it serves the host.
-        public var disproves: Bool { self == .untrustedCertificate || self == .nameMismatch }
-    }
-
-    public var ip: IPAddress
-    public var port: Int
-    public var outcome: Outcome
-    /// TCP connect and TLS handshake times, when they happened.
-    public var connectSeconds: Double?
-    public var handshakeSeconds: Double?
-
-    public init(ip: IPAddress, port: Int, outcome: Outcome, connectSeconds: Double? = nil, handshakeSeconds: Double? = nil) {
-        self.ip = ip
-        self.port = port
-        self.outcome = outcome
-        self.connectSeconds = connectSeconds
-        self.handshakeSeconds = handshakeSeconds
     }
 }
 
@@ -120,8 +92,23 @@ public struct Verdict: Sendable, Hashable {
             }
             return Verdict(.hijacked, "system address \(address) failed validation (\(probe.outcome.rawValue)) while trusted address \(trustedProof.ip) presented a valid certificate for \(host)")
         }
-        let unreachable = systemProbes.filter { $0.1?.outcome != .ok }.map(\.0)
-        return Verdict(.suspicious, "system-only address\(unreachable.count == 1 ? "" : "es") \(list(unreachable)) could not be probed (no connection); unproven")
+        let unproven = systemProbes.filter { $0.1?.outcome != .ok }
+        let outcomes = unproven.map { "\($0.0): \($0.1?.outcome.rawValue ?? "not probed")" }.joined(separator: ", ")
+        return Verdict(.suspicious, "system-only address\(unproven.count == 1 ? "" : "es") gave no proof either way (\(outcomes)); unproven")
+    }
+
+    /// Judges a canary: `host` is a random name under `zone` that cannot exist.
+    public static func judgeCanary(host: String, zone: String, trusted: ResolverAnswer, system: ResolverAnswer) -> Verdict {
+        switch (trusted, system) {
+        case (_, .failed(let error)):
+            return Verdict(.unverified, "the system resolver did not answer the canary \(host): \(error.message)")
+        case (.addresses, .addresses):
+            return Verdict(.unverified, "the trusted resolvers also answer the canary \(host) with addresses: \(zone) has a wildcard, pick a zone without one")
+        case (_, .addresses(let addresses)):
+            return Verdict(.hijacked, "the system resolver answers the canary \(host), a random name that cannot exist, with \(list(addresses)): NXDOMAIN rewriting")
+        case (_, .absent(let code)):
+            return Verdict(.consistent, "the system resolver answers the canary \(host) with \(code == .nxdomain ? "NXDOMAIN" : "no addresses"), as an honest resolver does")
+        }
     }
 
     private static func list(_ addresses: [IPAddress]) -> String {

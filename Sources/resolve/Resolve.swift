@@ -9,6 +9,8 @@ enum Exit {
     static let ok: Int32 = 0
     static let failed: Int32 = 1
     static let usage: Int32 = 2
+    /// `compare`: at least one host is hijacked.
+    static let hijacked: Int32 = 3
 }
 
 @main
@@ -16,7 +18,7 @@ struct Resolve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "resolve",
         abstract: "Resolve host names through trusted DNS-over-HTTPS resolvers, immune to DNS hijacking.",
-        subcommands: [Lookup.self, Fetch.self],
+        subcommands: [Lookup.self, Compare.self, Fetch.self],
         defaultSubcommand: Lookup.self)
 
     /// Parses and runs; maps every parse or validation error to exit 2, as the contract says.

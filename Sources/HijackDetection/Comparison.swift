@@ -1,0 +1,244 @@
+import DNSCore
+import HTTPDNS
+
+/// One side of a comparison: something that answers "which addresses does this host have".
+public protocol AnswerSource: Sendable {
+    func answer(for host: String, type: AddressQuery) async -> ResolverAnswer
+}
+
+/// The trusted side: the HTTPDNS resolver (its DoH/JSON upstreams, its own timeout).
+public struct TrustedAnswers: AnswerSource {
+    public let resolver: HTTPDNSResolver
+
+    public init(_ resolver: HTTPDNSResolver) {
+        self.resolver = resolver
+    }
+
+    public func answer(for host: String, type: AddressQuery) async -> ResolverAnswer {
+        do {
+            return ResolverAnswer(.success(try await resolver.resolve(host, type: type).addresses.map(\.ip)))
+        } catch {
+            return ResolverAnswer(.failure(error))
+        }
+    }
+}
+
+/// The system side: one plain-DNS upstream (c-ares' ``SystemResolver``), each address type asked
+/// at once.
+public struct PlainDNSAnswers: AnswerSource {
+    public let upstream: any DNSUpstream
+    public let timeout: Duration
+
+    public init(_ upstream: any DNSUpstream, timeout: Duration = .seconds(3)) {
+        self.upstream = upstream
+        self.timeout = timeout
+    }
+
+    public func answer(for host: String, type: AddressQuery) async -> ResolverAnswer {
+        let name: DomainName
+        do { name = try DomainName(host) } catch { return .failed(error) }
+        let upstream = self.upstream, timeout = self.timeout
+        let results = await withTaskGroup(of: (Int, Result<AddressAnswer, DNSError>).self) { group in
+            for (index, recordType) in type.recordTypes.enumerated() {
+                group.addTask {
+                    do throws(DNSError) {
+                        return (index, .success(try await upstream.query(DNSMessage.Question(name: name, type: recordType), timeout: timeout)))
+                    } catch {
+                        return (index, .failure(error))
+                    }
+                }
+            }
+            var collected: [(Int, Result<AddressAnswer, DNSError>)] = []
+            for await result in group { collected.append(result) }
+            return collected.sorted { $0.0 < $1.0 }.map(\.1)
+        }
+        return Self.combine(results)
+    }
+
+    /// Both types' answers as one: the addresses of either; absent only when every type is; a
+    /// failure only when no type gave addresses.
+    static func combine(_ results: [Result<AddressAnswer, DNSError>]) -> ResolverAnswer {
+        var addresses: [IPAddress] = []
+        var failure: DNSError?
+        var allNXDOMAIN = true
+        for result in results {
+            switch result {
+            case .success(.addresses(let found, _)): addresses += found.map(\.ip); allNXDOMAIN = false
+            case .success(.nxdomain): break
+            case .success(.nodata): allNXDOMAIN = false
+            case .failure(let error): failure = failure ?? error; allNXDOMAIN = false
+            }
+        }
+        if !addresses.isEmpty { return .addresses(addresses) }
+        if let failure { return .failed(failure) }
+        return .absent(allNXDOMAIN ? .nxdomain : .nodata)
+    }
+}
+
+/// Everything learned about one host: both answers, the probes made, the verdict.
+public struct HostComparison: Sendable, Hashable {
+    public var host: String
+    public var trusted: ResolverAnswer
+    public var system: ResolverAnswer
+    public var probes: [AddressProbe]
+    public var verdict: Verdict
+    /// A canary: a random name that cannot exist, asked to catch a resolver that invents answers.
+    public var isCanary: Bool
+
+    public init(host: String, trusted: ResolverAnswer, system: ResolverAnswer, probes: [AddressProbe],
+                verdict: Verdict, isCanary: Bool = false) {
+        self.host = host
+        self.trusted = trusted
+        self.system = system
+        self.probes = probes
+        self.verdict = verdict
+        self.isCanary = isCanary
+    }
+}
+
+/// Compares the trusted and the system view of hosts, probing addresses where they differ.
+///
+/// ```swift
+/// let comparator = Comparator(trusted: TrustedAnswers(resolver),
+///                             system: PlainDNSAnswers(try SystemResolver(servers: ["192.0.2.1"])),
+///                             prober: ConnectionProber(mode: .tls))
+/// for result in await comparator.compare(["api.example.com"], within: .seconds(10)) {
+///     print(result.host, result.verdict.kind, result.verdict.reason)
+/// }
+/// ```
+public struct Comparator: Sendable {
+    public var trusted: any AnswerSource
+    public var system: any AnswerSource
+    /// nil: answers are compared without probing, so a difference stays `suspicious`.
+    public var prober: (any AddressProbing)?
+    public var probePort: Int
+    public var type: AddressQuery
+
+    public init(trusted: any AnswerSource, system: any AnswerSource, prober: (any AddressProbing)?,
+                probePort: Int = 443, type: AddressQuery = .both) {
+        self.trusted = trusted
+        self.system = system
+        self.prober = prober
+        self.probePort = probePort
+        self.type = type
+    }
+
+    /// Compares one host: both sides asked at once, then the probes the difference calls for, all
+    /// at once.
+    public func compare(_ host: String) async -> HostComparison {
+        async let trustedAnswer = trusted.answer(for: host, type: type)
+        async let systemAnswer = system.answer(for: host, type: type)
+        let (trustedSide, systemSide) = await (trustedAnswer, systemAnswer)
+        let probes = await probe(host, Self.addressesToProbe(trusted: trustedSide, system: systemSide))
+        let verdict = Verdict.judge(host: host, trusted: trustedSide, system: systemSide, probes: probes, probing: prober != nil)
+        return HostComparison(host: host, trusted: trustedSide, system: systemSide, probes: probes, verdict: verdict)
+    }
+
+    /// Asks both sides for a random name under `zone` that cannot exist. An honest resolver says
+    /// NXDOMAIN; one that answers with addresses rewrites absent names (ads, search pages, blocks).
+    public func checkCanary(zone: String) async -> HostComparison {
+        let host: String
+        do { host = try Self.canaryName(in: zone) } catch {
+            let failed = ResolverAnswer.failed(error)
+            return HostComparison(host: "canary.\(zone)", trusted: failed, system: failed, probes: [],
+                                  verdict: Verdict(.unverified, "no canary name under '\(zone)': \(error.message)"), isCanary: true)
+        }
+        async let trustedAnswer = trusted.answer(for: host, type: type)
+        async let systemAnswer = system.answer(for: host, type: type)
+        let (trustedSide, systemSide) = await (trustedAnswer, systemAnswer)
+        return HostComparison(host: host, trusted: trustedSide, system: systemSide, probes: [],
+                              verdict: Verdict.judgeCanary(host: host, zone: zone, trusted: trustedSide, system: systemSide),
+                              isCanary: true)
+    }
+
+    /// Compares every host at once (and the canary first, when a zone is given) within one overall
+    /// budget; results in the order given. A host not finished in time is `unverified`.
+    public func compare(_ hosts: [String], canaryZone: String? = nil, within budget: Duration) async -> [HostComparison] {
+        enum Job: Sendable { case host(String), canary(String) }
+        let jobs = (canaryZone.map { [Job.canary($0)] } ?? []) + hosts.map { Job.host($0) }
+        let comparator = self
+        // Each child returns its job's result; the deadline child returns nil.
+        let finished = await withTaskGroup(of: (Int, HostComparison)?.self) { group in
+            for (index, job) in jobs.enumerated() {
+                group.addTask {
+                    switch job {
+                    case .host(let host): return (index, await comparator.compare(host))
+                    case .canary(let zone): return (index, await comparator.checkCanary(zone: zone))
+                    }
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: budget)
+                return nil
+            }
+            var results: [HostComparison?] = Array(repeating: nil, count: jobs.count)
+            var remaining = jobs.count
+            while remaining > 0, let next = await group.next() {
+                guard let (index, result) = next else { break }
+                results[index] = result
+                remaining -= 1
+            }
+            group.cancelAll()
+            return results
+        }
+        let seconds = Double(budget.components.seconds) + Double(budget.components.attoseconds) / 1e18
+        let budgetText = seconds == seconds.rounded() ? "\(Int(seconds))" : "\(seconds)"
+        return finished.enumerated().map { index, result in
+            if let result { return result }
+            let host: String
+            switch jobs[index] {
+            case .host(let name): host = name
+            case .canary(let zone): host = "canary.\(zone)"
+            }
+            let late = ResolverAnswer.failed(DNSError(.timeout, "not finished within the overall timeout"))
+            return HostComparison(host: host, trusted: late, system: late, probes: [],
+                                  verdict: Verdict(.unverified, "not finished within the overall timeout of \(budgetText) s"),
+                                  isCanary: { if case .canary = jobs[index] { return true } else { return false } }())
+        }
+    }
+
+    /// A name under `zone` no resolver can know: a random 16-character label.
+    public static func canaryName(in zone: String) throws(DNSError) -> String {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+        var generator = SystemRandomNumberGenerator()
+        let label = "canary-" + String((0..<16).map { _ in alphabet[Int(generator.next(upperBound: UInt(alphabet.count)))] })
+        let trimmed = zone.hasSuffix(".") ? String(zone.dropLast()) : zone
+        let name = "\(label).\(trimmed)"
+        _ = try DomainName(name)
+        return name
+    }
+
+    /// Which addresses the verdict needs probed: when the system has addresses the trusted side
+    /// lacks, those and the trusted ones (a trusted proof is what makes a failing one damning);
+    /// when the system denies a name, the trusted ones (proof the name is real).
+    static func addressesToProbe(trusted: ResolverAnswer, system: ResolverAnswer) -> [IPAddress] {
+        switch (trusted, system) {
+        case (.addresses(let trustedAddresses), .addresses(let systemAddresses)):
+            let known = Set(trustedAddresses)
+            let systemOnly = systemAddresses.filter { !known.contains($0) }
+            return systemOnly.isEmpty ? [] : unique(systemOnly + trustedAddresses)
+        case (.addresses(let trustedAddresses), .absent):
+            return unique(trustedAddresses)
+        default:
+            return []
+        }
+    }
+
+    private static func unique(_ addresses: [IPAddress]) -> [IPAddress] {
+        var seen: Set<IPAddress> = []
+        return addresses.filter { seen.insert($0).inserted }
+    }
+
+    private func probe(_ host: String, _ addresses: [IPAddress]) async -> [AddressProbe] {
+        guard let prober, !addresses.isEmpty else { return [] }
+        let port = probePort
+        return await withTaskGroup(of: (Int, AddressProbe).self) { group in
+            for (index, ip) in addresses.enumerated() {
+                group.addTask { (index, await prober.probe(host: host, ip: ip, port: port)) }
+            }
+            var probes: [(Int, AddressProbe)] = []
+            for await probe in group { probes.append(probe) }
+            return probes.sorted { $0.0 < $1.0 }.map(\.1)
+        }
+    }
+}
