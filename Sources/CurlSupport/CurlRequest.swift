@@ -199,7 +199,8 @@ package struct CurlError: Error, Sendable, CustomStringConvertible {
     package var message: String
     /// libcurl's own code, for logs only.
     package var curlCode: Int32
-    /// The phases that completed before the failure (a TLS failure still has a TCP connect time).
+    /// The phases libcurl recorded before the failure (7.88 records none unless the whole
+    /// connection, TLS included, was set up).
     package var timings = CurlTimings()
 
     package init(_ code: Code, _ message: String, curlCode: Int32 = 0) {

@@ -38,7 +38,8 @@ public struct AddressProbe: Sendable, Hashable {
     public var port: Int
     public var kind: Kind
     public var outcome: Outcome
-    /// Seconds to the TCP connection, and of the TLS handshake after it, when they happened.
+    /// Seconds to the TCP connection, and of the TLS handshake after it. libcurl (7.88) records
+    /// them only for a connection that completed, so a failed probe has neither.
     public var connectSeconds: Double?
     public var handshakeSeconds: Double?
     /// What went wrong, in the TLS library's or libcurl's words; nil when `ok`.

@@ -1,5 +1,6 @@
 import DNSCore
 import HijackDetection
+import HTTPDNS
 import Testing
 
 /// The verdict logic alone, from made-up answers and probe results.

@@ -30,6 +30,14 @@ public enum TestEnvironment {
     /// on 127.0.0.5 (presents origin2's certificate), untrusted.hd.test on 127.0.0.6 (another CA),
     /// dead.hd.test on 127.0.0.7 (nothing listens), failover.hd.test (AAAA ::1 refused, A 127.0.0.4).
     public static let originPort = 18480
+    /// Plain HTTP on the origin's addresses: the genuine site answers with the marker below in a
+    /// header, the impostor (127.0.0.8) without it.
+    public static let originPlainPort = 18481
+    public static let genuineMarker = "hd-origin-7f3a"
+    /// The impostor the lying system DNS sends bank.hd.test to: same name, another CA's certificate.
+    public static let impostorAddress = "127.0.0.8"
+    /// A second genuine node (cdn.hd.test and *.cmp.hd.test on the system side).
+    public static let secondOriginAddress = "127.0.0.10"
     /// The origin over HTTP/1.1 only (chunked responses).
     public static let originH1Port = 18482
     /// Where nginx keeps request bodies of `/upload-file`.
