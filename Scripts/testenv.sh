@@ -62,13 +62,18 @@ sinkhole.hd.test A 127.0.0.4 300
 blocked.hd.test A 127.0.0.4 300
 dual.hd.test A 127.0.0.4 300
 dual.hd.test AAAA ::1 300
+nodes.hd.test A 127.0.0.4 300
+nodes.hd.test A 127.0.0.10 300
 EOF
     for i in $(seq 1 16); do echo "many.hd.test A 198.18.1.$i 300"; done
     for i in $(seq 1 4); do echo "many.hd.test AAAA 2001:2::1:$i 300"; done
 }
 
+# Names the genuine origin's certificate covers; a change here re-issues the certificates.
+origin_sans="$(printf 'DNS:%s.hd.test,' origin2 failover bank shop cdn sinkhole blocked dual nodes)DNS:*.cmp.hd.test"
+
 make_ca() {
-    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/impostor.pem" ] && return 0
+    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/impostor.pem" ] && [ "$(cat "$ca_dir/origin.sans" 2>/dev/null)" = "$origin_sans" ] && return 0
     mkdir -p "$ca_dir"
     cd "$ca_dir"
     # The project's test CA, and a second unrelated CA for "untrusted" cases.
@@ -92,7 +97,8 @@ make_ca() {
     issue json.test ca
     issue doh-untrusted.test other-ca
     # HTTPS origins for the interceptor.
-    issue origin.hd.test ca "$(printf 'DNS:%s.hd.test,' origin2 failover bank shop cdn sinkhole blocked dual)DNS:*.cmp.hd.test"
+    issue origin.hd.test ca "$origin_sans"
+    echo "$origin_sans" >origin.sans
     issue origin2.hd.test ca
     issue untrusted.hd.test other-ca
     # The hijacker's origin: certificates for the hijacked names, from a CA nobody trusts.

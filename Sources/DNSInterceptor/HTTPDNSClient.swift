@@ -41,6 +41,10 @@ public final class HTTPDNSClient: Sendable {
         /// Cookies sent from and stored into this storage when a request's `httpShouldHandleCookies`
         /// is true. Default none: no cookies are sent or kept.
         public nonisolated(unsafe) var cookieStorage: HTTPCookieStorage?
+        /// Orders each host's addresses by measured connect latency before connecting, healthy ones
+        /// first (measurements are remembered per the ranker's `memory`). Default none: the
+        /// resolver's order, families interleaved (RFC 8305).
+        public var ranker: AddressRanker?
 
         public init() {}
     }
@@ -241,7 +245,11 @@ public final class HTTPDNSClient: Sendable {
             do {
                 let resolved = try await resolver.resolve(bareHost)
                 resolution = resolved
-                resolve = ["\(bareHost):\(port):" + Self.interleaved(resolved.addresses).map { $0.ip.urlHost }.joined(separator: ",")]
+                var order = Self.interleaved(resolved.addresses).map(\.ip)
+                if let ranker = options.ranker {
+                    order = await ranker.rank(order, host: bareHost, port: port).map(\.ip)
+                }
+                resolve = ["\(bareHost):\(port):" + order.map(\.urlHost).joined(separator: ",")]
             } catch {
                 throw Self.error(.cannotFindHost, url, HTTPDNSClientError(.resolution, "cannot resolve \(bareHost): \(error.message)", dnsCode: error.code.rawValue))
             }

@@ -4,8 +4,23 @@ import Foundation
 import FoundationNetworking
 #endif
 import HTTPDNS
+import Synchronization
 import Testing
 import TestSupport
+
+/// Claims an RTT per address (nil: unreachable), records what it was asked.
+final class FixedProber: AddressProbing {
+    let rtts: [String: Double?]
+    let asked = Mutex<[String]>([])
+
+    init(_ rtts: [String: Double?]) { self.rtts = rtts }
+
+    func probe(host: String, ip: IPAddress, port: Int) async -> AddressProbe {
+        asked.withLock { $0.append("\(host) \(ip) \(port)") }
+        guard let rtt = rtts[ip.description] ?? nil else { return AddressProbe(ip: ip, port: port, kind: .tcp, outcome: .connectFailed) }
+        return AddressProbe(ip: ip, port: port, kind: .tcp, outcome: .ok, connectSeconds: rtt)
+    }
+}
 
 extension InterceptorSuites {
     /// The client against real nginx origins whose names only the local DoH server knows (the system's
@@ -35,6 +50,21 @@ extension InterceptorSuites {
             #expect(exchange.remoteAddress == "127.0.0.4")
             #expect(exchange.resolution?.source == .doh || exchange.resolution?.source == .cache)
             #expect(exchange.httpVersion == 20)
+        }
+
+        @Test func withARankerTheFastestAddressIsUsedFirst() async throws {
+            // nodes.hd.test has two genuine addresses; the (fake) measurements make 127.0.0.10 the
+            // fastest and 127.0.0.4 unreachable, so the connection must go to 127.0.0.10.
+            let prober = FixedProber(["127.0.0.10": 0.001, "127.0.0.4": nil])
+            var options = HTTPDNSClient.Options()
+            options.caFile = TestEnvironment.caFile
+            options.ranker = AddressRanker(resolver: resolver, prober: prober)
+            let ranked = HTTPDNSClient(resolver: resolver, options: options)
+            let exchange = try await ranked.send(request("/echo", host: "nodes.hd.test"))
+            #expect(exchange.response.statusCode == 200)
+            #expect(exchange.remoteAddress == "127.0.0.10")
+            #expect(Set(prober.asked.withLock { $0 }) == ["nodes.hd.test 127.0.0.4 \(TestEnvironment.originPort)",
+                                                          "nodes.hd.test 127.0.0.10 \(TestEnvironment.originPort)"])
         }
 
         @Test func postAndPutBodiesArriveWhole() async throws {
