@@ -77,6 +77,8 @@ let package = Package(
         .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "CCares"], path: "Benchmarks/CacheBenchmark"),
         .executableTarget(name: "InterceptorBenchmark", dependencies: ["DNSInterceptor", "HTTPDNS", "CCurl"],
                           path: "Benchmarks/InterceptorBenchmark"),
+        .executableTarget(name: "CompareBenchmark", dependencies: ["HijackDetection", "HTTPDNS", "SystemResolver", "CurlSupport"],
+                          path: "Benchmarks/CompareBenchmark"),
 
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
         .target(name: "TestSupport", path: "Tests/TestSupport"),

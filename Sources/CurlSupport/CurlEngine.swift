@@ -29,6 +29,11 @@ package final class CurlEngine: @unchecked Sendable {
     /// costs more than the transfer itself on a warm HTTP/2 connection.
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private static let maxIdleHandles = 128
+    private let opened = Atomic<Int>(0)
+
+    /// Connections this engine has opened so far (`CURLINFO_NUM_CONNECTS` summed over finished
+    /// transfers, failed ones included): what a benchmark counts.
+    package var connectionsOpened: Int { opened.load(ordering: .relaxed) }
 
     package init() {
         _ = Self.globalInit
@@ -131,6 +136,9 @@ package final class CurlEngine: @unchecked Sendable {
     private func complete(easy: UnsafeMutableRawPointer, result: CURLcode) {
         guard let transfer = active.removeValue(forKey: easy) else { return }
         curl_multi_remove_handle(multi, easy)
+        var connects = 0
+        _ = httpdns_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &connects)
+        opened.add(connects, ordering: .relaxed)
         transfer.finish(transfer.outcome(result))
         recycle(transfer)
     }

@@ -99,14 +99,14 @@ public struct HostComparison: Sendable, Hashable {
 /// Compares the trusted and the system view of hosts, probing addresses where they differ.
 ///
 /// ```swift
-/// let comparator = Comparator(trusted: TrustedAnswers(resolver),
+/// let detector = HijackDetector(trusted: TrustedAnswers(resolver),
 ///                             system: PlainDNSAnswers(try SystemResolver(servers: ["192.0.2.1"])),
 ///                             prober: ConnectionProber(mode: .tls))
-/// for result in await comparator.compare(["api.example.com"], within: .seconds(10)) {
+/// for result in await detector.compare(["api.example.com"], within: .seconds(10)) {
 ///     print(result.host, result.verdict.kind, result.verdict.reason)
 /// }
 /// ```
-public struct Comparator: Sendable {
+public struct HijackDetector: Sendable {
     public var trusted: any AnswerSource
     public var system: any AnswerSource
     /// nil: answers are compared without probing, so a difference stays `suspicious`.
@@ -156,14 +156,14 @@ public struct Comparator: Sendable {
     public func compare(_ hosts: [String], canaryZone: String? = nil, within budget: Duration) async -> [HostComparison] {
         enum Job: Sendable { case host(String), canary(String) }
         let jobs = (canaryZone.map { [Job.canary($0)] } ?? []) + hosts.map { Job.host($0) }
-        let comparator = self
+        let detector = self
         // Each child returns its job's result; the deadline child returns nil.
         let finished = await withTaskGroup(of: (Int, HostComparison)?.self) { group in
             for (index, job) in jobs.enumerated() {
                 group.addTask {
                     switch job {
-                    case .host(let host): return (index, await comparator.compare(host))
-                    case .canary(let zone): return (index, await comparator.checkCanary(zone: zone))
+                    case .host(let host): return (index, await detector.compare(host))
+                    case .canary(let zone): return (index, await detector.checkCanary(zone: zone))
                     }
                 }
             }

@@ -71,10 +71,10 @@ struct Compare: AsyncParsableCommand {
             let mode: ConnectionProber.Mode = httpMarker.map { .http(path: httpPath ?? "/", marker: $0) } ?? .tls
             prober = ConnectionProber(mode: mode, timeout: stepTimeout, caFile: options.caFile ?? file?.configuration.caFile)
         }
-        let comparator = Comparator(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: stepTimeout),
+        let detector = HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: stepTimeout),
                                     prober: prober, probePort: probePort ?? (httpMarker == nil ? 443 : 80),
                                     type: try options.addressQuery)
-        let results = await comparator.compare(hosts, canaryZone: canaryZone,
+        let results = await detector.compare(hosts, canaryZone: canaryZone,
                                                within: .milliseconds(Int64(overallTimeout * 1000)))
         for result in results {
             print(options.json ? CompareOutput.json(result) : CompareOutput.human(result))

@@ -98,7 +98,7 @@ struct ProbeIntegrationTests {
 }
 
 struct ComparisonIntegrationTests {
-    static func comparator(probing: Bool = true, systemServer: String = "127.0.0.1:\(TestEnvironment.systemDNSPort)") throws -> (Comparator, SystemResolver) {
+    static func detector(probing: Bool = true, systemServer: String = "127.0.0.1:\(TestEnvironment.systemDNSPort)") throws -> (HijackDetector, SystemResolver) {
         try TestEnvironment.requireRunning()
         var options = HTTPDNSOptions(timeout: .seconds(3), allowPrivate: true)
         options.minTTL = .zero
@@ -107,18 +107,18 @@ struct ComparisonIntegrationTests {
             options: options)
         let system = try SystemResolver(servers: [systemServer], attemptTimeout: .milliseconds(500), tries: 1)
         let prober = probing ? ConnectionProber(mode: .tls, timeout: .seconds(3), caFile: TestEnvironment.caFile) : nil
-        return (Comparator(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: .seconds(2)),
+        return (HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: .seconds(2)),
                            prober: prober, probePort: TestEnvironment.originPort), system)
     }
 
     func ip(_ text: String) -> IPAddress { IPAddress(text)! }
 
     @Test func everyVerdictAgainstTheRealServers() async throws {
-        let (comparator, system) = try Self.comparator()
+        let (detector, system) = try Self.detector()
         defer { system.shutdown() }
         let hosts = ["origin.hd.test", "cdn.hd.test", "bank.hd.test", "shop.hd.test", "blocked.hd.test",
                      "system-only.hd.test", "sinkhole.hd.test", "dual.hd.test"]
-        let results = await comparator.compare(hosts, within: .seconds(20))
+        let results = await detector.compare(hosts, within: .seconds(20))
         let byHost = Dictionary(uniqueKeysWithValues: results.map { ($0.host, $0) })
         func verdict(_ host: String) -> Verdict.Kind? { byHost[host]?.verdict.kind }
         func outcome(_ host: String, _ address: String) -> AddressProbe.Outcome? {
@@ -158,37 +158,37 @@ struct ComparisonIntegrationTests {
     }
 
     @Test func withoutProbesADifferenceIsOnlySuspicious() async throws {
-        let (comparator, system) = try Self.comparator(probing: false)
+        let (detector, system) = try Self.detector(probing: false)
         defer { system.shutdown() }
-        let result = await comparator.compare("bank.hd.test")
+        let result = await detector.compare("bank.hd.test")
         #expect(result.verdict.kind == .suspicious)
         #expect(result.probes.isEmpty)
         // Rewriting needs no probe.
-        #expect(await comparator.compare("system-only.hd.test").verdict.kind == .hijacked)
+        #expect(await detector.compare("system-only.hd.test").verdict.kind == .hijacked)
     }
 
     @Test func aSilentSystemResolverLeavesTheHostUnverified() async throws {
         // Nothing answers on this loopback port: the system side fails.
-        let (comparator, system) = try Self.comparator(systemServer: "127.0.0.1:9")
+        let (detector, system) = try Self.detector(systemServer: "127.0.0.1:9")
         defer { system.shutdown() }
-        let result = await comparator.compare("origin.hd.test")
+        let result = await detector.compare("origin.hd.test")
         #expect(result.verdict.kind == .unverified)
         guard case .failed = result.system else { Issue.record("system side: \(result.system)"); return }
         #expect(result.trusted == .addresses([ip("127.0.0.4")]))
     }
 
     @Test func canaries() async throws {
-        let (comparator, system) = try Self.comparator()
+        let (detector, system) = try Self.detector()
         defer { system.shutdown() }
-        let lying = await comparator.checkCanary(zone: "nxrewrite.hd.test")
+        let lying = await detector.checkCanary(zone: "nxrewrite.hd.test")
         #expect(lying.verdict.kind == .hijacked)
         #expect(lying.system == .addresses([ip(TestEnvironment.impostorAddress)]))
         #expect(lying.trusted == .absent(.nxdomain))
-        let honest = await comparator.checkCanary(zone: "hd.test")
+        let honest = await detector.checkCanary(zone: "hd.test")
         #expect(honest.verdict.kind == .consistent, "\(honest.verdict.reason)")
         #expect(honest.system == .absent(.nxdomain))
         // A zone with a wildcard answers any name on both sides: the check says it cannot tell.
-        let wildcard = await comparator.checkCanary(zone: "cmp.hd.test")
+        let wildcard = await detector.checkCanary(zone: "cmp.hd.test")
         #expect(wildcard.verdict.kind == .unverified)
     }
 

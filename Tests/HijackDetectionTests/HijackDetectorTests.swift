@@ -34,15 +34,15 @@ final class TableProber: AddressProbing {
     }
 }
 
-struct ComparatorTests {
+struct HijackDetectorTests {
     func ip(_ text: String) -> IPAddress { IPAddress(text)! }
 
     @Test func identicalAnswersAreNotProbed() async {
         let prober = TableProber([:])
-        let comparator = Comparator(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
                                     system: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
                                     prober: prober, probePort: 8443)
-        let result = await comparator.compare("a.test")
+        let result = await detector.compare("a.test")
         #expect(result.verdict.kind == .consistent)
         #expect(result.probes.isEmpty)
         #expect(prober.asked.withLock { $0 }.isEmpty)
@@ -50,10 +50,10 @@ struct ComparatorTests {
 
     @Test func aDifferenceProbesSystemOnlyAndTrustedAddressesOnTheProbePort() async {
         let prober = TableProber(["192.0.2.1": .ok, "203.0.113.9": .untrustedCertificate])
-        let comparator = Comparator(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
                                     system: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1"), ip("203.0.113.9")])]),
                                     prober: prober, probePort: 8443)
-        let result = await comparator.compare("a.test")
+        let result = await detector.compare("a.test")
         #expect(result.verdict.kind == .hijacked)
         #expect(result.probes.map(\.ip) == [ip("203.0.113.9"), ip("192.0.2.1")])
         #expect(Set(prober.asked.withLock { $0 }) == ["a.test 203.0.113.9 8443", "a.test 192.0.2.1 8443"])
@@ -61,18 +61,18 @@ struct ComparatorTests {
 
     @Test func aDeniedNameProbesTheTrustedAddresses() async {
         let prober = TableProber(["192.0.2.1": .ok])
-        let comparator = Comparator(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
                                     system: TableSource(answers: ["a.test": .absent(.nxdomain)]), prober: prober)
-        let result = await comparator.compare("a.test")
+        let result = await detector.compare("a.test")
         #expect(result.verdict.kind == .hijacked)
         #expect(result.verdict.reason.contains("blocking"))
         #expect(result.probes.map(\.ip) == [ip("192.0.2.1")])
     }
 
     @Test func withoutAProberADifferenceIsSuspicious() async {
-        let comparator = Comparator(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
                                     system: TableSource(answers: ["a.test": .addresses([ip("203.0.113.9")])]), prober: nil)
-        let result = await comparator.compare("a.test")
+        let result = await detector.compare("a.test")
         #expect(result.verdict.kind == .suspicious)
         #expect(result.probes.isEmpty)
     }
@@ -80,10 +80,10 @@ struct ComparatorTests {
     @Test func hostsRunConcurrentlyAndKeepTheirOrder() async {
         let names = (0..<50).map { "h\($0).test" }
         let table = Dictionary(uniqueKeysWithValues: names.map { ($0, ResolverAnswer.addresses([ip("192.0.2.1")])) })
-        let comparator = Comparator(trusted: TableSource(answers: table, delay: .milliseconds(200)),
+        let detector = HijackDetector(trusted: TableSource(answers: table, delay: .milliseconds(200)),
                                     system: TableSource(answers: table, delay: .milliseconds(200)), prober: nil)
         let start = ContinuousClock.now
-        let results = await comparator.compare(names, within: .seconds(10))
+        let results = await detector.compare(names, within: .seconds(10))
         let elapsed = ContinuousClock.now - start
         #expect(results.map(\.host) == names)
         #expect(results.allSatisfy { $0.verdict.kind == .consistent })
@@ -94,24 +94,24 @@ struct ComparatorTests {
     @Test func theOverallTimeoutMarksUnfinishedHostsUnverified() async {
         let fast = TableSource(answers: ["fast.test": .addresses([ip("192.0.2.1")])])
         let slow = SplitSource(fast: fast, slowHost: "slow.test", delay: .seconds(30))
-        let comparator = Comparator(trusted: slow, system: slow, prober: nil)
+        let detector = HijackDetector(trusted: slow, system: slow, prober: nil)
         let start = ContinuousClock.now
-        let results = await comparator.compare(["fast.test", "slow.test"], within: .milliseconds(300))
+        let results = await detector.compare(["fast.test", "slow.test"], within: .milliseconds(300))
         #expect(ContinuousClock.now - start < .seconds(5))
         #expect(results.map(\.verdict.kind) == [.consistent, .unverified])
         #expect(results[1].verdict.reason == "not finished within the overall timeout of 0.3 s")
     }
 
     @Test func theCanaryComesFirstWithARandomNameUnderTheZone() async {
-        let comparator = Comparator(trusted: TableSource(answers: ["lie.test": .absent(.nxdomain)]),
+        let detector = HijackDetector(trusted: TableSource(answers: ["lie.test": .absent(.nxdomain)]),
                                     system: TableSource(answers: ["lie.test": .addresses([ip("203.0.113.80")])]), prober: nil)
-        let results = await comparator.compare([], canaryZone: "lie.test", within: .seconds(5))
+        let results = await detector.compare([], canaryZone: "lie.test", within: .seconds(5))
         let canary = try! #require(results.first)
         #expect(canary.isCanary)
         #expect(canary.host.hasSuffix(".lie.test") && canary.host.hasPrefix("canary-"))
         #expect(canary.verdict.kind == .hijacked)
         #expect(canary.verdict.reason.contains("NXDOMAIN rewriting"))
-        let other = try! Comparator.canaryName(in: "lie.test")
+        let other = try! HijackDetector.canaryName(in: "lie.test")
         #expect(other != canary.host)
     }
 
@@ -129,10 +129,10 @@ struct ComparatorTests {
     }
 
     @Test func anInvalidCanaryZoneIsUnverifiedNotACrash() async throws {
-        let comparator = Comparator(trusted: TableSource(answers: [:]), system: TableSource(answers: [:]), prober: nil)
-        let result = await comparator.checkCanary(zone: "bad zone!")
+        let detector = HijackDetector(trusted: TableSource(answers: [:]), system: TableSource(answers: [:]), prober: nil)
+        let result = await detector.checkCanary(zone: "bad zone!")
         #expect(result.verdict.kind == .unverified)
-        #expect(throws: DNSError.self) { try Comparator.canaryName(in: String(repeating: "a", count: 250) + ".test") }
+        #expect(throws: DNSError.self) { try HijackDetector.canaryName(in: String(repeating: "a", count: 250) + ".test") }
     }
 }
 
