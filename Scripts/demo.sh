@@ -36,3 +36,8 @@ echo "# that address; SNI, Host and the certificate check keep the name (nginx e
 run fetch $a --ca-file $ca --allow-private -v https://origin.hd.test:$ORIGIN_PORT/echo
 echo; echo "# An address presenting a certificate for another name is refused (exit 5); no body is printed."
 run fetch $a --ca-file $ca --allow-private https://mismatch.hd.test:$ORIGIN_PORT/
+echo; echo "# compare: the trusted resolver vs a lying \"system\" DNS (dnsmasq on 127.0.0.1:$SYSTEM_DNS_PORT)."
+echo "# Where the answers differ, TLS probes decide: an impostor's certificate proves the hijack, a"
+echo "# second genuine node proves itself; the canary catches a resolver inventing absent names (exit 3)."
+run compare $a --ca-file $ca --allow-private --system-dns 127.0.0.1:$SYSTEM_DNS_PORT --probe-port $ORIGIN_PORT \
+    --canary-zone nxrewrite.hd.test origin.hd.test cdn.hd.test bank.hd.test blocked.hd.test
