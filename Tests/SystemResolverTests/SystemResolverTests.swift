@@ -57,7 +57,7 @@ import Testing
             ($0 as? DNSError)?.code == .timeout
         }
         let elapsed = ContinuousClock.now - start
-        #expect(elapsed >= .milliseconds(350) && elapsed < .milliseconds(2500), "took \(elapsed); the attempt timeout is 5 s")
+        #expect(elapsed >= .milliseconds(350) && elapsed < .milliseconds(4500), "took \(elapsed); the attempt timeout is 5 s")
     }
 
     @Test func closedPortIsRefusedQuickly() async throws {
