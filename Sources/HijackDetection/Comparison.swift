@@ -211,14 +211,18 @@ public struct HijackDetector: Sendable {
     /// Which addresses the verdict needs probed: when the system has addresses the trusted side
     /// lacks, those and the trusted ones (a trusted proof is what makes a failing one damning);
     /// when the system denies a name, the trusted ones (proof the name is real).
+    /// At most this many probes per host (system-only addresses first): a hostile answer with
+    /// hundreds of addresses must not turn into hundreds of connections. Unprobed ones prove nothing.
+    public static let maxProbesPerHost = 16
+
     static func addressesToProbe(trusted: ResolverAnswer, system: ResolverAnswer) -> [IPAddress] {
         switch (trusted, system) {
         case (.addresses(let trustedAddresses), .addresses(let systemAddresses)):
             let known = Set(trustedAddresses)
             let systemOnly = systemAddresses.filter { !known.contains($0) }
-            return systemOnly.isEmpty ? [] : unique(systemOnly + trustedAddresses)
+            return systemOnly.isEmpty ? [] : Array(unique(systemOnly + trustedAddresses).prefix(maxProbesPerHost))
         case (.addresses(let trustedAddresses), .absent):
-            return unique(trustedAddresses)
+            return Array(unique(trustedAddresses).prefix(maxProbesPerHost))
         default:
             return []
         }

@@ -69,6 +69,16 @@ struct HijackDetectorTests {
         #expect(result.probes.map(\.ip) == [ip("192.0.2.1")])
     }
 
+    @Test func probesPerHostAreCapped() async {
+        let many = (1...200).map { ip("203.0.113.\($0)") }
+        let prober = TableProber([:])
+        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+                                      system: TableSource(answers: ["a.test": .addresses(many)]), prober: prober)
+        let result = await detector.compare("a.test")
+        #expect(result.probes.count == HijackDetector.maxProbesPerHost)
+        #expect(result.verdict.kind == .suspicious)
+    }
+
     @Test func withoutAProberADifferenceIsSuspicious() async {
         let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
                                     system: TableSource(answers: ["a.test": .addresses([ip("203.0.113.9")])]), prober: nil)
