@@ -15,6 +15,10 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        // The daemon only (HealthCheck): HTTP server, lifecycle, Prometheus exposition.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: []),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // System libraries. shim.h holds only static inline wrappers for variadic C calls.
@@ -56,6 +60,18 @@ let package = Package(
         // Hijack detection: verdicts from trusted vs system answers and TLS probes.
         .target(name: "HijackDetection", dependencies: ["DNSCore", "HTTPDNS", "SystemResolver"]),
 
+        // The daemon: watch list, health checks, HTTP API, DoH endpoint, metrics. The only target
+        // with SwiftNIO / Hummingbird.
+        .target(name: "HealthCheck", dependencies: [
+            "HTTPDNS", "HijackDetection", "SystemResolver", "ResolverConfig", "DNSCore",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            .product(name: "Prometheus", package: "swift-prometheus"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Metrics", package: "swift-metrics"),
+        ]),
+
         // The YAML configuration file of `resolve --config` and `resolve daemon`.
         .target(name: "ResolverConfig", dependencies: ["HTTPDNS", .product(name: "Yams", package: "Yams")]),
 
@@ -66,6 +82,7 @@ let package = Package(
                 "HTTPDNS",
                 "DNSInterceptor",
                 "HijackDetection",
+                "HealthCheck",
                 "ResolverConfig",
                 "SystemResolver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HijackDetection
 import HTTPDNS
+import HealthCheck
 import SystemResolver
 
 struct Compare: AsyncParsableCommand {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import HTTPDNS
+import HealthCheck
 import ResolverConfig
 import SystemResolver
 
@@ -18,7 +19,7 @@ struct Resolve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "resolve",
         abstract: "Resolve host names through trusted DNS-over-HTTPS resolvers, immune to DNS hijacking.",
-        subcommands: [Lookup.self, Compare.self, Fetch.self],
+        subcommands: [Lookup.self, Compare.self, Fetch.self, DaemonCommand.self],
         defaultSubcommand: Lookup.self)
 
     /// Parses and runs; maps every parse or validation error to exit 2, as the contract says.

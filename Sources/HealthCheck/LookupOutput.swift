@@ -1,9 +1,10 @@
 import Foundation
 import HTTPDNS
+import DNSCore
 
 /// Renders lookup results: JSON Lines with the contract's key order, or a human table.
-enum LookupOutput {
-    static func json(_ resolution: Resolution) -> String {
+public enum LookupOutput {
+    public static func json(_ resolution: Resolution) -> String {
         var object = JSONObject()
         object["host"] = .string(resolution.host)
         object["addresses"] = .array(resolution.addresses.map { address in
@@ -22,7 +23,7 @@ enum LookupOutput {
         return JSONValue.object(object).serialized
     }
 
-    static func json(host: String, error: DNSError) -> String {
+    public static func json(host: String, error: DNSError) -> String {
         var detail = JSONObject()
         detail["code"] = .string(error.code.rawValue)
         detail["message"] = .string(error.message)
@@ -33,7 +34,7 @@ enum LookupOutput {
         return JSONValue.object(object).serialized
     }
 
-    static func human(_ resolution: Resolution) -> String {
+    public static func human(_ resolution: Resolution) -> String {
         var lines = [resolution.host + (resolution.canonicalName.map { "  (canonical name \($0))" } ?? "")]
         let width = resolution.addresses.map { $0.ip.description.count }.max() ?? 0
         for address in resolution.addresses {
@@ -49,7 +50,7 @@ enum LookupOutput {
         return lines.joined(separator: "\n")
     }
 
-    static func human(host: String, error: DNSError) -> String {
+    public static func human(host: String, error: DNSError) -> String {
         var lines = ["\(host)", "  error \(error.code.rawValue): \(error.message)"]
         if error.attempts.count > 1 {
             for attempt in error.attempts {
@@ -69,7 +70,7 @@ enum LookupOutput {
         })
     }
 
-    static func milliseconds(_ duration: Duration) -> Double {
+    public static func milliseconds(_ duration: Duration) -> Double {
         let (seconds, attoseconds) = duration.components
         let value = Double(seconds) * 1000 + Double(attoseconds) / 1e15
         return (value * 10).rounded() / 10
@@ -77,11 +78,11 @@ enum LookupOutput {
 }
 
 /// A JSON value whose objects keep insertion order, so output matches the documented key order.
-indirect enum JSONValue {
+public indirect enum JSONValue {
     case string(String), int(Int), double(Double), bool(Bool), null
     case array([JSONValue]), object(JSONObject)
 
-    var serialized: String {
+    public var serialized: String {
         switch self {
         case let .string(text): return Self.quote(text)
         case let .int(value): return String(value)
@@ -94,7 +95,7 @@ indirect enum JSONValue {
         }
     }
 
-    static func quote(_ text: String) -> String {
+    public static func quote(_ text: String) -> String {
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {
@@ -111,10 +112,12 @@ indirect enum JSONValue {
     }
 }
 
-struct JSONObject {
-    private(set) var pairs: [(String, JSONValue)] = []
+public struct JSONObject {
+    public private(set) var pairs: [(String, JSONValue)] = []
 
-    subscript(key: String) -> JSONValue? {
+    public init() {}
+
+    public subscript(key: String) -> JSONValue? {
         get { pairs.first { $0.0 == key }?.1 }
         set {
             pairs.removeAll { $0.0 == key }

@@ -1,0 +1,207 @@
+import DNSCore
+import Foundation
+import HijackDetection
+import HTTPDNS
+import Hummingbird
+import Logging
+import Metrics
+import Prometheus
+import ResolverConfig
+import ServiceLifecycle
+import Synchronization
+import SystemResolver
+import UnixSignals
+
+/// What one configuration builds: the resolver, the system side, the detector and the ranker.
+/// A reload builds a new one and swaps it in; requests in flight finish on the old one.
+final class Runtime: Sendable {
+    let config: ConfigFile
+    let resolver: HTTPDNSResolver
+    let system: SystemResolver
+    let detector: HijackDetector
+    let ranker: AddressRanker
+
+    init(_ config: ConfigFile) throws(DNSError) {
+        self.config = config
+        let system = try SystemResolver(servers: config.systemDNS)
+        self.system = system
+        resolver = try HTTPDNSResolver(configuration: config.configuration, options: config.options,
+                                       fallback: config.options.fallback == .system ? system : nil)
+        let probeTimeout = min(config.options.timeout, .seconds(3))
+        detector = HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: probeTimeout),
+                                  prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: config.configuration.caFile))
+        ranker = AddressRanker(resolver: resolver, prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: config.configuration.caFile),
+                               memory: .seconds(10))
+    }
+
+    func shutdown() { system.shutdown() }
+}
+
+/// The last health check of a watched host.
+public struct WatchStatus: Sendable {
+    public var host: String
+    public var port: Int
+    public var checkedAt: Date
+    public var comparison: HostComparison
+    public var ranked: [RankedAddress]
+}
+
+/// Everything the HTTP handlers and the watcher share.
+final class DaemonState: Sendable {
+    private let runtime: Mutex<Runtime>
+    private let statuses = Mutex<[String: WatchStatus]>([:])
+    /// Monotonic instant of the last answer from a trusted upstream, and whether the last exchange
+    /// with one failed: what `/readyz` reports.
+    private let trusted = Mutex<(lastAnswer: ContinuousClock.Instant?, lastFailed: Bool)>((nil, false))
+    let configPath: String
+    let logger: Logger
+    static let readyWindow: Duration = .seconds(120)
+
+    init(runtime: Runtime, configPath: String, logger: Logger) {
+        self.runtime = Mutex(runtime)
+        self.configPath = configPath
+        self.logger = logger
+    }
+
+    var current: Runtime { runtime.withLock { $0 } }
+
+    func replace(with new: Runtime) -> Runtime {
+        runtime.withLock { old in
+            defer { old = new }
+            return old
+        }
+    }
+
+    func record(_ status: WatchStatus) -> Verdict.Kind? {
+        statuses.withLock { all in
+            defer { all[status.host] = status }
+            return all[status.host]?.comparison.verdict.kind
+        }
+    }
+
+    func allStatuses() -> [WatchStatus] { statuses.withLock { Array($0.values) } }
+
+    func forget(except hosts: Set<String>) {
+        statuses.withLock { $0 = $0.filter { hosts.contains($0.key) } }
+    }
+
+    /// Notes how a trusted lookup went: an answer from an upstream (NXDOMAIN and NODATA included)
+    /// proves it healthy; a cache hit says nothing.
+    func note(_ result: Result<Resolution, DNSError>) {
+        switch result {
+        case .success(let resolution) where resolution.source == .doh || resolution.source == .json:
+            trusted.withLock { $0 = (.now, false) }
+        case .failure(let error) where error.code == .nxdomain || error.code == .nodata:
+            trusted.withLock { $0 = (.now, false) }
+        case .failure(let error) where error.code != .invalidName && error.code != .rejectedPrivate && error.code != .cancelled:
+            trusted.withLock { $0.lastFailed = true }
+        default:
+            break
+        }
+    }
+
+    var isReady: Bool {
+        trusted.withLock { state in
+            guard let last = state.lastAnswer, !state.lastFailed else { return false }
+            return ContinuousClock.now - last < Self.readyWindow
+        }
+    }
+}
+
+/// `resolve daemon`: the HTTP API, the DoH endpoint, the watcher and the signal handling, run as
+/// one service group.
+public enum Daemon {
+    /// Loads the config (an error here is a usage error of the command) and serves until SIGTERM or
+    /// SIGINT, then drains and returns.
+    public static func run(configPath: String, logLevel: Logger.Level = .info) async throws {
+        let config = try ConfigFile.load(configPath)
+        var daemonLogger = Logger(label: "resolve.daemon")
+        daemonLogger.logLevel = logLevel
+        let logger = daemonLogger
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        let runtime = try Runtime(config)
+        let state = DaemonState(runtime: runtime, configPath: configPath, logger: logger)
+        let (host, port) = try listenAddress(config.listen)
+
+        let router = Router()
+        router.add(middleware: MetricsMiddleware())
+        Routes.install(on: router, state: state, registry: registry)
+        var appLogger = logger
+        appLogger.logLevel = max(logLevel, .notice)
+        let app = Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: "resolve-daemon"),
+                              onServerRunning: { channel in
+                                  logger.notice("listening", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? config.listen)"])
+                              },
+                              logger: appLogger)
+        let watcher = Watcher(state: state)
+        let reloader = Reloader(state: state)
+        let group = ServiceGroup(configuration: .init(
+            services: [.init(service: app), .init(service: watcher), .init(service: reloader)],
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        if let persist = config.persistPath {
+            do { _ = try runtime.resolver.loadCache(from: persist) } catch { logger.warning("ignoring the cache file", metadata: ["error": "\(error.message)"]) }
+        }
+        try await group.run()
+        let final = state.current
+        if let persist = final.config.persistPath {
+            do { try final.resolver.saveCache(to: persist) } catch { logger.error("cache not saved", metadata: ["error": "\(error.message)"]) }
+        }
+        final.shutdown()
+        logger.notice("stopped")
+    }
+
+    /// `host:port` or `[v6]:port`.
+    static func listenAddress(_ text: String) throws(DNSError) -> (String, Int) {
+        let host: Substring, port: Substring
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            host = text[text.index(after: text.startIndex)..<close]
+            port = text[text.index(after: close)...].dropFirst()
+        } else if let colon = text.lastIndex(of: ":") {
+            host = text[..<colon]
+            port = text[text.index(after: colon)...]
+        } else {
+            throw DNSError(.invalidConfiguration, "listen: '\(text)' is not host:port")
+        }
+        guard let number = Int(port), (1...65535).contains(number), IPAddress(String(host)) != nil else {
+            throw DNSError(.invalidConfiguration, "listen: '\(text)' is not IP:port")
+        }
+        return (String(host), number)
+    }
+}
+
+/// SIGHUP: the new file is fully validated and built before it replaces the old; an invalid one is
+/// logged (with its line and key) and the old configuration keeps serving.
+struct Reloader: Service {
+    let state: DaemonState
+
+    func run() async throws {
+        let signals = await UnixSignalsSequence(trapping: .sighup)
+        await cancelWhenGracefulShutdown {
+            for await _ in signals {
+                reload()
+            }
+        }
+    }
+
+    func reload() {
+        let logger = state.logger
+        do {
+            let config = try ConfigFile.load(state.configPath)
+            if config.listen != state.current.config.listen {
+                logger.warning("listen changed: takes effect after a restart", metadata: ["listen": "\(config.listen)"])
+            }
+            let old = state.replace(with: try Runtime(config))
+            state.forget(except: Set(config.watch.map(\.host)))
+            // Lookups still running on the old runtime finish with its upstreams; its c-ares
+            // thread is stopped once they had time to.
+            Task {
+                try? await Task.sleep(for: .seconds(30))
+                old.shutdown()
+            }
+            logger.notice("configuration reloaded", metadata: ["file": "\(state.configPath)", "watched": "\(config.watch.count)"])
+        } catch {
+            logger.error("configuration NOT reloaded, the previous one keeps serving", metadata: ["error": "\(error.message)"])
+        }
+    }
+}

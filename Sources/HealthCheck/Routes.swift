@@ -1,0 +1,173 @@
+import DNSCore
+import Foundation
+import HijackDetection
+import HTTPDNS
+import Hummingbird
+import Metrics
+import Prometheus
+
+/// The HTTP API of the contract: /healthz, /readyz, /metrics, /v1/resolve, /v1/status, /dns-query.
+enum Routes {
+    static func install(on router: Router<BasicRequestContext>, state: DaemonState, registry: PrometheusCollectorRegistry) {
+        router.get("/healthz") { _, _ in text(.ok, "ok\n") }
+
+        router.get("/readyz") { _, _ in
+            state.isReady ? text(.ok, "ready\n") : text(.serviceUnavailable, "no trusted upstream has answered in the last \(DaemonState.readyWindow.components.seconds) s\n")
+        }
+
+        router.get("/metrics") { _, _ in
+            var buffer: [UInt8] = []
+            registry.emit(into: &buffer)
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                            body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
+        }
+
+        router.get("/v1/resolve") { request, _ in
+            guard let host = request.uri.queryParameters.get("host"), !host.isEmpty else {
+                return json(.badRequest, error("invalid_request", "give ?host=NAME"))
+            }
+            let typeText = request.uri.queryParameters.get("type") ?? "both"
+            guard let type = AddressQuery(rawValue: typeText.lowercased()) else {
+                return json(.badRequest, error("invalid_request", "type must be a, aaaa or both, not '\(typeText)'"))
+            }
+            let resolver = state.current.resolver
+            do throws(DNSError) {
+                let resolution = try await resolver.resolve(host, type: type)
+                state.note(.success(resolution))
+                return json(.ok, LookupOutput.json(resolution))
+            } catch {
+                state.note(.failure(error))
+                let status: HTTPResponse.Status = switch error.code {
+                case .invalidName: .badRequest
+                case .nxdomain, .nodata, .rejectedPrivate: .notFound
+                default: .badGateway
+                }
+                return json(status, LookupOutput.json(host: host, error: error))
+            }
+        }
+
+        router.get("/v1/status") { _, _ in
+            json(.ok, statusJSON(state))
+        }
+
+        router.get("/dns-query") { request, _ in
+            guard let parameter = request.uri.queryParameters.get("dns") else {
+                return text(.badRequest, "give ?dns=BASE64URL (RFC 8484 §4.1)\n")
+            }
+            guard parameter.utf8.count <= DoHAnswering.maxMessageBytes * 4 / 3 + 4,
+                  let query = DoHAnswering.decodeBase64URL(Substring(parameter)) else {
+                return text(.badRequest, "the dns parameter is not base64url\n")
+            }
+            return await dnsResponse(query, state: state)
+        }
+
+        router.post("/dns-query") { request, context in
+            let type = request.headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+            guard type == "application/dns-message" else {
+                return text(.unsupportedMediaType, "Content-Type must be application/dns-message\n")
+            }
+            let body: ByteBuffer
+            do {
+                body = try await request.body.collect(upTo: DoHAnswering.maxMessageBytes)
+            } catch {
+                return text(.contentTooLarge, "a DNS message is at most \(DoHAnswering.maxMessageBytes) bytes\n")
+            }
+            return await dnsResponse(Array(buffer: body), state: state)
+        }
+
+        // Known paths, other methods: 405 with Allow (unknown paths get Hummingbird's 404).
+        for (path, allowed) in [("/healthz", "GET"), ("/readyz", "GET"), ("/metrics", "GET"), ("/v1/resolve", "GET"),
+                                ("/v1/status", "GET")] {
+            for method in [HTTPRequest.Method.post, .put, .delete, .patch] {
+                router.on(RouterPath(path), method: method) { _, _ in methodNotAllowed(allowed) }
+            }
+        }
+        for method in [HTTPRequest.Method.put, .delete, .patch] {
+            router.on("/dns-query", method: method) { _, _ in methodNotAllowed("GET, POST") }
+        }
+    }
+
+    static func dnsResponse(_ query: [UInt8], state: DaemonState) async -> Response {
+        do {
+            let (response, ttl) = try await DoHAnswering.answer(query, resolver: state.current.resolver)
+            return Response(status: .ok, headers: [.contentType: "application/dns-message", .cacheControl: "max-age=\(ttl)"],
+                            body: .init(byteBuffer: ByteBuffer(bytes: response)))
+        } catch {
+            Metrics.Counter(label: "httpdns_doh_malformed_total").increment()
+            switch error {
+            case .malformed(let why): return text(.badRequest, why + "\n")
+            }
+        }
+    }
+
+    static func statusJSON(_ state: DaemonState) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let order = state.current.config.watch.map(\.host)
+        let statuses = Dictionary(state.allStatuses().map { ($0.host, $0) }, uniquingKeysWith: { a, _ in a })
+        var hosts: [JSONValue] = []
+        for host in order {
+            var entry = JSONObject()
+            entry["host"] = .string(host)
+            guard let status = statuses[host] else {
+                entry["verdict"] = .null
+                entry["last_check"] = .null
+                hosts.append(.object(entry))
+                continue
+            }
+            entry["port"] = .int(status.port)
+            entry["last_check"] = .string(formatter.string(from: status.checkedAt))
+            entry["verdict"] = .string(status.comparison.verdict.kind.rawValue)
+            entry["reason"] = .string(status.comparison.verdict.reason)
+            entry["trusted"] = .array(addresses(status.comparison.trusted).map { .string($0.description) })
+            entry["system"] = .array(addresses(status.comparison.system).map { .string($0.description) })
+            entry["addresses"] = .array(status.ranked.map { address in
+                var item = JSONObject()
+                item["ip"] = .string(address.ip.description)
+                item["healthy"] = .bool(address.isHealthy)
+                item["tls"] = .string(address.outcome.rawValue)
+                item["rtt_ms"] = address.rtt.map { .double(($0 * 10_000).rounded() / 10) } ?? .null
+                return .object(item)
+            })
+            entry["probes"] = .array(status.comparison.probes.map { probe in
+                var item = JSONObject()
+                item["ip"] = .string(probe.ip.description)
+                item["port"] = .int(probe.port)
+                item[probe.kind.rawValue] = .string(probe.outcome.rawValue)
+                return .object(item)
+            })
+            hosts.append(.object(entry))
+        }
+        var object = JSONObject()
+        object["ready"] = .bool(state.isReady)
+        object["hosts"] = .array(hosts)
+        return JSONValue.object(object).serialized
+    }
+
+    private static func addresses(_ answer: ResolverAnswer) -> [IPAddress] {
+        if case .addresses(let list) = answer { return list }
+        return []
+    }
+
+    static func text(_ status: HTTPResponse.Status, _ body: String) -> Response {
+        Response(status: status, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    static func json(_ status: HTTPResponse.Status, _ body: String) -> Response {
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body + "\n")))
+    }
+
+    static func error(_ code: String, _ message: String) -> String {
+        var detail = JSONObject()
+        detail["code"] = .string(code)
+        detail["message"] = .string(message)
+        var object = JSONObject()
+        object["error"] = .object(detail)
+        return JSONValue.object(object).serialized
+    }
+
+    static func methodNotAllowed(_ allowed: String) -> Response {
+        Response(status: .methodNotAllowed, headers: [.allow: allowed, .contentType: "text/plain; charset=utf-8"],
+                 body: .init(byteBuffer: ByteBuffer(string: "method not allowed; allowed: \(allowed)\n")))
+    }
+}

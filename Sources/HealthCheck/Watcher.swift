@@ -1,0 +1,78 @@
+import DNSCore
+import Foundation
+import HijackDetection
+import HTTPDNS
+import Logging
+import Metrics
+import ResolverConfig
+import ServiceLifecycle
+
+/// Checks every watched host each interval (with up to 10 % jitter): resolves it (keeping it warm),
+/// compares trusted and system answers with probes, ranks the trusted addresses. Verdict changes
+/// are logged and counted.
+struct Watcher: Service {
+    let state: DaemonState
+
+    func run() async throws {
+        // Graceful shutdown cancels the loop; that is the end of the service, not a failure.
+        await cancelWhenGracefulShutdown {
+            var due: [String: ContinuousClock.Instant] = [:]
+            while !Task.isCancelled {
+                let watches = state.current.config.watch
+                let now = ContinuousClock.now
+                let ready = watches.filter { due[$0.host].map { $0 <= now } ?? true }
+                for watch in ready {
+                    let jitter = Duration.milliseconds(Int64.random(in: 0...max(0, watch.interval.milliseconds / 10)))
+                    due[watch.host] = now + watch.interval + jitter
+                }
+                if !ready.isEmpty {
+                    await withTaskGroup(of: Void.self) { group in
+                        for watch in ready { group.addTask { await check(watch) } }
+                    }
+                }
+                try? await Task.sleep(for: .milliseconds(250))
+            }
+        }
+    }
+
+    func check(_ watch: ConfigFile.Watch) async {
+        let runtime = state.current
+        let detector = HijackDetector(trusted: runtime.detector.trusted, system: runtime.detector.system,
+                                      prober: runtime.detector.prober, probePort: watch.port)
+        let comparison = await detector.compare(watch.host)
+        if case .addresses = comparison.trusted {
+            state.note(.success(Resolution(host: watch.host, addresses: [], source: .doh, upstream: nil, elapsed: .zero, expiresAt: .now)))
+        } else if case .failed(let error) = comparison.trusted {
+            state.note(.failure(error))
+        } else if case .absent(let code) = comparison.trusted {
+            state.note(.failure(DNSError(code, "absent")))
+        }
+        var ranked: [RankedAddress] = []
+        if case .addresses(let addresses) = comparison.trusted {
+            ranked = await runtime.ranker.rank(addresses, host: watch.host, port: watch.port)
+        }
+        let status = WatchStatus(host: watch.host, port: watch.port, checkedAt: Date(), comparison: comparison, ranked: ranked)
+        let previous = state.record(status)
+        let verdict = comparison.verdict
+        Counter(label: "httpdns_watch_checks_total", dimensions: [("host", watch.host), ("verdict", verdict.kind.rawValue)]).increment()
+        for kind in [Verdict.Kind.consistent, .hijacked, .suspicious, .unverified] {
+            Gauge(label: "httpdns_watch_verdict", dimensions: [("host", watch.host), ("verdict", kind.rawValue)])
+                .record(kind == verdict.kind ? 1 : 0)
+        }
+        for probe in comparison.probes {
+            Counter(label: "httpdns_probes_total", dimensions: [("result", probe.outcome.rawValue)]).increment()
+        }
+        if previous != verdict.kind {
+            Counter(label: "httpdns_watch_verdict_changes_total", dimensions: [("host", watch.host)]).increment()
+            let level: Logger.Level = verdict.kind == .hijacked ? .error : verdict.kind == .consistent ? .notice : .warning
+            state.logger.log(level: level, "verdict changed", metadata: [
+                "host": "\(watch.host)", "from": "\(previous?.rawValue ?? "none")", "to": "\(verdict.kind.rawValue)",
+                "reason": "\(verdict.reason)",
+            ])
+        }
+    }
+}
+
+extension Duration {
+    var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
+}
