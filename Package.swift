@@ -112,6 +112,6 @@ let package = Package(
             .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
         .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "HTTPDNS", "TestSupport"]),
-        .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport"]),
+        .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport", "CurlSupport", "DNSCore"]),
     ]
 )
