@@ -106,10 +106,11 @@ struct HijackDetectorTests {
         let slow = SplitSource(fast: fast, slowHost: "slow.test", delay: .seconds(30))
         let detector = HijackDetector(trusted: slow, system: slow, prober: nil)
         let start = ContinuousClock.now
-        let results = await detector.compare(["fast.test", "slow.test"], within: .milliseconds(300))
-        #expect(ContinuousClock.now - start < .seconds(5))
+        // 2 s: the fast host must finish even when the suite's startup burst stalls it a while.
+        let results = await detector.compare(["fast.test", "slow.test"], within: .seconds(2))
+        #expect(ContinuousClock.now - start < .seconds(8))
         #expect(results.map(\.verdict.kind) == [.consistent, .unverified])
-        #expect(results[1].verdict.reason == "not finished within the overall timeout of 0.3 s")
+        #expect(results[1].verdict.reason == "not finished within the overall timeout of 2 s")
     }
 
     @Test func theCanaryComesFirstWithARandomNameUnderTheZone() async {
