@@ -246,3 +246,27 @@ extension IPAddress {
         (0xf000_0000, 0xf000_0000, "reserved"),
     ]
 }
+
+extension IPAddress {
+    /// Parses `IP`, `IPv4:port` or `[IPv6]:port` (a bare IPv6 address has no port): the spelling
+    /// of servers and listeners in flags and config files. nil when malformed or the port is not
+    /// 1...65535.
+    public static func endpoint(_ text: String) -> (address: IPAddress, port: Int?)? {
+        if let address = IPAddress(text) { return (address, nil) }
+        let host: Substring, port: Substring
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            host = text[text.index(after: text.startIndex)..<close]
+            port = text[text.index(after: close)...]
+            guard port.first == ":" else { return nil }
+        } else if let colon = text.lastIndex(of: ":") {
+            host = text[..<colon]
+            port = text[colon...]
+        } else {
+            return nil
+        }
+        guard let address = IPAddress(String(host)), let number = Int(port.dropFirst()), (1...65535).contains(number) else { return nil }
+        // Brackets are for IPv6 only; an unbracketed IPv6 with a port is ambiguous.
+        guard (address.family == .ipv6) == text.hasPrefix("[") else { return nil }
+        return (address, number)
+    }
+}

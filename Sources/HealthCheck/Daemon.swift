@@ -151,22 +151,12 @@ public enum Daemon {
         logger.notice("stopped")
     }
 
-    /// `host:port` or `[v6]:port`.
+    /// `IPv4:port` or `[IPv6]:port`.
     static func listenAddress(_ text: String) throws(DNSError) -> (String, Int) {
-        let host: Substring, port: Substring
-        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
-            host = text[text.index(after: text.startIndex)..<close]
-            port = text[text.index(after: close)...].dropFirst()
-        } else if let colon = text.lastIndex(of: ":") {
-            host = text[..<colon]
-            port = text[text.index(after: colon)...]
-        } else {
-            throw DNSError(.invalidConfiguration, "listen: '\(text)' is not host:port")
-        }
-        guard let number = Int(port), (1...65535).contains(number), IPAddress(String(host)) != nil else {
+        guard let (address, port) = IPAddress.endpoint(text), let port else {
             throw DNSError(.invalidConfiguration, "listen: '\(text)' is not IP:port")
         }
-        return (String(host), number)
+        return (address.description, port)
     }
 }
 

@@ -95,23 +95,10 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
 
     /// `IP` → `IP:53`; `IPv6` → `[IPv6]:53`; `IP:port` and `[IPv6]:port` kept.
     static func normalize(_ server: String) throws(DNSError) -> String {
-        if let address = IPAddress(server) {
-            return address.family == .ipv6 ? "[\(address)]:53" : "\(address):53"
-        }
-        let host: Substring, port: Substring
-        if server.hasPrefix("["), let close = server.firstIndex(of: "]") {
-            host = server[server.index(after: server.startIndex)..<close]
-            port = server[server.index(after: close)...].dropFirst()
-        } else if let colon = server.lastIndex(of: ":") {
-            host = server[..<colon]
-            port = server[server.index(after: colon)...]
-        } else {
+        guard let (address, port) = IPAddress.endpoint(server) else {
             throw DNSError(.invalidConfiguration, "system DNS server '\(server)' is not IP[:port]")
         }
-        guard let address = IPAddress(host), let number = Int(port), (1...65535).contains(number) else {
-            throw DNSError(.invalidConfiguration, "system DNS server '\(server)' is not IP[:port]")
-        }
-        return address.family == .ipv6 ? "[\(address)]:\(number)" : "\(address):\(number)"
+        return address.family == .ipv6 ? "[\(address)]:\(port ?? 53)" : "\(address):\(port ?? 53)"
     }
 
     // MARK: DNSUpstream

@@ -72,3 +72,17 @@ import Testing
         #expect(IPAddress(input)?.specialPurposeRange == nil)
     }
 }
+
+struct EndpointParsingTests {
+    @Test func spellingsOfServersAndListeners() {
+        #expect(IPAddress.endpoint("127.0.0.1").map { "\($0.address) \($0.port.map(String.init) ?? "-")" } == "127.0.0.1 -")
+        #expect(IPAddress.endpoint("::1").map { "\($0.address) \($0.port.map(String.init) ?? "-")" } == "::1 -")
+        #expect(IPAddress.endpoint("127.0.0.1:8053").map { "\($0.address) \($0.port ?? 0)" } == "127.0.0.1 8053")
+        // A bracketed IPv6 without a port is the address (IPAddress accepts the brackets).
+        #expect(IPAddress.endpoint("[::1]").map { "\($0.address) \($0.port.map(String.init) ?? "-")" } == "::1 -")
+        #expect(IPAddress.endpoint("[::1]:5353").map { "\($0.address) \($0.port ?? 0)" } == "::1 5353")
+        for bad in ["", "host:53", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:", "[::1]x53", "[127.0.0.1]:53", "1.2.3.4:5:6", "[::1]:port"] {
+            #expect(IPAddress.endpoint(bad) == nil, "\(bad)")
+        }
+    }
+}

@@ -99,13 +99,18 @@ struct ProbeIntegrationTests {
 }
 
 struct ComparisonIntegrationTests {
-    static func detector(probing: Bool = true, systemServer: String = "127.0.0.1:\(TestEnvironment.systemDNSPort)") throws -> (HijackDetector, SystemResolver) {
+    /// The trusted side: doh-a over loopback, private answers allowed (the origins are on 127/8).
+    static func makeResolver() throws -> HTTPDNSResolver {
         try TestEnvironment.requireRunning()
         var options = HTTPDNSOptions(timeout: .seconds(3), allowPrivate: true)
         options.minTTL = .zero
-        let resolver = try HTTPDNSResolver(
+        return try HTTPDNSResolver(
             configuration: .init(upstreams: [try .doh(TestEnvironment.dohA, bootstrap: ["127.0.0.1"])], caFile: TestEnvironment.caFile),
             options: options)
+    }
+
+    static func detector(probing: Bool = true, systemServer: String = "127.0.0.1:\(TestEnvironment.systemDNSPort)") throws -> (HijackDetector, SystemResolver) {
+        let resolver = try makeResolver()
         let system = try SystemResolver(servers: [systemServer], attemptTimeout: .milliseconds(500), tries: 1)
         let prober = probing ? ConnectionProber(mode: .tls, timeout: .seconds(3), caFile: TestEnvironment.caFile) : nil
         return (HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: .seconds(2)),
@@ -194,12 +199,7 @@ struct ComparisonIntegrationTests {
     }
 
     @Test func rankedAddressesPutTheReachableOneFirst() async throws {
-        try TestEnvironment.requireRunning()
-        var options = HTTPDNSOptions(timeout: .seconds(3), allowPrivate: true)
-        options.minTTL = .zero
-        let resolver = try HTTPDNSResolver(
-            configuration: .init(upstreams: [try .doh(TestEnvironment.dohA, bootstrap: ["127.0.0.1"])], caFile: TestEnvironment.caFile),
-            options: options)
+        let resolver = try Self.makeResolver()
         // failover.hd.test: AAAA ::1 (nothing on the origin port), A 127.0.0.4 (the origin).
         let ranker = AddressRanker(resolver: resolver, prober: ConnectionProber(mode: .tls, timeout: .seconds(2), caFile: TestEnvironment.caFile))
         let all = await ranker.rank([ip("::1"), ip("127.0.0.4")], host: "failover.hd.test", port: TestEnvironment.originPort)
