@@ -7,6 +7,8 @@ cd "$root"
 . Scripts/lib.sh
 
 need_build_packages
+# The real clients the daemon's tests query it with: dig, kdig (DoH over HTTP/2), curl (--doh-url).
+need_packages bind9-dnsutils knot-dnsutils curl
 trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 bash Scripts/testenv.sh start
 swift build --build-tests

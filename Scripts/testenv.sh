@@ -73,7 +73,7 @@ EOF
 origin_sans="$(printf 'DNS:%s.hd.test,' origin2 failover bank shop cdn sinkhole blocked dual nodes)DNS:*.cmp.hd.test"
 
 make_ca() {
-    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/impostor.pem" ] && [ "$(cat "$ca_dir/origin.sans" 2>/dev/null)" = "$origin_sans" ] && return 0
+    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/impostor.pem" ] && [ -f "$ca_dir/daemon.test.pem" ] && [ "$(cat "$ca_dir/origin.sans" 2>/dev/null)" = "$origin_sans" ] && return 0
     mkdir -p "$ca_dir"
     cd "$ca_dir"
     # The project's test CA, and a second unrelated CA for "untrusted" cases.
@@ -95,6 +95,8 @@ make_ca() {
     issue doh-b.test ca "IP:127.0.0.1"
     issue hostile.test ca
     issue json.test ca
+    # resolve daemon's HTTPS listener in the tests and the demo (DoH clients connect by IP).
+    issue daemon.test ca "DNS:localhost,IP:127.0.0.1"
     issue doh-untrusted.test other-ca
     # HTTPS origins for the interceptor.
     issue origin.hd.test ca "$origin_sans"
@@ -125,6 +127,11 @@ write_zone() {
         # genuine origin (the system side answers them with another genuine address).
         echo '*.bench 300 IN A 198.18.2.1'
         echo '*.cmp 300 IN A 127.0.0.4'
+        # Types the engine does not answer (the daemon forwards them), and an answer too big for
+        # a 512-byte UDP response (the daemon's DNS stub truncates it).
+        echo 'www 300 IN TXT "hd-test-txt"'
+        echo 'hd.test. 300 IN MX 10 mx.hd.test.'
+        for i in $(seq 1 40); do echo "big 300 IN A 198.18.3.$i"; done
     } >"$file"
 }
 

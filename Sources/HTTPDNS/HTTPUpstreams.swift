@@ -16,6 +16,13 @@ struct DoHUpstream: DNSUpstream {
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
         // RFC 8484 §4.1: ID 0, so identical queries are identical HTTP requests.
         let wire = DNSMessage.query(name: question.name, type: question.type, id: 0)
+        let response = try await exchange(wire, timeout: timeout)
+        return try DNSMessage.answer(decoding: response, to: question, id: 0)
+    }
+
+    /// Sends a whole message and returns the response's bytes, checked only for HTTP status and
+    /// content type.
+    func exchange(_ wire: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
         var request = transport.request(for: endpoint, timeout: timeout)
         request.headers.append("Accept: \(Self.contentType)")
         switch method {
@@ -29,7 +36,7 @@ struct DoHUpstream: DNSUpstream {
         }
         let response = try await transport.perform(request, endpoint: endpoint)
         try HTTPTransport.check(response, accepting: [Self.contentType], upstream: endpoint.url)
-        return try DNSMessage.answer(decoding: response.body, to: question, id: 0)
+        return response.body
     }
 }
 

@@ -3,8 +3,11 @@ import Foundation
 import HijackDetection
 import HTTPDNS
 import Hummingbird
+import HummingbirdCore
+import HummingbirdHTTP2
 import Logging
 import Metrics
+import NIOSSL
 import Prometheus
 import ResolverConfig
 import ServiceLifecycle
@@ -55,6 +58,8 @@ final class DaemonState: Sendable {
     private let trusted = Mutex<(lastAnswer: ContinuousClock.Instant?, lastFailed: Bool)>((nil, false))
     let configPath: String
     let logger: Logger
+    /// HTTP requests being handled now (`limits.max_concurrent_requests`).
+    let requestsInFlight = Atomic<Int>(0)
     static let readyWindow: Duration = .seconds(120)
 
     init(runtime: Runtime, configPath: String, logger: Logger) {
@@ -124,20 +129,32 @@ public enum Daemon {
         let state = DaemonState(runtime: runtime, configPath: configPath, logger: logger)
         let (host, port) = try listenAddress(config.listen)
 
+        let server = try serverBuilder(config)
         let router = Router()
         router.add(middleware: MetricsMiddleware())
+        router.add(middleware: LimitsMiddleware(state: state))
+        router.add(middleware: AuthMiddleware(state: state))
         Routes.install(on: router, state: state, registry: registry)
         var appLogger = logger
         appLogger.logLevel = max(logLevel, .notice)
-        let app = Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: "resolve-daemon"),
+        let scheme = config.tls == nil ? "http" : "https"
+        let app = Application(router: router, server: server,
+                              configuration: .init(address: .hostname(host, port: port), serverName: "resolve-daemon"),
                               onServerRunning: { channel in
-                                  logger.notice("listening", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? config.listen)"])
+                                  logger.notice("listening", metadata: [
+                                      "address": "\(channel.localAddress.map { "\($0)" } ?? config.listen)", "scheme": "\(scheme)",
+                                  ])
                               },
                               logger: appLogger)
         let watcher = Watcher(state: state)
         let reloader = Reloader(state: state)
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: app), .init(service: watcher), .init(service: reloader)]
+        if let dnsListen = config.dnsListen {
+            let (dnsHost, dnsPort) = try listenAddress(dnsListen, key: "dns_listen")
+            services.append(.init(service: DNSStub(state: state, host: dnsHost, port: dnsPort)))
+        }
         let group = ServiceGroup(configuration: .init(
-            services: [.init(service: app), .init(service: watcher), .init(service: reloader)],
+            services: services,
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         if let persist = config.persistPath {
             do { _ = try runtime.resolver.loadCache(from: persist) } catch { logger.warning("ignoring the cache file", metadata: ["error": "\(error.message)"]) }
@@ -151,10 +168,38 @@ public enum Daemon {
         logger.notice("stopped")
     }
 
+    /// HTTP/1.1, or with `tls:` HTTPS offering HTTP/2 and HTTP/1.1 by ALPN (what DoH clients expect).
+    static func serverBuilder(_ config: ConfigFile) throws(DNSError) -> HTTPServerBuilder {
+        guard let files = config.tls else { return .http1() }
+        let chain: [NIOSSLCertificate]
+        let key: NIOSSLPrivateKey
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(files.certificate)
+        } catch {
+            throw DNSError(.invalidConfiguration, "tls.cert: '\(files.certificate)' is not a PEM certificate chain (\(error))")
+        }
+        do {
+            key = try NIOSSLPrivateKey(file: files.key, format: .pem)
+        } catch {
+            throw DNSError(.invalidConfiguration, "tls.key: '\(files.key)' is not a PEM private key (\(error))")
+        }
+        guard !chain.isEmpty else { throw DNSError(.invalidConfiguration, "tls.cert: '\(files.certificate)' holds no certificate") }
+        var tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        tls.minimumTLSVersion = .tlsv12
+        do {
+            // Built here once so that a key that does not match the certificate is an error of the
+            // config now, not of the listener later.
+            _ = try NIOSSLContext(configuration: tls)
+            return try .http2Upgrade(tlsConfiguration: tls)
+        } catch {
+            throw DNSError(.invalidConfiguration, "tls: the certificate and key do not make a TLS context - is the key the certificate's? (\(error))")
+        }
+    }
+
     /// `IPv4:port` or `[IPv6]:port`.
-    static func listenAddress(_ text: String) throws(DNSError) -> (String, Int) {
+    static func listenAddress(_ text: String, key: String = "listen") throws(DNSError) -> (String, Int) {
         guard let (address, port) = IPAddress.endpoint(text), let port else {
-            throw DNSError(.invalidConfiguration, "listen: '\(text)' is not IP:port")
+            throw DNSError(.invalidConfiguration, "\(key): '\(text)' is not IP:port")
         }
         return (address.description, port)
     }
@@ -178,9 +223,13 @@ struct Reloader: Service {
         let logger = state.logger
         do {
             let config = try ConfigFile.load(state.configPath)
-            if config.listen != state.current.config.listen {
-                logger.warning("listen changed: takes effect after a restart", metadata: ["listen": "\(config.listen)"])
+            let running = state.current.config
+            for (key, changed) in [("listen", config.listen != running.listen), ("tls", config.tls != running.tls),
+                                   ("dns_listen", config.dnsListen != running.dnsListen)] where changed {
+                logger.warning("\(key) changed: takes effect after a restart", metadata: ["key": "\(key)"])
             }
+            // The TLS files must make a TLS context: a restart must not fail on what a reload accepted.
+            _ = try Daemon.serverBuilder(config)
             let old = state.replace(with: try Runtime(config))
             state.forget(except: Set(config.watch.map(\.host)))
             // Lookups still running on the old runtime finish with its upstreams; its c-ares

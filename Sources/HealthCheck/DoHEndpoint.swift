@@ -13,7 +13,9 @@ public enum DoHAnswering {
 
     /// Answers `query` (wire bytes). A and AAAA come from the engine, with the remaining TTL and
     /// the CNAME to the canonical name; NXDOMAIN and NODATA as such; upstream failures as SERVFAIL;
-    /// other types NOTIMP (not forwarded yet). Returns the response and its smallest TTL.
+    /// other types forwarded as they are to the trusted DoH upstreams, their response returned as it
+    /// came but for the ID (SERVFAIL when no upstream answered, NOTIMP with only JSON upstreams).
+    /// Returns the response and its smallest TTL.
     public static func answer(_ query: [UInt8], resolver: HTTPDNSResolver,
                               now: ContinuousClock.Instant = .now) async throws(Failure) -> (response: [UInt8], minTTL: UInt32) {
         let message: DNSMessage
@@ -29,8 +31,7 @@ public enum DoHAnswering {
         let addressType: AddressQuery? = question.recordClass == DNSMessage.classIN
             ? (question.type == .a ? .a : question.type == .aaaa ? .aaaa : nil) : nil
         guard let addressType else {
-            flags |= 4  // NOTIMP
-            return (DNSMessage(id: message.id, flags: flags, questions: [question]).encode(), 0)
+            return await forward(query, message: message, resolver: resolver)
         }
         do {
             let resolution = try await resolver.resolve(question.name.description, type: addressType)
@@ -61,6 +62,33 @@ public enum DoHAnswering {
         }
         let response = DNSMessage(id: message.id, flags: flags, questions: [question], answers: answers)
         return (response.encode(), answers.map(\.ttl).min() ?? negativeTTL)
+    }
+
+    static func forward(_ query: [UInt8], message: DNSMessage, resolver: HTTPDNSResolver) async -> (response: [UInt8], minTTL: UInt32) {
+        var flags: UInt16 = 0x8000 | (message.flags & 0x0100) | 0x0080
+        guard resolver.canForward else {
+            flags |= 4  // NOTIMP
+            return (DNSMessage(id: message.id, flags: flags, questions: message.questions).encode(), 0)
+        }
+        do {
+            let response = try await resolver.forward(query)
+            return (response, minTTL(of: response))
+        } catch {
+            flags |= 2  // SERVFAIL
+            return (DNSMessage(id: message.id, flags: flags, questions: message.questions).encode(), 0)
+        }
+    }
+
+    /// The smallest TTL of a response's answers (OPT aside); for a negative answer, the SOA's
+    /// negative TTL (RFC 2308 §5); 0 when neither says.
+    static func minTTL(of response: [UInt8]) -> UInt32 {
+        guard let message = try? DNSMessage(decoding: response) else { return 0 }
+        let ttls = message.answers.filter { $0.type != .opt }.map(\.ttl)
+        if let smallest = ttls.min() { return smallest }
+        for record in message.authorities {
+            if case .soa(let soa) = record.data { return min(record.ttl, soa.minimum) }
+        }
+        return 0
     }
 
     /// Decodes the `dns` parameter of a GET: base64url without padding (RFC 8484 §4.1).

@@ -66,11 +66,12 @@ enum Routes {
             guard type == "application/dns-message" else {
                 return text(.unsupportedMediaType, "Content-Type must be application/dns-message\n")
             }
+            let limit = state.current.config.limits.maxBodyBytes
             let body: ByteBuffer
             do {
-                body = try await request.body.collect(upTo: DoHAnswering.maxMessageBytes)
+                body = try await request.body.collect(upTo: limit)
             } catch {
-                return text(.contentTooLarge, "a DNS message is at most \(DoHAnswering.maxMessageBytes) bytes\n")
+                return text(.contentTooLarge, "the body is over the limit of \(limit) bytes\n")
             }
             return await dnsResponse(Array(buffer: body), state: state)
         }

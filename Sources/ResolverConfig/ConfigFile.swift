@@ -42,6 +42,33 @@ public struct ConfigFile: Sendable {
     /// The daemon's optional plain-DNS stub.
     public var dnsListen: String?
     public var watch: [Watch] = []
+    /// The daemon's HTTPS: a PEM certificate chain and its key. With it the listener speaks TLS with
+    /// HTTP/2 and HTTP/1.1 offered by ALPN; without it, plain HTTP/1.1.
+    public var tls: TLSFiles?
+    /// When set, every daemon endpoint but `/healthz` (and `/dns-query` unless
+    /// ``protectDNSQuery``) requires `Authorization: Bearer <token>`.
+    public var authToken: String?
+    public var protectDNSQuery = false
+    public var limits = Limits()
+
+    /// Paths of the daemon's certificate chain and private key (PEM).
+    public struct TLSFiles: Sendable, Hashable {
+        public var certificate: String
+        public var key: String
+    }
+
+    /// What one request to the daemon may cost.
+    public struct Limits: Sendable, Hashable {
+        /// The largest request body (a DoH POST); larger gets 413. At most 65,535 (RFC 8484 §6).
+        public var maxBodyBytes = 65_535
+        /// The longest request target (path and query); longer gets 414. A GET carries a 65,535-byte
+        /// message base64url-encoded in 87,384 characters, so the default admits the largest
+        /// ordinary queries (a few hundred bytes) with room and still bounds what a client can send.
+        public var maxURLLength = 8_192
+        /// Requests handled at once; more get 503 with `Retry-After: 1` at once rather than queueing.
+        public var maxConcurrentRequests = 1_024
+        public init() {}
+    }
 
     /// Reads and validates `path`.
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` naming the line and key.
@@ -160,7 +187,8 @@ private struct Reader {
         var config = ConfigFile(configuration: HTTPDNSConfiguration(upstreams: []), options: options)
         var caFile: String?
         let keys: Set<String> = ["upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
-                                 "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve"]
+                                 "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
+                                 "auth_token", "protect_dns_query", "limits"]
         for (key, name, value) in try mapping(root, "", allowed: keys) {
             switch key {
             case "upstreams":
@@ -181,8 +209,19 @@ private struct Reader {
             case "listen": config.listen = try endpoint(value, key)
             case "dns_listen": config.dnsListen = try endpoint(value, key)
             case "watch":
+                // `watch:` with nothing after it: no watched hosts.
+                if case let .scalar(scalar) = value, ["", "~", "null"].contains(scalar.string) { continue }
                 guard case let .sequence(list) = value else { throw fail(value, key, "expected a list") }
                 for (index, item) in list.enumerated() { config.watch.append(try watch(item, "watch[\(index)]")) }
+            case "tls": config.tls = try tls(value)
+            case "auth_token":
+                let token = try string(value, key)
+                guard token.utf8.count >= 16, token.utf8.allSatisfy({ (0x21...0x7e).contains($0) }) else {
+                    throw fail(value, key, "expected at least 16 printable characters without spaces")
+                }
+                config.authToken = token
+            case "protect_dns_query": config.protectDNSQuery = try bool(value, key)
+            case "limits": config.limits = try limits(value)
             case "timeout": options.timeout = try seconds(value, key, allowZero: false)
             case "strategy": options.strategy = try enumeration(value, key, UpstreamStrategy.self)
             case "prefer_ipv6": options.preferIPv6 = try bool(value, key)
@@ -256,6 +295,31 @@ private struct Reader {
             }
         }
         guard options.minTTL <= options.maxTTL else { throw fail(node, "cache.min_ttl", "is larger than cache.max_ttl") }
+    }
+
+    func tls(_ node: Node) throws(DNSError) -> ConfigFile.TLSFiles {
+        var certificate: String?, key: String?
+        for (name, _, value) in try mapping(node, "tls", allowed: ["cert", "key"]) {
+            let file = try path(value, "tls.\(name)")
+            guard FileManager.default.isReadableFile(atPath: file) else { throw fail(value, "tls.\(name)", "cannot read '\(file)'") }
+            if name == "cert" { certificate = file } else { key = file }
+        }
+        guard let certificate, let key else { throw fail(node, "tls", "needs both cert and key") }
+        return ConfigFile.TLSFiles(certificate: certificate, key: key)
+    }
+
+    func limits(_ node: Node) throws(DNSError) -> ConfigFile.Limits {
+        var limits = ConfigFile.Limits()
+        for (name, _, value) in try mapping(node, "limits", allowed: ["max_body_bytes", "max_url_length", "max_concurrent_requests"]) {
+            let path = "limits.\(name)"
+            switch name {
+            case "max_body_bytes": limits.maxBodyBytes = try integer(value, path, 12...65_535)
+            case "max_url_length": limits.maxURLLength = try integer(value, path, 64...100_000)
+            case "max_concurrent_requests": limits.maxConcurrentRequests = try integer(value, path, 1...100_000)
+            default: break
+            }
+        }
+        return limits
     }
 
     func watch(_ node: Node, _ key: String) throws(DNSError) -> ConfigFile.Watch {

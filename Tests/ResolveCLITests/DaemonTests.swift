@@ -8,75 +8,26 @@ import Testing
 /// over HTTP by libcurl (to 127.0.0.1: no name is resolved by anyone but the daemon).
 @Suite(.serialized) struct DaemonTests {
     static let port = 18491
-    let directory: URL
-    let configFile: URL
-    let process: Process
-    let log: URL
+    let daemon: DaemonProcess
+    var process: Process { daemon.process }
+    var configFile: URL { daemon.configFile }
+    var logText: String { daemon.logText }
 
     static func config(watch: [String], extra: String = "") -> String {
-        """
-        upstreams:
-          - doh: \(TestEnvironment.dohA)
-            bootstrap: [127.0.0.1]
-        ca_file: \(TestEnvironment.caFile)
-        allow_private: true
-        system_dns: ["127.0.0.1:\(TestEnvironment.systemDNSPort)"]
-        listen: "127.0.0.1:\(port)"
-        watch:
-        \(watch.map { "  - {host: \($0), port: \(TestEnvironment.originPort), interval: 1}" }.joined(separator: "\n"))
-        \(extra)
-        """
+        DaemonProcess.config(port: port, watch: watch, extra: extra)
     }
 
     init() async throws {
-        try TestEnvironment.requireRunning()
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("daemon-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        configFile = directory.appendingPathComponent("config.yaml")
-        log = directory.appendingPathComponent("daemon.log")
-        try Self.config(watch: ["origin.hd.test", "bank.hd.test"]).write(to: configFile, atomically: true, encoding: .utf8)
-        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: CLI.binary)
-        process.arguments = ["daemon", "--config", configFile.path]
-        process.standardError = try FileHandle(forWritingTo: log)
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        // Up within 10 s.
-        for _ in 0..<100 {
-            if (try? await get("/healthz"))?.status == 200 { return }
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        Issue.record("the daemon did not come up: \(logText)")
+        daemon = try await DaemonProcess(config: Self.config(watch: ["origin.hd.test", "bank.hd.test"]), port: Self.port)
     }
 
-    var logText: String { (try? String(contentsOf: log, encoding: .utf8)) ?? "" }
-
-    /// SIGTERM, then up to 5 s for a clean exit (SIGKILL after that): the exit status, or nil
-    /// when it had to be killed. Synchronous so that `defer` can run it when a test fails midway
-    /// (the next test binds the same port).
     @discardableResult
-    func stop() -> Int32? {
-        if process.isRunning { process.terminate() }
-        for _ in 0..<50 where process.isRunning { usleep(100_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            return nil
-        }
-        try? FileManager.default.removeItem(at: directory)
-        return process.terminationStatus
-    }
+    func stop() -> Int32? { daemon.stop() }
 
-    func get(_ path: String) async throws -> CurlResponse {
-        try await CurlEngine.shared.perform(CurlRequest(url: "http://127.0.0.1:\(Self.port)\(path)", timeout: .seconds(10),
-                                                        maxResponseBytes: 1 << 20, protocols: "http"))
-    }
+    func get(_ path: String) async throws -> CurlResponse { try await daemon.get(path) }
 
     func post(_ path: String, _ body: [UInt8], type: String = "application/dns-message") async throws -> CurlResponse {
-        try await CurlEngine.shared.perform(CurlRequest(url: "http://127.0.0.1:\(Self.port)\(path)", method: "POST",
-                                                        headers: ["Content-Type: \(type)"], body: body, timeout: .seconds(10),
-                                                        maxResponseBytes: 1 << 20, protocols: "http"))
+        try await daemon.post(path, body, type: type)
     }
 
     func text(_ response: CurlResponse) -> String { String(decoding: response.body, as: UTF8.self) }

@@ -29,18 +29,19 @@ struct CLI {
     /// Runs the binary on a thread of its own: waiting for a process must not block the
     /// cooperative pool, which has only as many threads as cores and runs every other test.
     /// Runs the binary; `stdin`, when given, is what it reads from standard input.
-    static func run(_ arguments: [String], stdin: Data? = nil) async throws -> Output {
+    /// `executable` runs another program the same way (a real client: dig, kdig, curl).
+    static func run(_ arguments: [String], stdin: Data? = nil, executable: String? = nil) async throws -> Output {
         try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
-                continuation.resume(with: Result { try runBlocking(arguments, stdin: stdin) })
+                continuation.resume(with: Result { try runBlocking(arguments, stdin: stdin, executable: executable ?? binary) })
             }
             thread.start()
         }
     }
 
-    private static func runBlocking(_ arguments: [String], stdin: Data?) throws -> Output {
+    private static func runBlocking(_ arguments: [String], stdin: Data?, executable: String) throws -> Output {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
+        process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         let out = Pipe(), err = Pipe(), input = Pipe()
         process.standardOutput = out

@@ -25,6 +25,9 @@ import Testing
     preresolve: [www.hd.test]
     watch:
       - {host: www.hd.test, port: 443, interval: 30}
+    auth_token: s3cret-token-0123456789
+    protect_dns_query: true
+    limits: {max_body_bytes: 4096, max_url_length: 2048, max_concurrent_requests: 64}
     """
 
     @Test func readsEveryKey() throws {
@@ -51,6 +54,16 @@ import Testing
         #expect(config.dnsListen == "127.0.0.1:5353")
         #expect(config.preresolve == ["www.hd.test"])
         #expect(config.watch == [.init(host: "www.hd.test", port: 443, interval: .seconds(30))])
+        #expect(config.authToken == "s3cret-token-0123456789" && config.protectDNSQuery)
+        #expect(config.limits.maxBodyBytes == 4096 && config.limits.maxURLLength == 2048 && config.limits.maxConcurrentRequests == 64)
+        #expect(config.tls == nil)
+    }
+
+    @Test func tlsNamesReadableFilesAndAnEmptyWatchIsNone() throws {
+        let config = try ConfigFile.parse("upstreams:\n  - doh: https://127.0.0.1/q\ntls: {cert: /etc/hostname, key: /etc/hostname}\nwatch:\n")
+        #expect(config.tls == .init(certificate: "/etc/hostname", key: "/etc/hostname"))
+        #expect(config.watch.isEmpty)
+        #expect(ConfigFile.Limits() == config.limits, "defaults: 65,535-byte bodies, 8,192-byte URLs, 1,024 requests")
     }
 
     @Test func defaultsApplyWhenKeysAreMissing() throws {
@@ -80,6 +93,11 @@ import Testing
         ("upstreams: [\n", "c.yaml: not valid YAML"),
         ("", "c.yaml: the file is empty"),
         ("- just\n- a list\n", "c.yaml:1: : expected a mapping"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ntls: {cert: /nonexistent.pem, key: /etc/hostname}\n", "c.yaml:3: tls.cert: cannot read '/nonexistent.pem'"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ntls: {cert: /etc/hostname}\n", "c.yaml:3: tls: needs both cert and key"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nauth_token: short\n", "c.yaml:3: auth_token: expected at least 16 printable characters"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_body_bytes: 70000}\n", "c.yaml:3: limits.max_body_bytes: expected a whole number in 12...65535"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_requests: 5}\n", "c.yaml:3: limits.max_requests: unknown key"),
     ])
     func errorsNameTheLineAndKey(text: String, expected: String) {
         do {

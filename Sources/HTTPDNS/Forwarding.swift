@@ -1,0 +1,64 @@
+extension HTTPDNSResolver {
+    /// Whether ``forward(_:)`` has an upstream to use: only DoH upstreams carry whole messages.
+    public var canForward: Bool { engine.pool.upstreams.contains { $0 is DoHUpstream } }
+
+    /// Sends a DNS query message, as it is but for an ID of 0 (RFC 8484 §4.1), to the trusted DoH
+    /// upstreams and returns the first response, unchanged but for the caller's ID restored.
+    ///
+    /// What the daemon does with query types the engine does not answer (MX, TXT, HTTPS, …). The
+    /// upstreams are tried in the pool's order (circuit breakers included); a transport failure
+    /// or a response that does not answer this query moves to the next one. The upstream's RCODE
+    /// (SERVFAIL, REFUSED…) is an answer and is returned. JSON upstreams cannot carry a message and
+    /// are skipped. Nothing is cached.
+    /// - Throws: ``DNSError``: `malformed_response`/`mismatched_response` or the transport's code
+    ///   when every upstream failed (each attempt listed), `invalid_configuration` without a DoH
+    ///   upstream, `invalid_name` when `query` is not a query with one question.
+    public func forward(_ query: [UInt8]) async throws(DNSError) -> [UInt8] {
+        let question: DNSMessage.Question
+        do {
+            let message = try DNSMessage(decoding: query)
+            guard !message.isResponse, message.questions.count == 1 else { throw DNSError(.invalidName, "not a query with one question") }
+            question = message.questions[0]
+        } catch let error as DNSError {
+            throw error
+        } catch {
+            throw DNSError(.invalidName, "not a DNS message: \(error)")
+        }
+        let id = UInt16(query[0]) << 8 | UInt16(query[1])
+        var wire = query
+        wire[0] = 0
+        wire[1] = 0
+        let pool = engine.pool
+        let deadline = ContinuousClock.now + options.timeout
+        var failures: [DNSError.Attempt] = []
+        for index in pool.order() {
+            guard let upstream = pool.upstreams[index] as? DoHUpstream else { continue }
+            let remaining = deadline - .now
+            guard remaining > .milliseconds(1) else { break }
+            do {
+                var response = try await upstream.exchange(wire, timeout: remaining)
+                try Self.check(response, answers: question)
+                response[0] = UInt8(id >> 8)
+                response[1] = UInt8(id & 0xff)
+                return response
+            } catch {
+                failures.append(.init(upstream: upstream.identifier, code: error.code, message: error.message))
+            }
+        }
+        guard !failures.isEmpty else {
+            throw DNSError(.invalidConfiguration, "no DoH upstream to forward \(question.type) queries to (JSON upstreams carry A/AAAA only)")
+        }
+        throw DNSError.combining(failures)
+    }
+
+    /// A forwarded response must decode, be a response with ID 0, and echo the question.
+    static func check(_ response: [UInt8], answers question: DNSMessage.Question) throws(DNSError) {
+        let message: DNSMessage
+        do { message = try DNSMessage(decoding: response) } catch {
+            throw DNSError(.malformedResponse, "forwarded response: \(error)")
+        }
+        guard message.isResponse, message.id == 0, message.questions == [question] else {
+            throw DNSError(.mismatchedResponse, "the forwarded response does not answer the query")
+        }
+    }
+}
