@@ -24,12 +24,13 @@ final class Runtime: Sendable {
     let detector: HijackDetector
     let ranker: AddressRanker
 
-    init(_ config: ConfigFile) throws(DNSError) {
+    /// `logger` gets the engine's upstream events (circuit opened/closed, failures).
+    init(_ config: ConfigFile, logger: Logger) throws(DNSError) {
         self.config = config
         let system = try SystemResolver(servers: config.systemDNS)
         self.system = system
         resolver = try HTTPDNSResolver(configuration: config.configuration, options: config.options,
-                                       fallback: config.options.fallback == .system ? system : nil)
+                                       fallback: config.options.fallback == .system ? system : nil, logger: logger)
         let probeTimeout = min(config.options.timeout, .seconds(3))
         detector = HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: probeTimeout),
                                   prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: config.configuration.caFile))
@@ -125,7 +126,7 @@ public enum Daemon {
         let logger = daemonLogger
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
-        let runtime = try Runtime(config)
+        let runtime = try Runtime(config, logger: logger)
         let state = DaemonState(runtime: runtime, configPath: configPath, logger: logger)
         let (host, port) = try listenAddress(config.listen)
 
@@ -230,7 +231,7 @@ struct Reloader: Service {
             }
             // The TLS files must make a TLS context: a restart must not fail on what a reload accepted.
             _ = try Daemon.serverBuilder(config)
-            let old = state.replace(with: try Runtime(config))
+            let old = state.replace(with: try Runtime(config, logger: logger))
             state.forget(except: Set(config.watch.map(\.host)))
             // Lookups still running on the old runtime finish with its upstreams; its c-ares
             // thread is stopped once they had time to.
