@@ -8,6 +8,7 @@ cd "$root"
 . Scripts/lib.sh
 
 need_build_packages
+need_packages bind9-dnsutils knot-dnsutils curl   # the real clients that query the daemon below
 echo "== building resolve (release)"
 swift build -c release --product resolve 2>&1 | grep -E "error|warning: |Compiling resolve|Build complete" || true
 bin="$(swift build -c release --show-bin-path)/resolve"
@@ -41,3 +42,20 @@ echo "# Where the answers differ, TLS probes decide: an impostor's certificate p
 echo "# second genuine node proves itself; the canary catches a resolver inventing absent names (exit 3)."
 run compare $a --ca-file $ca --allow-private --system-dns 127.0.0.1:$SYSTEM_DNS_PORT --probe-port $ORIGIN_PORT \
     --canary-zone nxrewrite.hd.test origin.hd.test cdn.hd.test bank.hd.test blocked.hd.test
+
+echo; echo "# daemon: examples/daemon.yaml serves the trusted cache over HTTPS with HTTP/2 (DoH and the"
+echo "# JSON API, bearer token), as a plain-DNS stub, and watches origin.hd.test and bank.hd.test."
+"$bin" daemon --config examples/daemon.yaml --log-level notice 2>.testenv/demo-daemon.log &
+daemon=$!
+trap 'kill $daemon 2>/dev/null || true; bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+for _ in $(seq 1 100); do curl -sf --cacert $ca https://127.0.0.1:8053/healthz >/dev/null 2>&1 && break; sleep 0.1; done
+sleep 2   # the first watch round
+token="Authorization: Bearer example-token-change-me"
+show() { echo; echo "\$ $*"; "$@" || echo "(exit $?)"; }
+show curl -s --cacert $ca -H "$token" "https://127.0.0.1:8053/v1/resolve?host=alias.hd.test"
+show curl -s --cacert $ca -H "$token" https://127.0.0.1:8053/v1/status
+show kdig @127.0.0.1 -p 8053 +https=/dns-query +tls-ca=$ca +tls-hostname=localhost +short www.hd.test TXT
+show curl -s --cacert $ca --doh-url https://127.0.0.1:8053/dns-query https://origin.hd.test:$ORIGIN_PORT/echo
+show dig @127.0.0.1 -p 8054 +tries=1 +short www.hd.test
+show sh -c "curl -s --cacert $ca -H '$token' https://127.0.0.1:8053/metrics | grep -E '^httpdns_watch_verdict|^httpdns_cache_(hits|misses)'"
+kill -TERM $daemon; wait $daemon && echo "(daemon stopped on SIGTERM, exit 0)"

@@ -56,5 +56,13 @@ stop_pidfile() { # pidfile
 use_testenv() {
     if bash "$root/Scripts/testenv.sh" status >/dev/null 2>&1; then return; fi
     bash "$root/Scripts/testenv.sh" start >/dev/null
-    trap 'bash "$root/Scripts/testenv.sh" stop >/dev/null 2>&1 || true' EXIT
+    on_exit 'bash "$root/Scripts/testenv.sh" stop >/dev/null 2>&1 || true'
+}
+
+# Adds a command to run when the script exits (after the ones added before it).
+exit_actions=""
+on_exit() {
+    exit_actions="$exit_actions $1;"
+    # shellcheck disable=SC2064  # expanded now on purpose: the list as it stands
+    trap "$exit_actions" EXIT
 }
