@@ -154,18 +154,27 @@ public enum Daemon {
             let (dnsHost, dnsPort) = try listenAddress(dnsListen, key: "dns_listen")
             services.append(.init(service: DNSStub(state: state, host: dnsHost, port: dnsPort)))
         }
-        let group = ServiceGroup(configuration: .init(
-            services: services,
-            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        services.append(.init(service: CachePersister(state: state)))
+        var groupConfiguration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        // Draining is bounded: requests still running after 10 s are cancelled, and the cache is
+        // written all the same.
+        groupConfiguration.maximumGracefulShutdownDuration = .seconds(10)
+        groupConfiguration.maximumCancellationDuration = .seconds(5)
+        let group = ServiceGroup(configuration: groupConfiguration)
         if let persist = config.persistPath {
             do { _ = try runtime.resolver.loadCache(from: persist) } catch { logger.warning("ignoring the cache file", metadata: ["error": "\(error.message)"]) }
         }
-        try await group.run()
+        var failure: (any Error)?
+        do { try await group.run() } catch { failure = error }
         let final = state.current
         if let persist = final.config.persistPath {
             do { try final.resolver.saveCache(to: persist) } catch { logger.error("cache not saved", metadata: ["error": "\(error.message)"]) }
         }
         final.shutdown()
+        if let failure {
+            logger.error("stopped with an error", metadata: ["error": "\(failure)"])
+            throw failure
+        }
         logger.notice("stopped")
     }
 
@@ -203,6 +212,25 @@ public enum Daemon {
             throw DNSError(.invalidConfiguration, "\(key): '\(text)' is not IP:port")
         }
         return (address.description, port)
+    }
+}
+
+/// Writes the cache to `cache.persist` every `cache.persist_interval` (it is also written on
+/// shutdown), so a crash or a power cut loses at most one interval of answers.
+struct CachePersister: Service {
+    let state: DaemonState
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: state.current.config.persistInterval)
+                let runtime = state.current
+                guard !Task.isCancelled, let path = runtime.config.persistPath else { continue }
+                do throws(DNSError) { try runtime.resolver.saveCache(to: path) } catch {
+                    state.logger.error("cache not saved, retrying at the next interval", metadata: ["error": "\(error.message)"])
+                }
+            }
+        }
     }
 }
 

@@ -189,6 +189,29 @@ import Testing
         #expect(daemon.process.terminationStatus == 0, "\(daemon.logText)")
     }
 
+    @Test func theCacheIsSnapshottedWhileRunningAndRestoredAfterARestart() async throws {
+        let cacheFile = FileManager.default.temporaryDirectory.appendingPathComponent("daemon-cache-\(UUID().uuidString).bin").path
+        defer { try? FileManager.default.removeItem(atPath: cacheFile) }
+        let config = DaemonProcess.config(port: Self.port, extra: "cache: {persist: \(cacheFile), persist_interval: 1}")
+        let first = try await DaemonProcess(config: config, port: Self.port)
+        defer { first.stop() }
+        #expect(try await first.get("/v1/resolve?host=www.hd.test").status == 200)
+        // Written by the interval, before any shutdown: a crash now would not lose it.
+        var written = false
+        for _ in 0..<40 where !written {
+            try await Task.sleep(for: .milliseconds(100))
+            written = (try? FileManager.default.attributesOfItem(atPath: cacheFile)[.size] as? Int).map { $0 > 0 } == true
+        }
+        #expect(written)
+        kill(first.process.processIdentifier, SIGKILL)
+        first.process.waitUntilExit()
+        // A new daemon starts with it: the answer comes from the cache.
+        let second = try await DaemonProcess(config: config, port: Self.port)
+        defer { second.stop() }
+        let lookup = second.text(try await second.get("/v1/resolve?host=www.hd.test"))
+        #expect(lookup.contains("\"source\":\"cache\""), "\(lookup)")
+    }
+
     @Test func unusableTLSFilesAreAConfigErrorAtStart() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("daemon-tls-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
