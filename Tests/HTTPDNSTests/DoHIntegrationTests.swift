@@ -145,11 +145,13 @@ import Testing
         }
         let clock = ContinuousClock()
         let start = clock.now
-        let resolution = try await resolver([bad, Self.dohB], timeout: .seconds(2)).resolve("www.hd.test")
+        // 4 s: a blackholed first resolver takes half of it, and CI's startup burst (daemons, real
+        // clients and CPU-bound suites on 2 cores) once left the second one nothing of a 2 s budget.
+        let resolution = try await resolver([bad, Self.dohB], timeout: .seconds(4)).resolve("www.hd.test")
         #expect(resolution.upstream == Env.dohB)
         #expect(resolution.addresses.count == 2)
         #expect(resolution.failedAttempts.first?.upstream == bad.url)
-        #expect(clock.now - start < .seconds(2))
+        #expect(clock.now - start < .seconds(4))
     }
 
     @Test func refusedBootstrapAddressMovesToTheNextAddress() async throws {
