@@ -6,8 +6,9 @@ extension HTTPDNSResolver {
     /// upstreams and returns the first response, unchanged but for the caller's ID restored.
     ///
     /// What the daemon does with query types the engine does not answer (MX, TXT, HTTPS, …). The
-    /// upstreams are tried in the pool's order (circuit breakers included); a transport failure
-    /// or a response that does not answer this query moves to the next one. The upstream's RCODE
+    /// upstreams are tried in the pool's order (circuit breakers included), each within its share of
+    /// the remaining budget; a transport failure or a response that does not answer this query moves
+    /// to the next one. The upstream's RCODE
     /// (SERVFAIL, REFUSED…) is an answer and is returned. JSON upstreams cannot carry a message and
     /// are skipped. Nothing is cached.
     /// - Throws: ``DNSError``: `malformed_response`/`mismatched_response` or the transport's code
@@ -31,12 +32,16 @@ extension HTTPDNSResolver {
         let pool = engine.pool
         let deadline = ContinuousClock.now + options.timeout
         var failures: [DNSError.Attempt] = []
-        for index in pool.order() {
-            guard let upstream = pool.upstreams[index] as? DoHUpstream else { continue }
+        let candidates = pool.order().compactMap { pool.upstreams[$0] as? DoHUpstream }
+        guard !candidates.isEmpty else {
+            throw DNSError(.invalidConfiguration, "no DoH upstream to forward \(question.type) queries to (JSON upstreams carry A/AAAA only)")
+        }
+        for (position, upstream) in candidates.enumerated() {
             let remaining = deadline - .now
             guard remaining > .milliseconds(1) else { break }
             do {
-                var response = try await upstream.exchange(wire, timeout: remaining)
+                // As for lookups: a silent upstream gets its share of what is left, not all of it.
+                var response = try await upstream.exchange(wire, timeout: remaining / (candidates.count - position))
                 try Self.check(response, answers: question)
                 response[0] = UInt8(id >> 8)
                 response[1] = UInt8(id & 0xff)
@@ -45,9 +50,7 @@ extension HTTPDNSResolver {
                 failures.append(.init(upstream: upstream.identifier, code: error.code, message: error.message))
             }
         }
-        guard !failures.isEmpty else {
-            throw DNSError(.invalidConfiguration, "no DoH upstream to forward \(question.type) queries to (JSON upstreams carry A/AAAA only)")
-        }
+        guard !failures.isEmpty else { throw DNSError(.timeout, "no time left to forward the query") }
         throw DNSError.combining(failures)
     }
 

@@ -124,7 +124,9 @@ import Testing
             ($0 as? DNSError)?.code == .timeout
         }
         let elapsed = clock.now - start
-        #expect(elapsed >= .milliseconds(550) && elapsed < .milliseconds(2000), "took \(elapsed)")
+        // The upper bound is far from 600 ms: CI's startup burst on 2 cores has stalled the
+        // cooperative pool for ~3 s. What matters is that it ends with a timeout, not at 3 s + 3 s.
+        #expect(elapsed >= .milliseconds(550) && elapsed < .milliseconds(4500), "took \(elapsed)")
     }
 
     // MARK: Failover: a bad first resolver, the second answers within one budget.

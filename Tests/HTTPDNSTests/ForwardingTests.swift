@@ -11,7 +11,7 @@ import Testing
     func resolver(_ upstreams: [UpstreamEndpoint]) throws -> HTTPDNSResolver {
         try Env.requireRunning()
         return try HTTPDNSResolver(configuration: .init(upstreams: upstreams, caFile: Env.caFile),
-                                   options: HTTPDNSOptions(timeout: .seconds(3)))
+                                   options: HTTPDNSOptions(timeout: .seconds(6)))
     }
 
     func query(_ name: String, _ type: RecordType, id: UInt16) throws -> [UInt8] {

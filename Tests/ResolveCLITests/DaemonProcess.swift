@@ -3,6 +3,10 @@ import Foundation
 import TestSupport
 import Testing
 
+/// The daemon suites run one after another: one daemon process at a time, so the suite's startup
+/// burst on 2 cores stays smaller.
+@Suite(.serialized) enum DaemonSuites {}
+
 /// `resolve daemon` as a real process with a config written for the test, queried by libcurl at
 /// 127.0.0.1 (over HTTPS with the test CA when the config has `tls:`).
 final class DaemonProcess: @unchecked Sendable {
