@@ -47,14 +47,7 @@ public final class ResolverEngine: Sendable {
     /// Resolves `host`; see `HTTPDNSResolver.resolve(_:type:)`.
     public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
         let started = ContinuousClock.now
-        if let literal = IPAddress(host) {
-            return Resolution(host: host, addresses: [ResolvedAddress(ip: literal, ttl: 0)], source: .literal,
-                              upstream: nil, elapsed: .zero, expiresAt: clock.now)
-        }
-        // The hit path: a finished resolution kept from the last second, or one built from fresh entries.
-        let now = clock.now
-        if var hit = memo.resolution(for: host, type: type, now: now) ?? fromCache(host, type, now: now)?.usable {
-            metrics.hits.increment(by: type == .both ? 2 : 1)
+        if var hit = resolveWithoutWaiting(host, type: type) {
             hit.elapsed = .now - started
             return hit
         }
@@ -73,6 +66,22 @@ public final class ResolverEngine: Sendable {
         }
         if Task.isCancelled { throw DNSError(.cancelled, "the lookup of \(host) was cancelled") }
         return try merge(host: host, name: name, outcomes: outcomes, elapsed: .now - started)
+    }
+
+    /// The hit path of `resolve` alone, for callers that must not suspend (an event loop): an IP
+    /// literal, or a fresh answer that needs no lookup (not stale, not a remembered failure, not in
+    /// its prefetch window), counted as a hit like `resolve` counts it. Nil when `resolve` would
+    /// have to go out: call it then. Negative answers are nil here too.
+    public func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
+        if let literal = IPAddress(host) {
+            return Resolution(host: host, addresses: [ResolvedAddress(ip: literal, ttl: 0)], source: .literal,
+                              upstream: nil, elapsed: .zero, expiresAt: clock.now)
+        }
+        // A finished resolution kept from the last second, or one built from fresh entries.
+        let now = clock.now
+        guard let hit = memo.resolution(for: host, type: type, now: now) ?? fromCache(host, type, now: now)?.usable else { return nil }
+        metrics.hits.increment(by: type == .both ? 2 : 1)
+        return hit
     }
 
     /// The cached answer for `host`, fresh or stale, without any I/O: for hot paths that must not

@@ -70,6 +70,12 @@ public final class HTTPDNSResolver: Sendable {
         try await engine.resolve(host, type: type)
     }
 
+    /// `resolve`'s answer when it needs no lookup (an IP literal or a fresh cached answer, counted
+    /// as a hit), without suspending; nil when `resolve` has to go out. For event-loop code.
+    public func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
+        engine.resolveWithoutWaiting(host, type: type)
+    }
+
     /// The cached answer for `host` (fresh or stale) without I/O, or nil. For hot paths.
     public func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
         engine.cachedResolution(for: host, type: type)

@@ -4,7 +4,6 @@ import HijackDetection
 import HTTPDNS
 import Hummingbird
 import HummingbirdCore
-import HummingbirdHTTP2
 import Logging
 import Metrics
 import NIOSSL
@@ -130,12 +129,20 @@ public enum Daemon {
         let state = DaemonState(runtime: runtime, configPath: configPath, logger: logger)
         let (host, port) = try listenAddress(config.listen)
 
-        let server = try serverBuilder(config)
         let router = Router()
         router.add(middleware: MetricsMiddleware())
         router.add(middleware: LimitsMiddleware(state: state))
         router.add(middleware: AuthMiddleware(state: state))
         Routes.install(on: router, state: state, registry: registry)
+        let server: HTTPServerBuilder
+        if let sslContext = try tlsContext(config) {
+            let routes = router.buildResponder()
+            server = HTTPServerBuilder { responder in
+                DaemonHTTPSChannel(sslContext: sslContext, http1: HTTP1Channel(responder: responder), state: state, router: routes)
+            }
+        } else {
+            server = .http1()
+        }
         var appLogger = logger
         appLogger.logLevel = max(logLevel, .notice)
         let scheme = config.tls == nil ? "http" : "https"
@@ -178,9 +185,11 @@ public enum Daemon {
         logger.notice("stopped")
     }
 
-    /// HTTP/1.1, or with `tls:` HTTPS offering HTTP/2 and HTTP/1.1 by ALPN (what DoH clients expect).
-    static func serverBuilder(_ config: ConfigFile) throws(DNSError) -> HTTPServerBuilder {
-        guard let files = config.tls else { return .http1() }
+    /// With `tls:`, the TLS context of the HTTPS listener, which offers HTTP/2 and HTTP/1.1 by ALPN
+    /// (what DoH clients expect); nil for plain HTTP/1.1. Built here, while the config is read, so
+    /// that a key that does not match the certificate is an error of the config, not of the listener.
+    static func tlsContext(_ config: ConfigFile) throws(DNSError) -> NIOSSLContext? {
+        guard let files = config.tls else { return nil }
         let chain: [NIOSSLCertificate]
         let key: NIOSSLPrivateKey
         do {
@@ -196,11 +205,9 @@ public enum Daemon {
         guard !chain.isEmpty else { throw DNSError(.invalidConfiguration, "tls.cert: '\(files.certificate)' holds no certificate") }
         var tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
         tls.minimumTLSVersion = .tlsv12
+        tls.applicationProtocols = ["h2", "http/1.1"]
         do {
-            // Built here once so that a key that does not match the certificate is an error of the
-            // config now, not of the listener later.
-            _ = try NIOSSLContext(configuration: tls)
-            return try .http2Upgrade(tlsConfiguration: tls)
+            return try NIOSSLContext(configuration: tls)
         } catch {
             throw DNSError(.invalidConfiguration, "tls: the certificate and key do not make a TLS context - is the key the certificate's? (\(error))")
         }
@@ -258,7 +265,7 @@ struct Reloader: Service {
                 logger.warning("\(key) changed: takes effect after a restart", metadata: ["key": "\(key)"])
             }
             // The TLS files must make a TLS context: a restart must not fail on what a reload accepted.
-            _ = try Daemon.serverBuilder(config)
+            _ = try Daemon.tlsContext(config)
             let old = state.replace(with: try Runtime(config, logger: logger))
             state.forget(except: Set(config.watch.map(\.host)))
             // Lookups still running on the old runtime finish with its upstreams; its c-ares

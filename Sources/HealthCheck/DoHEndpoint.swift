@@ -11,6 +11,28 @@ public enum DoHAnswering {
         case malformed(String)
     }
 
+    /// A query taken apart: the message and its one question; `addressType` when the engine
+    /// answers it (A or AAAA in class IN), nil when it is forwarded.
+    public struct Query: Sendable {
+        let message: DNSMessage
+        let question: DNSMessage.Question
+        let addressType: AddressQuery?
+        let wire: [UInt8]
+
+        /// Checks `wire` is one standard query with exactly one question.
+        public init(_ wire: [UInt8]) throws(Failure) {
+            do { message = try DNSMessage(decoding: wire) } catch { throw .malformed("not a DNS message: \(error)") }
+            guard !message.isResponse, message.opcode == 0 else { throw .malformed("not a standard query") }
+            guard message.questions.count == 1, let question = message.questions.first else {
+                throw .malformed("a query must have exactly one question, not \(message.questions.count)")
+            }
+            self.question = question
+            self.wire = wire
+            addressType = question.recordClass == DNSMessage.classIN
+                ? (question.type == .a ? .a : question.type == .aaaa ? .aaaa : nil) : nil
+        }
+    }
+
     /// Answers `query` (wire bytes). A and AAAA come from the engine, with the remaining TTL and
     /// the CNAME to the canonical name; NXDOMAIN and NODATA as such; upstream failures as SERVFAIL;
     /// other types forwarded as they are to the trusted DoH upstreams, their response returned as it
@@ -18,54 +40,74 @@ public enum DoHAnswering {
     /// Returns the response and its smallest TTL.
     public static func answer(_ query: [UInt8], resolver: HTTPDNSResolver,
                               now: ContinuousClock.Instant = .now) async throws(Failure) -> (response: [UInt8], minTTL: UInt32) {
-        let message: DNSMessage
-        do { message = try DNSMessage(decoding: query) } catch { throw .malformed("not a DNS message: \(error)") }
-        guard !message.isResponse, message.opcode == 0 else { throw .malformed("not a standard query") }
-        guard message.questions.count == 1, let question = message.questions.first else {
-            throw .malformed("a query must have exactly one question, not \(message.questions.count)")
+        await answer(try Query(query), resolver: resolver, now: now)
+    }
+
+    /// `answer` for a query already checked.
+    public static func answer(_ query: Query, resolver: HTTPDNSResolver,
+                              now: ContinuousClock.Instant = .now) async -> (response: [UInt8], minTTL: UInt32) {
+        guard let addressType = query.addressType else {
+            return await forward(query.wire, message: query.message, resolver: resolver)
         }
-        // QR, RD copied, RA.
-        var flags: UInt16 = 0x8000 | (message.flags & 0x0100) | 0x0080
-        var answers: [DNSMessage.Record] = []
-        var negativeTTL: UInt32 = 0
-        let addressType: AddressQuery? = question.recordClass == DNSMessage.classIN
-            ? (question.type == .a ? .a : question.type == .aaaa ? .aaaa : nil) : nil
-        guard let addressType else {
-            return await forward(query, message: message, resolver: resolver)
-        }
+        if let ready = answerWithoutWaiting(query, resolver: resolver, now: now) { return ready }
         do {
-            let resolution = try await resolver.resolve(question.name.description, type: addressType)
-            let remaining = max(0, (resolution.expiresAt - now).components.seconds)
-            var owner = question.name
-            if let canonical = resolution.canonicalName, let target = try? DomainName(canonical), target != question.name {
-                let ttl = UInt32(clamping: min(remaining, Int64(resolution.addresses.map(\.ttl).min() ?? 0)))
-                answers.append(DNSMessage.Record(name: question.name, type: .cname, ttl: ttl, data: .cname(target)))
-                owner = target
-            }
-            for address in resolution.addresses {
-                answers.append(DNSMessage.Record(name: owner, type: question.type,
-                                                 ttl: UInt32(clamping: min(Int64(address.ttl), remaining)), data: .address(address.ip)))
-            }
+            let resolution = try await resolver.resolve(query.question.name.description, type: addressType)
+            return response(to: query, resolution, now: now)
         } catch {
-            switch error.code {
-            case .nxdomain: flags |= 3
-            case .nodata: break
-            case .invalidName: flags |= 1  // FORMERR
-            case .rejectedPrivate: flags |= 5  // REFUSED: the rebinding guard dropped every answer
-            default: flags |= 2  // SERVFAIL
-            }
-            // The engine keeps the zone's SOA to itself: a negative answer goes without one, and
-            // HTTP caches get the configured negative TTL.
-            if error.code == .nxdomain || error.code == .nodata {
-                negativeTTL = UInt32(clamping: resolver.options.negativeTTL.components.seconds)
-            }
+            return response(to: query, error, resolver: resolver)
         }
-        let response = DNSMessage(id: message.id, flags: flags, questions: [question], answers: answers)
-        return (response.encode(), answers.map(\.ttl).min() ?? negativeTTL)
+    }
+
+    /// The answer when the engine has it without a lookup (a fresh cached A or AAAA), built
+    /// without suspending; nil when `answer` has to be awaited. For the event loop.
+    public static func answerWithoutWaiting(_ query: Query, resolver: HTTPDNSResolver,
+                                            now: ContinuousClock.Instant = .now) -> (response: [UInt8], minTTL: UInt32)? {
+        guard let addressType = query.addressType,
+              let resolution = resolver.resolveWithoutWaiting(query.question.name.description, type: addressType) else { return nil }
+        return response(to: query, resolution, now: now)
+    }
+
+    private static func response(to query: Query, _ resolution: Resolution, now: ContinuousClock.Instant) -> (response: [UInt8], minTTL: UInt32) {
+        let question = query.question
+        let remaining = max(0, (resolution.expiresAt - now).components.seconds)
+        var answers: [DNSMessage.Record] = []
+        var owner = question.name
+        if let canonical = resolution.canonicalName, let target = try? DomainName(canonical), target != question.name {
+            let ttl = UInt32(clamping: min(remaining, Int64(resolution.addresses.map(\.ttl).min() ?? 0)))
+            answers.append(DNSMessage.Record(name: question.name, type: .cname, ttl: ttl, data: .cname(target)))
+            owner = target
+        }
+        for address in resolution.addresses {
+            answers.append(DNSMessage.Record(name: owner, type: question.type,
+                                             ttl: UInt32(clamping: min(Int64(address.ttl), remaining)), data: .address(address.ip)))
+        }
+        let message = DNSMessage(id: query.message.id, flags: responseFlags(query.message), questions: [question], answers: answers)
+        return (message.encode(), answers.map(\.ttl).min() ?? 0)
+    }
+
+    private static func response(to query: Query, _ error: DNSError, resolver: HTTPDNSResolver) -> (response: [UInt8], minTTL: UInt32) {
+        var flags = responseFlags(query.message)
+        switch error.code {
+        case .nxdomain: flags |= 3
+        case .nodata: break
+        case .invalidName: flags |= 1  // FORMERR
+        case .rejectedPrivate: flags |= 5  // REFUSED: the rebinding guard dropped every answer
+        default: flags |= 2  // SERVFAIL
+        }
+        // The engine keeps the zone's SOA to itself: a negative answer goes without one, and
+        // HTTP caches get the configured negative TTL.
+        let negativeTTL = error.code == .nxdomain || error.code == .nodata
+            ? UInt32(clamping: resolver.options.negativeTTL.components.seconds) : 0
+        return (DNSMessage(id: query.message.id, flags: flags, questions: [query.question]).encode(), negativeTTL)
+    }
+
+    /// QR, RD copied, RA.
+    private static func responseFlags(_ query: DNSMessage) -> UInt16 {
+        0x8000 | (query.flags & 0x0100) | 0x0080
     }
 
     static func forward(_ query: [UInt8], message: DNSMessage, resolver: HTTPDNSResolver) async -> (response: [UInt8], minTTL: UInt32) {
-        var flags: UInt16 = 0x8000 | (message.flags & 0x0100) | 0x0080
+        var flags = responseFlags(message)
         guard resolver.canForward else {
             flags |= 4  // NOTIMP
             return (DNSMessage(id: message.id, flags: flags, questions: message.questions).encode(), 0)
