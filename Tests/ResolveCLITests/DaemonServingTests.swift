@@ -88,6 +88,73 @@ extension DaemonSuites {
             #expect(try await metric("httpdns_upstream_circuit_open{upstream=\"\(TestEnvironment.dohA)\"}") == 0)
         }
 
+        /// base64url without padding (RFC 8484 §4.1) of a query for `name`.
+        static func dnsParameter(_ name: String, _ type: RecordType, id: UInt16) throws -> String {
+            let wire = DNSMessage(id: id, flags: 0x0100, questions: [.init(name: try DomainName(name), type: type)]).encode()
+            return Data(wire).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        }
+
+        /// HTTP/2 is served at the frame level: many streams at once on one connection, answers from
+        /// the cache and from lookups mixed, each with its own ID, and the other routes beside them.
+        @Test func manyStreamsOnOneHTTP2ConnectionEachGetTheirOwnAnswer() async throws {
+            defer { daemon.stop() }
+            let names: [(String, RecordType, String)] = [
+                ("www.hd.test", .a, "198.18.0.10"), ("v6only.hd.test", .aaaa, "2001:2::30"), ("alias.hd.test", .a, "198.18.0.10"),
+                ("v4only.hd.test", .a, "198.18.0.40"), ("www.hd.test", .aaaa, "2001:2::10"),
+            ]
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("h2-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            // 40 DoH GETs (each name 8 times: the first a lookup, the rest from the cache, all in
+            // flight together), then the other routes.
+            var arguments = ["-sS", "--http2", "--parallel", "--parallel-max", "50", "--cacert", TestEnvironment.caFile,
+                             "-H", "Authorization: Bearer \(Self.token)", "-w", "%{http_code} %{http_version} %{num_connects} %{size_download} %{url}\\n"]
+            var expected: [(file: String, id: UInt16, answer: String)] = []
+            for round in 0..<8 {
+                for (index, (name, type, answer)) in names.enumerated() {
+                    let id = UInt16(round * 100 + index + 1)
+                    let file = directory.appendingPathComponent("query-\(id)").path
+                    arguments += ["-o", file, "\(dohURL)?dns=\(try Self.dnsParameter(name, type, id: id))"]
+                    expected.append((file, id, answer))
+                }
+            }
+            for path in ["/healthz", "/v1/resolve?host=www.hd.test&type=a", "/no-such-path"] {
+                arguments += ["-o", directory.appendingPathComponent(path.count == 8 ? "healthz" : path.hasPrefix("/v1") ? "resolve" : "404").path,
+                              "https://127.0.0.1:\(Self.port)\(path)"]
+            }
+            let result = try await run("/usr/bin/curl", arguments)
+            let lines = result.stdout.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+            #expect(lines.count == 43, "\(result.stdout)\(result.stderr)")
+            #expect(lines.allSatisfy { $0.count == 5 && $0[1] == "2" }, "every transfer over HTTP/2: \(result.stdout)")
+            #expect(lines.compactMap { $0.count == 5 ? Int($0[2]) : nil }.reduce(0, +) <= 2, "the streams share the connection: \(result.stdout)")
+            #expect(lines.map(\.first).filter { $0 == "200" }.count == 42, "\(result.stdout)")
+            #expect(lines.map(\.first).filter { $0 == "404" }.count == 1, "\(result.stdout)")
+            for (file, id, answer) in expected {
+                let bytes = Array((try? Data(contentsOf: URL(fileURLWithPath: file))) ?? Data())
+                guard let message = try? DNSMessage(decoding: bytes) else {
+                    Issue.record("query \(id): \(bytes.count) bytes, not a DNS message: \(result.stdout)")
+                    continue
+                }
+                #expect(message.id == id)
+                #expect(message.answers.contains { $0.data == .address(IPAddress(answer)!) }, "query \(id): \(message.answers)")
+            }
+            #expect(try String(contentsOf: directory.appendingPathComponent("healthz"), encoding: .utf8) == "ok\n")
+            #expect(try String(contentsOf: directory.appendingPathComponent("resolve"), encoding: .utf8).contains("198.18.0.10"))
+
+            // A cached answer's headers: the media type, max-age from the TTL, a Date.
+            let head = try await run("/usr/bin/curl", ["-sS", "--http2", "--cacert", TestEnvironment.caFile, "-D", "-", "-o", "/dev/null",
+                                                       "\(dohURL)?dns=\(try Self.dnsParameter("www.hd.test", .a, id: 1))"])
+            let headers = head.stdout.lowercased()
+            #expect(headers.hasPrefix("http/2 200"), "\(head.stdout)\(head.stderr)")
+            #expect(headers.contains("content-type: application/dns-message"))
+            #expect(headers.contains("cache-control: max-age="))
+            #expect(headers.contains("date: "))
+            // The fast path counts in the same metric series as the router.
+            let gets = try await metric("hb_requests{http_route=\"/dns-query\",http_request_method=\"GET\",http_response_status_code=\"200\"}")
+            #expect(gets == 41)
+        }
+
         @Test func theBearerTokenAndTheLimitsAreEnforced() async throws {
             defer { daemon.stop() }
             #expect(try await daemon.get("/healthz").status == 200)
@@ -166,16 +233,20 @@ extension DaemonSuites {
     @Suite(.serialized) struct DaemonDrainTests {
         static let port = 18495
 
-        @Test func aSlowRequestFinishesAcrossSIGTERMAndTheLimitRejectsTheExcess() async throws {
+        /// Over HTTP/1.1, and over HTTPS with HTTP/2 (the frame-level server: the slow request is a
+        /// DoH query that needs a lookup, and SIGTERM sends GOAWAY while it is in flight).
+        @Test(arguments: [false, true])
+        func aSlowRequestFinishesAcrossSIGTERMAndTheLimitRejectsTheExcess(https: Bool) async throws {
             let blackhole = try BlackholeListener()
             let config = DaemonProcess.config(port: Self.port, upstreams: ["https://doh-a.test:\(blackhole.port)/dns-query", TestEnvironment.dohA],
-                                              extra: "timeout: 4\nlimits: {max_concurrent_requests: 1}")
-            let daemon = try await DaemonProcess(config: config, port: Self.port)
+                                              extra: "timeout: 4\nlimits: {max_concurrent_requests: 1}\n" + (https ? DaemonProcess.tlsConfig : ""))
+            let daemon = try await DaemonProcess(config: config, port: Self.port, https: https)
             defer { daemon.stop() }
 
             let clock = ContinuousClock()
             let started = clock.now
-            async let slow = daemon.get("/v1/resolve?host=www.hd.test&type=a")
+            let slowPath = https ? "/dns-query?dns=\(try DaemonServingTests.dnsParameter("www.hd.test", .a, id: 5))" : "/v1/resolve?host=www.hd.test&type=a"
+            async let slow = daemon.get(slowPath)
             try await Task.sleep(for: .milliseconds(500))
             // Over the limit: 503 at once, with Retry-After.
             let excess = try await daemon.get("/v1/resolve?host=v4only.hd.test&type=a")
@@ -185,7 +256,13 @@ extension DaemonSuites {
             kill(daemon.process.processIdentifier, SIGTERM)
             let answer = try await slow
             #expect(answer.status == 200, "\(daemon.text(answer))")
-            #expect(daemon.text(answer).contains("198.18.0.10"))
+            if https {
+                #expect(answer.httpVersion == 20)
+                let message = try DNSMessage(decoding: answer.body)
+                #expect(message.id == 5 && message.answers.first?.data == .address(IPAddress("198.18.0.10")!), "\(message)")
+            } else {
+                #expect(daemon.text(answer).contains("198.18.0.10"))
+            }
             #expect(clock.now - started > .milliseconds(900), "the request was meant to be slow")
             for _ in 0..<100 where daemon.process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
             #expect(!daemon.process.isRunning)
