@@ -62,7 +62,7 @@ struct DNSStub: Service {
     /// Answers one packet; nil for a packet that is not a query or that came while the stub is full
     /// (dropped and counted).
     static func respond(to query: [UInt8], state: DaemonState, transport: String) async -> [UInt8]? {
-        Counter(label: "httpdns_dns_stub_queries_total", dimensions: [("transport", transport)]).increment()
+        queriesCounter(transport).increment()
         defer { inFlight.subtract(1, ordering: .relaxed) }
         guard inFlight.add(1, ordering: .relaxed).newValue <= maxInFlight else {
             Counter(label: "httpdns_dns_stub_dropped_total", dimensions: [("transport", transport)]).increment()
@@ -75,6 +75,21 @@ struct DNSStub: Service {
             return nil
         }
     }
+
+    /// The answer to `query` when the cache has it, without suspending (for the event loop); nil
+    /// when it has to go through `respond`, which counts it then.
+    static func respondWithoutWaiting(to query: [UInt8], state: DaemonState, transport: String) -> [UInt8]? {
+        guard let parsed = try? DoHAnswering.Query(query),
+              let ready = DoHAnswering.answerWithoutWaiting(parsed, resolver: state.current.resolver) else { return nil }
+        queriesCounter(transport).increment()
+        return ready.response
+    }
+
+    private static let udpQueries = Counter(label: "httpdns_dns_stub_queries_total", dimensions: [("transport", "udp")])
+    private static let tcpQueries = Counter(label: "httpdns_dns_stub_queries_total", dimensions: [("transport", "tcp")])
+    static let truncatedCounter = Counter(label: "httpdns_dns_stub_truncated_total")
+
+    private static func queriesCounter(_ transport: String) -> Counter { transport == "udp" ? udpQueries : tcpQueries }
 
     /// What fits in a UDP response to `query`: 512 bytes, or the EDNS payload size it advertised
     /// (RFC 6891 §6.2.3, RFC 6891 §6.2.5: below 512 counts as 512), capped at 4,096.
@@ -106,17 +121,32 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
         let query = Array(buffer: envelope.data)
+        // A cached answer is sent from here, on the event loop; the rest wait in a task.
+        if let ready = DNSStub.respondWithoutWaiting(to: query, state: state, transport: "udp") {
+            context.write(wrapOutboundOut(Self.reply(ready, to: query, at: envelope.remoteAddress)), promise: nil)
+            return
+        }
         let channel = context.channel
         let state = self.state
         Task {
-            guard var response = await DNSStub.respond(to: query, state: state, transport: "udp") else { return }
-            if response.count > DNSStub.udpLimit(of: query) {
-                Counter(label: "httpdns_dns_stub_truncated_total").increment()
-                response = DNSStub.truncated(response)
-            }
-            let reply = AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))
-            try? await channel.writeAndFlush(reply)
+            guard let response = await DNSStub.respond(to: query, state: state, transport: "udp") else { return }
+            try? await channel.writeAndFlush(Self.reply(response, to: query, at: envelope.remoteAddress))
         }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        context.flush()
+        context.fireChannelReadComplete()
+    }
+
+    /// The datagram for `response`, truncated (TC) when it is larger than the client takes.
+    static func reply(_ response: [UInt8], to query: [UInt8], at address: SocketAddress) -> AddressedEnvelope<ByteBuffer> {
+        var response = response
+        if response.count > DNSStub.udpLimit(of: query) {
+            DNSStub.truncatedCounter.increment()
+            response = DNSStub.truncated(response)
+        }
+        return AddressedEnvelope(remoteAddress: address, data: ByteBuffer(bytes: response))
     }
 }
 

@@ -204,6 +204,10 @@ extension DaemonSuites {
             // With EDNS (dig offers 1232 bytes) it fits over UDP.
             let edns = try await dig(["+ignore", "big.hd.test", "A"])
             #expect(edns.stdout.contains("ANSWER: 40"), "\(edns.stdout)")
+            // Now from the cache (answered on the event loop): truncated all the same without EDNS.
+            let cachedTruncated = try await dig(["+noedns", "+ignore", "big.hd.test", "A"])
+            #expect(cachedTruncated.stdout.contains(" tc"), "\(cachedTruncated.stdout)")
+            #expect(cachedTruncated.stdout.contains("ANSWER: 0"), "\(cachedTruncated.stdout)")
 
             // Garbage is dropped and counted; the stub keeps serving.
             let before = try await metric("httpdns_dns_stub_malformed_total{transport=\"udp\"}") ?? 0
