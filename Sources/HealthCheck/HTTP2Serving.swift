@@ -33,7 +33,8 @@ struct DaemonHTTPSChannel: ServerChildChannel {
     let state: DaemonState
     let router: RouterResponder<BasicRequestContext>
 
-    /// How long an HTTP/2 connection may send nothing at all before it is told to go away.
+    /// How long an HTTP/2 connection may send nothing at all before it is told to go away (checked
+    /// every quarter of it).
     static let idleTimeout = TimeAmount.seconds(120)
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
@@ -54,7 +55,6 @@ struct DaemonHTTPSChannel: ServerChildChannel {
                         connection.headerBlockValidation = .disabled
                         connection.contentLengthValidation = .disabled
                         try sync.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: connection))
-                        try sync.addHandler(IdleStateHandler(readTimeout: Self.idleTimeout))
                         try sync.addHandler(HTTP2ConnectionHandler(state: state, router: router, logger: logger))
                         return .http2(channel)
                     }
@@ -122,6 +122,8 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
     private var reading = false
     private var flushPending = false
     private var goingAway = false
+    private var lastRead = NIODeadline.now()
+    private var idleCheck: RepeatedTask?
     private var closing = false
     /// The last response frame written, so that a draining connection closes after it is sent.
     private var lastWrite: EventLoopFuture<Void>?
@@ -135,9 +137,23 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
         self.logger = logger
     }
 
-    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        // Idleness is checked now and then against the last read (an IdleStateHandler in the
+        // pipeline would sit in the path of every frame).
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let check = TimeAmount.nanoseconds(DaemonHTTPSChannel.idleTimeout.nanoseconds / 4)
+        idleCheck = context.eventLoop.scheduleRepeatedTask(initialDelay: check, delay: check) { _ in
+            let this = handler.value
+            if NIODeadline.now() - this.lastRead >= DaemonHTTPSChannel.idleTimeout { this.goAway() }
+        }
+    }
 
-    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+    func handlerRemoved(context: ChannelHandlerContext) {
+        idleCheck?.cancel()
+        idleCheck = nil
+        self.context = nil
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         reading = true
@@ -197,6 +213,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         reading = false
+        lastRead = .now()
         if flushPending {
             flushPending = false
             context.flush()
@@ -210,8 +227,6 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
             streams[closed.streamID] = nil
             closeIfDrained()
         case is ChannelShouldQuiesceEvent:
-            goAway()
-        case let idle as IdleStateHandler.IdleStateEvent where idle == .read:
             goAway()
         default:
             context.fireUserInboundEventTriggered(event)
@@ -315,10 +330,11 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
         guard let context, streams[id] != nil else { return }
         var body = context.channel.allocator.buffer(capacity: response.count)
         body.writeBytes(response)
-        let headers: HPACKHeaders = [
-            ":status": "200", "content-type": "application/dns-message", "content-length": String(response.count),
-            "cache-control": "max-age=\(ttl)", "date": date(),
-        ]
+        var headers: HPACKHeaders = [":status": "200", "content-type": "application/dns-message", "date": date()]
+        // Values that change from answer to answer stay out of the HPACK table (no insert and
+        // eviction per response).
+        headers.add(name: "content-length", value: String(response.count), indexing: .nonIndexable)
+        headers.add(name: "cache-control", value: "max-age=\(ttl)", indexing: .nonIndexable)
         write(id, headers: headers, body: body)
         // The same series the router's MetricsMiddleware keeps for /dns-query.
         let metrics = dohMetrics[method] ?? {
