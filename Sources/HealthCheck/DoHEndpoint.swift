@@ -1,4 +1,5 @@
 import DNSCore
+import Foundation
 import HTTPDNS
 
 /// RFC 8484 answers from the engine: the wire side of `/dns-query` (and of a DNS stub).
@@ -131,6 +132,18 @@ public enum DoHAnswering {
             if case .soa(let soa) = record.data { return min(record.ttl, soa.minimum) }
         }
         return 0
+    }
+
+    /// The query in a GET's `dns` parameter, or nil when it is longer than a DNS message can be
+    /// or not base64url.
+    public static func queryFromGETParameter(_ parameter: Substring) -> [UInt8]? {
+        guard parameter.utf8.count <= maxMessageBytes * 4 / 3 + 4 else { return nil }
+        return decodeBase64URL(parameter)
+    }
+
+    /// Whether a POST's `Content-Type` is `application/dns-message` (parameters and case aside).
+    public static func isDNSMessage(contentType: String?) -> Bool {
+        contentType?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() == "application/dns-message"
     }
 
     /// Decodes the `dns` parameter of a GET: base64url without padding (RFC 8484 §4.1).

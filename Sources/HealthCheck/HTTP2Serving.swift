@@ -105,6 +105,8 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
 
     private struct Stream {
         var headers: HPACKHeaders
+        var method: String
+        var path: String
         var body: ByteBuffer?
         /// The request has ended (END_STREAM seen); false when it was dispatched over the limit.
         var ended = false
@@ -176,13 +178,13 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
                 return
             }
             highestStreamID = max(highestStreamID, id)
-            guard headers.headers.first(name: ":method") != nil, headers.headers.first(name: ":path") != nil else {
+            guard let method = headers.headers.first(name: ":method"), let path = headers.headers.first(name: ":path") else {
                 // RFC 9113 §8.1.1: a malformed request is a stream error of type PROTOCOL_ERROR.
                 context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .rstStream(.protocolError))), promise: nil)
                 flushPending = true
                 return
             }
-            streams[id] = Stream(headers: headers.headers, ended: headers.endStream)
+            streams[id] = Stream(headers: headers.headers, method: method, path: path, ended: headers.endStream)
             if headers.endStream { dispatch(id) }
         case .data(let payload):
             let length = payload.data.readableBytes
@@ -195,7 +197,8 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
             }
             guard var stream = streams[id], !stream.dispatched else { return }
             // One byte over the limit is kept, so that the router's own check answers 413.
-            let room = state.current.config.limits.maxBodyBytes + 1 - (stream.body?.readableBytes ?? 0)
+            let limit = state.current.config.limits.maxBodyBytes
+            let room = limit + 1 - (stream.body?.readableBytes ?? 0)
             if case .byteBuffer(var bytes) = payload.data, room > 0 {
                 var body = stream.body ?? context.channel.allocator.buffer(capacity: min(length, room))
                 if var slice = bytes.readSlice(length: min(room, bytes.readableBytes)) { body.writeBuffer(&slice) }
@@ -203,7 +206,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
             }
             stream.ended = payload.endStream
             streams[id] = stream
-            if payload.endStream || (stream.body?.readableBytes ?? 0) > state.current.config.limits.maxBodyBytes { dispatch(id) }
+            if payload.endStream || (stream.body?.readableBytes ?? 0) > limit { dispatch(id) }
         case .rstStream:
             streams[id] = nil
         default:
@@ -270,13 +273,11 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
         guard var stream = streams[id], !stream.dispatched, let context else { return }
         stream.dispatched = true
         streams[id] = stream
-        let headers = stream.headers
-        let method = headers.first(name: ":method") ?? ""
-        let path = headers.first(name: ":path") ?? ""
-        if path == "/dns-query" || path.hasPrefix("/dns-query?"), answerDNS(id, method: method, path: path, stream: stream) {
+        let path = stream.path
+        if path == "/dns-query" || path.hasPrefix("/dns-query?"), answerDNS(id, method: stream.method, path: path, stream: stream) {
             return
         }
-        route(id, headers: headers, body: stream.body, context: context)
+        route(id, stream: stream, context: context)
     }
 
     /// The DoH fast path; false when the request is left to the router (which gives the error).
@@ -292,13 +293,10 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
         switch method {
         case "GET":
             guard let parameter = Self.queryParameter("dns", in: path),
-                  parameter.utf8.count <= DoHAnswering.maxMessageBytes * 4 / 3 + 4,
-                  let decoded = DoHAnswering.decodeBase64URL(parameter) else { return false }
+                  let decoded = DoHAnswering.queryFromGETParameter(parameter) else { return false }
             wire = decoded
         case "POST":
-            let type = stream.headers.first(name: "content-type")?.split(separator: ";").first?
-                .trimmingCharacters(in: .whitespaces).lowercased()
-            guard type == "application/dns-message", stream.ended, let body = stream.body,
+            guard DoHAnswering.isDNSMessage(contentType: stream.headers.first(name: "content-type")), stream.ended, let body = stream.body,
                   body.readableBytes <= config.limits.maxBodyBytes else { return false }
             wire = Array(buffer: body)
         default:
@@ -349,15 +347,15 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
     }
 
     /// Any other request: the router, in a task, the response written back on the event loop.
-    private func route(_ id: HTTP2StreamID, headers: HPACKHeaders, body: ByteBuffer?, context: ChannelHandlerContext) {
+    private func route(_ id: HTTP2StreamID, stream: Stream, context: ChannelHandlerContext) {
         var fields = HTTPFields()
-        for (name, value, _) in headers where !name.hasPrefix(":") {
+        for (name, value, _) in stream.headers where !name.hasPrefix(":") {
             if let name = HTTPField.Name(name) { fields.append(HTTPField(name: name, value: value)) }
         }
-        let head = HTTPRequest(method: HTTPRequest.Method(headers.first(name: ":method") ?? "GET") ?? .get,
-                               scheme: headers.first(name: ":scheme"), authority: headers.first(name: ":authority"),
-                               path: headers.first(name: ":path"), headerFields: fields)
-        let request = Request(head: head, body: RequestBody(buffer: body ?? ByteBuffer()))
+        let head = HTTPRequest(method: HTTPRequest.Method(stream.method) ?? .get,
+                               scheme: stream.headers.first(name: ":scheme"), authority: stream.headers.first(name: ":authority"),
+                               path: stream.path, headerFields: fields)
+        let request = Request(head: head, body: RequestBody(buffer: stream.body ?? ByteBuffer()))
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         let router = self.router, channel = context.channel, logger = self.logger
         Task {

@@ -54,16 +54,14 @@ enum Routes {
             guard let parameter = request.uri.queryParameters.get("dns") else {
                 return text(.badRequest, "give ?dns=BASE64URL (RFC 8484 §4.1)\n")
             }
-            guard parameter.utf8.count <= DoHAnswering.maxMessageBytes * 4 / 3 + 4,
-                  let query = DoHAnswering.decodeBase64URL(Substring(parameter)) else {
+            guard let query = DoHAnswering.queryFromGETParameter(Substring(parameter)) else {
                 return text(.badRequest, "the dns parameter is not base64url\n")
             }
             return await dnsResponse(query, state: state)
         }
 
         router.post("/dns-query") { request, context in
-            let type = request.headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
-            guard type == "application/dns-message" else {
+            guard DoHAnswering.isDNSMessage(contentType: request.headers[.contentType]) else {
                 return text(.unsupportedMediaType, "Content-Type must be application/dns-message\n")
             }
             let limit = state.current.config.limits.maxBodyBytes
