@@ -15,7 +15,7 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
-        // The daemon only (HealthCheck): HTTP server, lifecycle, Prometheus exposition.
+        // The daemon only (ResolverDaemon): router, lifecycle, Prometheus exposition, HTTP/1.1 and HTTP/2.
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: []),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
@@ -64,15 +64,15 @@ let package = Package(
         // Hijack detection: verdicts from trusted vs system answers and TLS probes.
         .target(name: "HijackDetection", dependencies: ["DNSCore", "HTTPDNS", "SystemResolver"]),
 
-        // The daemon: watch list, health checks, HTTP API, DoH endpoint, metrics. The only target
-        // with SwiftNIO / Hummingbird.
-        .target(name: "HealthCheck", dependencies: [
+        // The daemon: listeners (HTTP/1.1, HTTP/2, DNS stub), watch list, health checks, HTTP API,
+        // DoH endpoint, metrics. The only target with SwiftNIO / Hummingbird.
+        .target(name: "ResolverDaemon", dependencies: [
             "HTTPDNS", "HijackDetection", "SystemResolver", "ResolverConfig", "DNSCore",
             .product(name: "Hummingbird", package: "hummingbird"),
-            .product(name: "HummingbirdCore", package: "hummingbird"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOTLS", package: "swift-nio"),
             .product(name: "NIOHTTP2", package: "swift-nio-http2"),
             .product(name: "NIOHPACK", package: "swift-nio-http2"),
@@ -94,7 +94,7 @@ let package = Package(
                 "HTTPDNS",
                 "DNSInterceptor",
                 "HijackDetection",
-                "HealthCheck",
+                "ResolverDaemon",
                 "ResolverConfig",
                 "SystemResolver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

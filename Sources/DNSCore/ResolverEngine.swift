@@ -11,7 +11,7 @@ public final class ResolverEngine: Sendable {
     package let pool: UpstreamPool
     package let cache: ResolutionCache
     private let fallback: (any DNSUpstream)?
-    private let clock: any ResolverClock
+    package let clock: any ResolverClock
     private let flights = SingleFlight<CacheKey, Fetched>()
     private let memo = ResolutionMemo()
     package let metrics: ResolverMetrics

@@ -31,6 +31,25 @@ package final class UpstreamPool: Sendable {
         package var openUntil: ContinuousClock.Instant? = nil
         package var backoff: Duration = .zero
         package var lastUsed: ContinuousClock.Instant? = nil
+        /// When the upstream last answered at the DNS level: an answer, NXDOMAIN, NODATA, or an
+        /// RCODE such as SERVFAIL or REFUSED (it is reachable and speaking DNS).
+        package var lastResponse: ContinuousClock.Instant? = nil
+        /// When an exchange with it last failed below DNS: refused, timed out, TLS, HTTP, garbage.
+        package var lastTransportFailure: ContinuousClock.Instant? = nil
+
+        /// Reachable: it responded within `window` of `now`, and nothing failed since.
+        package func isReachable(now: ContinuousClock.Instant, window: Duration) -> Bool {
+            guard let lastResponse, now - lastResponse <= window else { return false }
+            return lastTransportFailure.map { $0 < lastResponse } ?? true
+        }
+
+        /// The last exchange of any outcome.
+        package var lastExchange: ContinuousClock.Instant? {
+            switch (lastResponse, lastTransportFailure) {
+            case let (response?, failure?): max(response, failure)
+            case let (response, failure): response ?? failure
+            }
+        }
     }
 
     package let upstreams: [any DNSUpstream]
@@ -158,6 +177,7 @@ package final class UpstreamPool: Sendable {
             let elapsed = ContinuousClock.now - start
             metrics.recordExchange(upstream: upstream, duration: elapsed, failure: nil)
             record(index, rtt: Self.seconds(elapsed), success: true)
+            noteReachability(index, responded: true)
             return .success(answer)
         } catch {
             guard error.code != .cancelled else { return .failure(error) }
@@ -168,7 +188,28 @@ package final class UpstreamPool: Sendable {
                 "code": "\(error.code.rawValue)", "error": "\(error.message)",
             ])
             record(index, rtt: Self.seconds(elapsed), success: false)
+            noteReachability(index, responded: error.code == .serverFailure || error.code == .refused)
             return .failure(error)
+        }
+    }
+
+    private func noteReachability(_ index: Int, responded: Bool) {
+        let now = clock.now
+        health.withLock { all in
+            if responded { all[index].lastResponse = now } else { all[index].lastTransportFailure = now }
+        }
+    }
+
+    /// Asks every upstream that has had no exchange for `idle` the question `probe`, at once, each
+    /// within `timeout`; the outcomes update health as any query does. What keeps readiness true to
+    /// the upstreams while every answer comes from the cache.
+    package func probeIdle(_ probe: DNSMessage.Question, idle: Duration, timeout: Duration) async {
+        let now = clock.now
+        let due = health.withLock { all in all.indices.filter { index in all[index].lastExchange.map { now - $0 >= idle } ?? true } }
+        await withTaskGroup(of: Void.self) { group in
+            for index in due {
+                group.addTask { _ = await self.ask(index, probe, timeout: timeout) }
+            }
         }
     }
 

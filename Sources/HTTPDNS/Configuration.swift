@@ -136,9 +136,30 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
                            "upstream \(upstream.url) has no bootstrap address for \(upstream.host); "
                            + "add one (--bootstrap \(upstream.host)=IP) so that reaching it needs no DNS")
         }
-        if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
-            throw DNSError(.invalidConfiguration, "CA file '\(caFile)' cannot be read")
+        if let caFile {
+            guard FileManager.default.isReadableFile(atPath: caFile) else {
+                throw DNSError(.invalidConfiguration, "CA file '\(caFile)' cannot be read")
+            }
+            // libcurl reads the file only when a transfer starts: a file that is not PEM would
+            // pass here and then fail every lookup.
+            guard let data = FileManager.default.contents(atPath: caFile), Self.pemCertificateCount(in: data) > 0 else {
+                throw DNSError(.invalidConfiguration, "CA file '\(caFile)' holds no PEM certificate")
+            }
         }
+    }
+
+    /// How many PEM `CERTIFICATE` blocks in `data` decode to DER (an ASN.1 SEQUENCE).
+    static func pemCertificateCount(in data: Data) -> Int {
+        guard data.count <= 16 << 20, let text = String(data: data, encoding: .utf8) ?? String(data: data, encoding: .isoLatin1) else { return 0 }
+        let begin = "-----BEGIN CERTIFICATE-----", end = "-----END CERTIFICATE-----"
+        var count = 0
+        var rest = text[...]
+        while let start = rest.range(of: begin), let stop = rest.range(of: end, range: start.upperBound..<rest.endIndex) {
+            let body = rest[start.upperBound..<stop.lowerBound].filter { !$0.isWhitespace }
+            if let der = Data(base64Encoded: String(body)), der.count > 64, der.first == 0x30 { count += 1 }
+            rest = rest[stop.upperBound...]
+        }
+        return count
     }
 }
 

@@ -103,6 +103,22 @@ public final class HTTPDNSResolver: Sendable {
         }
     }
 
+    /// Each trusted upstream's identifier and health, in configured order (the daemon's readiness).
+    package var upstreamHealth: [(upstream: String, health: UpstreamPool.Health)] {
+        Array(zip(engine.pool.upstreams.map(\.identifier), engine.pool.healthSnapshot))
+    }
+
+    /// Whether some trusted upstream responded within `window` and has not failed since.
+    package func hasReachableUpstream(within window: Duration) -> Bool {
+        let now = engine.clock.now
+        return engine.pool.healthSnapshot.contains { $0.isReachable(now: now, window: window) }
+    }
+
+    /// Sends `probe` to every upstream idle for `idle` (see `UpstreamPool.probeIdle`).
+    package func probeIdleUpstreams(_ probe: DNSMessage.Question, idle: Duration, timeout: Duration) async {
+        await engine.pool.probeIdle(probe, idle: idle, timeout: timeout)
+    }
+
     /// Forgets every cached answer.
     public func removeAll() {
         engine.removeAll()

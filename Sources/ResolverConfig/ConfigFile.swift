@@ -50,6 +50,7 @@ public struct ConfigFile: Sendable {
     public var authToken: String?
     public var protectDNSQuery = false
     public var limits = Limits()
+    public var readiness = Readiness()
 
     /// Paths of the daemon's certificate chain and private key (PEM).
     public struct TLSFiles: Sendable, Hashable {
@@ -67,6 +68,25 @@ public struct ConfigFile: Sendable {
         public var maxURLLength = 8_192
         /// Requests handled at once; more get 503 with `Retry-After: 1` at once rather than queueing.
         public var maxConcurrentRequests = 1_024
+        /// Connections open at once on each listener (HTTP, and the DNS stub's TCP); more are closed
+        /// as soon as they are accepted.
+        public var maxConnections = 1_024
+        /// How long a connection may take to finish its TLS handshake and send a complete request
+        /// head, and a request to deliver its whole body. Default 10 s.
+        public var requestTimeout: Duration = .seconds(10)
+        /// How long a connection may stay open with no request in progress. Default 120 s.
+        public var idleTimeout: Duration = .seconds(120)
+        public init() {}
+    }
+
+    /// How the daemon keeps `/readyz` true to its upstreams while it answers from the cache.
+    public struct Readiness: Sendable, Hashable {
+        /// The name sent to an upstream that has had no exchange for an interval (type A), or nil:
+        /// the first watched host, else the first pre-resolved name, else the root's NS.
+        public var probe: String?
+        /// How often idle upstreams are probed. Default 10 s; an upstream counts as reachable for
+        /// three intervals after it last responded.
+        public var interval: Duration = .seconds(10)
         public init() {}
     }
 
@@ -188,7 +208,7 @@ private struct Reader {
         var caFile: String?
         let keys: Set<String> = ["upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
                                  "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
-                                 "auth_token", "protect_dns_query", "limits"]
+                                 "auth_token", "protect_dns_query", "limits", "readiness"]
         for (key, name, value) in try mapping(root, "", allowed: keys) {
             switch key {
             case "upstreams":
@@ -222,6 +242,7 @@ private struct Reader {
                 config.authToken = token
             case "protect_dns_query": config.protectDNSQuery = try bool(value, key)
             case "limits": config.limits = try limits(value)
+            case "readiness": config.readiness = try readiness(value)
             case "timeout": options.timeout = try seconds(value, key, allowZero: false)
             case "strategy": options.strategy = try enumeration(value, key, UpstreamStrategy.self)
             case "prefer_ipv6": options.preferIPv6 = try bool(value, key)
@@ -310,16 +331,40 @@ private struct Reader {
 
     func limits(_ node: Node) throws(DNSError) -> ConfigFile.Limits {
         var limits = ConfigFile.Limits()
-        for (name, _, value) in try mapping(node, "limits", allowed: ["max_body_bytes", "max_url_length", "max_concurrent_requests"]) {
+        let keys: Set<String> = ["max_body_bytes", "max_url_length", "max_concurrent_requests", "max_connections", "request_timeout", "idle_timeout"]
+        for (name, _, value) in try mapping(node, "limits", allowed: keys) {
             let path = "limits.\(name)"
             switch name {
             case "max_body_bytes": limits.maxBodyBytes = try integer(value, path, 12...65_535)
             case "max_url_length": limits.maxURLLength = try integer(value, path, 64...100_000)
             case "max_concurrent_requests": limits.maxConcurrentRequests = try integer(value, path, 1...100_000)
+            case "max_connections": limits.maxConnections = try integer(value, path, 1...1_000_000)
+            case "request_timeout":
+                limits.requestTimeout = try seconds(value, path, allowZero: false)
+                guard limits.requestTimeout <= .seconds(600) else { throw fail(value, path, "must be at most 600 seconds") }
+            case "idle_timeout": limits.idleTimeout = try seconds(value, path, allowZero: false)
             default: break
             }
         }
         return limits
+    }
+
+    func readiness(_ node: Node) throws(DNSError) -> ConfigFile.Readiness {
+        var readiness = ConfigFile.Readiness()
+        for (name, _, value) in try mapping(node, "readiness", allowed: ["probe", "interval"]) {
+            let path = "readiness.\(name)"
+            switch name {
+            case "probe":
+                let text = try string(value, path)
+                do { _ = try DomainName(text) } catch { throw fail(value, path, error.message) }
+                readiness.probe = text
+            case "interval":
+                readiness.interval = try seconds(value, path, allowZero: false)
+                guard readiness.interval >= .seconds(1) else { throw fail(value, path, "must be at least 1 second") }
+            default: break
+            }
+        }
+        return readiness
     }
 
     func watch(_ node: Node, _ key: String) throws(DNSError) -> ConfigFile.Watch {
@@ -340,20 +385,17 @@ private struct Reader {
         return ConfigFile.Watch(host: host, port: port, interval: interval)
     }
 
+    /// A listener: `IPv4:port` or `[IPv6]:port`, parsed as the daemon binds it.
     func endpoint(_ node: Node, _ key: String) throws(DNSError) -> String {
         let value = try string(node, key)
-        guard Self.isServer(value), value.contains(":") else { throw fail(node, key, "expected IP:port, got '\(value)'") }
+        guard let (_, port) = IPAddress.endpoint(value), port != nil else {
+            throw fail(node, key, "expected IPv4:port or [IPv6]:port, got '\(value)'")
+        }
         return value
     }
 
-    /// `IP`, `IP:port`, `[IPv6]:port` or a bare IPv6 address.
+    /// `IP`, `IPv4:port` or `[IPv6]:port`.
     static func isServer(_ text: String) -> Bool {
-        if IPAddress(text) != nil { return true }
-        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
-            let port = text[text.index(after: close)...].dropFirst()
-            return IPAddress(text[...close]) != nil && Int(port).map { (1...65535).contains($0) } == true
-        }
-        guard let colon = text.lastIndex(of: ":") else { return false }
-        return IPAddress(text[..<colon]) != nil && Int(text[text.index(after: colon)...]).map { (1...65535).contains($0) } == true
+        IPAddress.endpoint(text) != nil
     }
 }

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import HijackDetection
 import HTTPDNS
-import HealthCheck
+import ResolverDaemon
 import SystemResolver
 
 struct Compare: AsyncParsableCommand {

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 import HTTPDNS
-import HealthCheck
+import ResolverDaemon
 import ResolverConfig
 import SystemResolver
 

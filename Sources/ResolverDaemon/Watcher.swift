@@ -3,7 +3,6 @@ import Foundation
 import HijackDetection
 import HTTPDNS
 import Logging
-import Metrics
 import ResolverConfig
 import ServiceLifecycle
 
@@ -40,13 +39,6 @@ struct Watcher: Service {
         let detector = HijackDetector(trusted: runtime.detector.trusted, system: runtime.detector.system,
                                       prober: runtime.detector.prober, probePort: watch.port)
         let comparison = await detector.compare(watch.host)
-        if case .addresses = comparison.trusted {
-            state.note(.success(Resolution(host: watch.host, addresses: [], source: .doh, upstream: nil, elapsed: .zero, expiresAt: .now)))
-        } else if case .failed(let error) = comparison.trusted {
-            state.note(.failure(error))
-        } else if case .absent(let code) = comparison.trusted {
-            state.note(.failure(DNSError(code, "absent")))
-        }
         var ranked: [RankedAddress] = []
         if case .addresses(let addresses) = comparison.trusted {
             ranked = await runtime.ranker.rank(addresses, host: watch.host, port: watch.port)
@@ -54,16 +46,12 @@ struct Watcher: Service {
         let status = WatchStatus(host: watch.host, port: watch.port, checkedAt: Date(), comparison: comparison, ranked: ranked)
         let previous = state.record(status)
         let verdict = comparison.verdict
-        Counter(label: "httpdns_watch_checks_total", dimensions: [("host", watch.host), ("verdict", verdict.kind.rawValue)]).increment()
-        for kind in [Verdict.Kind.consistent, .hijacked, .suspicious, .unverified] {
-            Gauge(label: "httpdns_watch_verdict", dimensions: [("host", watch.host), ("verdict", kind.rawValue)])
-                .record(kind == verdict.kind ? 1 : 0)
-        }
-        for probe in comparison.probes {
-            Counter(label: "httpdns_probes_total", dimensions: [("result", probe.outcome.rawValue)]).increment()
-        }
+        let metrics = state.metrics
+        metrics.watchCheck(host: watch.host, verdict: verdict.kind.rawValue,
+                           all: [Verdict.Kind.consistent, .hijacked, .suspicious, .unverified].map(\.rawValue))
+        for probe in comparison.probes { metrics.probe(result: probe.outcome.rawValue) }
         if previous != verdict.kind {
-            Counter(label: "httpdns_watch_verdict_changes_total", dimensions: [("host", watch.host)]).increment()
+            metrics.verdictChanged(host: watch.host)
             let level: Logger.Level = verdict.kind == .hijacked ? .error : verdict.kind == .consistent ? .notice : .warning
             state.logger.log(level: level, "verdict changed", metadata: [
                 "host": "\(watch.host)", "from": "\(previous?.rawValue ?? "none")", "to": "\(verdict.kind.rawValue)",

@@ -3,23 +3,21 @@ import Foundation
 import HijackDetection
 import HTTPDNS
 import Hummingbird
-import Metrics
-import Prometheus
 
-/// The HTTP API of the contract: /healthz, /readyz, /metrics, /v1/resolve, /v1/status, /dns-query.
+/// The HTTP API of the contract: /healthz, /readyz, /metrics, /v1/resolve, /v1/status.
+/// (`/dns-query`, the policy and the metrics are the ``RequestGateway``'s.)
 enum Routes {
-    static func install(on router: Router<BasicRequestContext>, state: DaemonState, registry: PrometheusCollectorRegistry) {
+    static func install(on router: Router<BasicRequestContext>, state: DaemonState, exposition: @escaping @Sendable () -> [UInt8]) {
         router.get("/healthz") { _, _ in text(.ok, "ok\n") }
 
         router.get("/readyz") { _, _ in
-            state.isReady ? text(.ok, "ready\n") : text(.serviceUnavailable, "no trusted upstream has answered in the last \(DaemonState.readyWindow.components.seconds) s\n")
+            state.isReady ? text(.ok, "ready\n")
+                : text(.serviceUnavailable, "no trusted upstream has responded in the last \(state.readyWindow.components.seconds) s without failing since\n")
         }
 
         router.get("/metrics") { _, _ in
-            var buffer: [UInt8] = []
-            registry.emit(into: &buffer)
-            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                            body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
+            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                     body: .init(byteBuffer: ByteBuffer(bytes: exposition())))
         }
 
         router.get("/v1/resolve") { request, _ in
@@ -33,10 +31,8 @@ enum Routes {
             let resolver = state.current.resolver
             do throws(DNSError) {
                 let resolution = try await resolver.resolve(host, type: type)
-                state.note(.success(resolution))
                 return json(.ok, LookupOutput.json(resolution))
             } catch {
-                state.note(.failure(error))
                 let status: HTTPResponse.Status = switch error.code {
                 case .invalidName: .badRequest
                 case .nxdomain, .nodata, .rejectedPrivate: .notFound
@@ -48,54 +44,6 @@ enum Routes {
 
         router.get("/v1/status") { _, _ in
             json(.ok, statusJSON(state))
-        }
-
-        router.get("/dns-query") { request, _ in
-            guard let parameter = request.uri.queryParameters.get("dns") else {
-                return text(.badRequest, "give ?dns=BASE64URL (RFC 8484 §4.1)\n")
-            }
-            guard let query = DoHAnswering.queryFromGETParameter(Substring(parameter)) else {
-                return text(.badRequest, "the dns parameter is not base64url\n")
-            }
-            return await dnsResponse(query, state: state)
-        }
-
-        router.post("/dns-query") { request, context in
-            guard DoHAnswering.isDNSMessage(contentType: request.headers[.contentType]) else {
-                return text(.unsupportedMediaType, "Content-Type must be application/dns-message\n")
-            }
-            let limit = state.current.config.limits.maxBodyBytes
-            let body: ByteBuffer
-            do {
-                body = try await request.body.collect(upTo: limit)
-            } catch {
-                return text(.contentTooLarge, "the body is over the limit of \(limit) bytes\n")
-            }
-            return await dnsResponse(Array(buffer: body), state: state)
-        }
-
-        // Known paths, other methods: 405 with Allow (unknown paths get Hummingbird's 404).
-        for (path, allowed) in [("/healthz", "GET"), ("/readyz", "GET"), ("/metrics", "GET"), ("/v1/resolve", "GET"),
-                                ("/v1/status", "GET")] {
-            for method in [HTTPRequest.Method.post, .put, .delete, .patch] {
-                router.on(RouterPath(path), method: method) { _, _ in methodNotAllowed(allowed) }
-            }
-        }
-        for method in [HTTPRequest.Method.put, .delete, .patch] {
-            router.on("/dns-query", method: method) { _, _ in methodNotAllowed("GET, POST") }
-        }
-    }
-
-    static func dnsResponse(_ query: [UInt8], state: DaemonState) async -> Response {
-        do {
-            let (response, ttl) = try await DoHAnswering.answer(query, resolver: state.current.resolver)
-            return Response(status: .ok, headers: [.contentType: "application/dns-message", .cacheControl: "max-age=\(ttl)"],
-                            body: .init(byteBuffer: ByteBuffer(bytes: response)))
-        } catch {
-            Metrics.Counter(label: "httpdns_doh_malformed_total").increment()
-            switch error {
-            case .malformed(let why): return text(.badRequest, why + "\n")
-            }
         }
     }
 
@@ -165,8 +113,4 @@ enum Routes {
         return JSONValue.object(object).serialized
     }
 
-    static func methodNotAllowed(_ allowed: String) -> Response {
-        Response(status: .methodNotAllowed, headers: [.allow: allowed, .contentType: "text/plain; charset=utf-8"],
-                 body: .init(byteBuffer: ByteBuffer(string: "method not allowed; allowed: \(allowed)\n")))
-    }
 }

@@ -3,8 +3,8 @@ import HTTPDNS
 import DNSCore
 
 /// Renders lookup results: JSON Lines with the contract's key order, or a human table.
-public enum LookupOutput {
-    public static func json(_ resolution: Resolution) -> String {
+package enum LookupOutput {
+    package static func json(_ resolution: Resolution) -> String {
         var object = JSONObject()
         object["host"] = .string(resolution.host)
         object["addresses"] = .array(resolution.addresses.map { address in
@@ -23,7 +23,7 @@ public enum LookupOutput {
         return JSONValue.object(object).serialized
     }
 
-    public static func json(host: String, error: DNSError) -> String {
+    package static func json(host: String, error: DNSError) -> String {
         var detail = JSONObject()
         detail["code"] = .string(error.code.rawValue)
         detail["message"] = .string(error.message)
@@ -34,7 +34,7 @@ public enum LookupOutput {
         return JSONValue.object(object).serialized
     }
 
-    public static func human(_ resolution: Resolution) -> String {
+    package static func human(_ resolution: Resolution) -> String {
         var lines = [resolution.host + (resolution.canonicalName.map { "  (canonical name \($0))" } ?? "")]
         let width = resolution.addresses.map { $0.ip.description.count }.max() ?? 0
         for address in resolution.addresses {
@@ -50,7 +50,7 @@ public enum LookupOutput {
         return lines.joined(separator: "\n")
     }
 
-    public static func human(host: String, error: DNSError) -> String {
+    package static func human(host: String, error: DNSError) -> String {
         var lines = ["\(host)", "  error \(error.code.rawValue): \(error.message)"]
         if error.attempts.count > 1 {
             for attempt in error.attempts {
@@ -70,7 +70,7 @@ public enum LookupOutput {
         })
     }
 
-    public static func milliseconds(_ duration: Duration) -> Double {
+    package static func milliseconds(_ duration: Duration) -> Double {
         let (seconds, attoseconds) = duration.components
         let value = Double(seconds) * 1000 + Double(attoseconds) / 1e15
         return (value * 10).rounded() / 10
@@ -78,11 +78,11 @@ public enum LookupOutput {
 }
 
 /// A JSON value whose objects keep insertion order, so output matches the documented key order.
-public indirect enum JSONValue {
+package indirect enum JSONValue {
     case string(String), int(Int), double(Double), bool(Bool), null
     case array([JSONValue]), object(JSONObject)
 
-    public var serialized: String {
+    package var serialized: String {
         switch self {
         case let .string(text): return Self.quote(text)
         case let .int(value): return String(value)
@@ -95,7 +95,7 @@ public indirect enum JSONValue {
         }
     }
 
-    public static func quote(_ text: String) -> String {
+    package static func quote(_ text: String) -> String {
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {
@@ -112,12 +112,12 @@ public indirect enum JSONValue {
     }
 }
 
-public struct JSONObject {
-    public private(set) var pairs: [(String, JSONValue)] = []
+package struct JSONObject {
+    package private(set) var pairs: [(String, JSONValue)] = []
 
-    public init() {}
+    package init() {}
 
-    public subscript(key: String) -> JSONValue? {
+    package subscript(key: String) -> JSONValue? {
         get { pairs.first { $0.0 == key }?.1 }
         set {
             pairs.removeAll { $0.0 == key }

@@ -1,0 +1,333 @@
+import DNSCore
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import Synchronization
+
+/// The optional plain-DNS stub on `dns_listen`: UDP and TCP (RFC 1035 §4.2, RFC 7766), answered
+/// like `/dns-query` by ``DNSResponder``.
+///
+/// - Malformed queries get FORMERR, other opcodes NOTIMP, EDNS versions above 0 BADVERS; a message
+///   shorter than a header or with QR set gets nothing (it cannot be made to reflect traffic).
+/// - Over UDP an answer larger than the client takes (512 bytes, or its EDNS size up to 1,232) goes
+///   back with TC set, so the client retries over TCP.
+/// - TCP connections may pipeline (answers go back as they are ready, RFC 7766 §6.2.1.1), but a
+///   connection has at most 16 queries being answered and stops being read while its answers are
+///   not being taken: a client that sends and never reads holds a few kilobytes, not gigabytes.
+/// - A TCP connection idle for 10 s, or holding half a query for 10 s, is closed; at most
+///   `limits.max_connections` are open.
+/// - Past 4,096 queries being looked up at once, new ones that need a lookup are dropped (and
+///   counted) rather than queued, as a loaded DNS server does.
+struct DNSStub: Service {
+    let state: DaemonState
+    let host: String
+    let port: Int
+    let maxConnections: Int
+    var onBound: @Sendable (SocketAddress?, SocketAddress?) -> Void = { _, _ in }
+
+    static let idleTimeout = TimeAmount.seconds(10)
+    static let maxInFlight = 4_096
+
+    func run() async throws {
+        let group = MultiThreadedEventLoopGroup.singleton
+        let state = self.state
+        let lookups = LookupBudget(limit: Self.maxInFlight)
+        let udp = try await DatagramBootstrap(group: group)
+            .channelOption(.socketOption(.so_reuseaddr), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(UDPQueryHandler(state: state, lookups: lookups))
+                }
+            }
+            .bind(host: host, port: port).get()
+        let registry = ConnectionRegistry(limit: maxConnections) { state.metrics.connectionsOpen(.dnsTCP, $0) }
+        let tcp: any Channel
+        do {
+            tcp = try await ServerBootstrap(group: group)
+                .serverChannelOption(.backlog, value: 256)
+                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.autoRead, value: true)
+                .childChannelInitializer { channel in
+                    guard registry.admit(channel) else {
+                        state.metrics.connectionRejected(.dnsTCP, reason: "limit")
+                        return channel.close()
+                    }
+                    return channel.eventLoop.makeCompletedFuture {
+                        let guardHandler = ConnectionGuard(deadline: .seconds(3600))
+                        try channel.pipeline.syncOperations.addHandlers([guardHandler, TCPQueryHandler(state: state, lookups: lookups)])
+                        guardHandler.protocolReady()
+                    }
+                }
+                .bind(host: host, port: port).get()
+        } catch {
+            try? await udp.close()
+            throw error
+        }
+        onBound(udp.localAddress, tcp.localAddress)
+        state.logger.notice("dns stub listening", metadata: ["address": "\(host):\(port)", "transports": "udp, tcp"])
+        try? await gracefulShutdown()
+        try? await tcp.close()
+        try? await udp.close()
+        await registry.drain(grace: .seconds(1))
+    }
+}
+
+/// Queries being looked up at once, over both transports.
+final class LookupBudget: Sendable {
+    private let running = Atomic<Int>(0)
+    let limit: Int
+
+    init(limit: Int) { self.limit = limit }
+
+    func enter() -> Bool {
+        guard running.add(1, ordering: .relaxed).newValue <= limit else {
+            running.subtract(1, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    func leave() { running.subtract(1, ordering: .relaxed) }
+}
+
+/// What the stub does with one message, whatever the transport.
+enum StubAnswering {
+    enum Reply {
+        /// Send these bytes now.
+        case now([UInt8])
+        /// Look it up (a task), then send.
+        case later(DNSQuery)
+        /// Send nothing.
+        case none
+    }
+
+    /// Parses and answers from the cache when it can, on the event loop.
+    static func reply(to wire: [UInt8], state: DaemonState, transport: DaemonMetrics.DNSTransport) -> Reply {
+        let metrics = state.metrics
+        metrics.stubQuery(transport)
+        let query: DNSQuery
+        do {
+            query = try DNSQuery(wire)
+        } catch {
+            metrics.stubMalformed(transport)
+            return DNSResponder.reply(to: error).map(Reply.now) ?? .none
+        }
+        if let answer = DNSResponder.answerWithoutWaiting(query, resolver: state.current.resolver) {
+            return .now(answer.bytes)
+        }
+        return .later(query)
+    }
+}
+
+private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = AddressedEnvelope<ByteBuffer>
+    typealias OutboundOut = AddressedEnvelope<ByteBuffer>
+
+    let state: DaemonState
+    let lookups: LookupBudget
+
+    init(state: DaemonState, lookups: LookupBudget) {
+        self.state = state
+        self.lookups = lookups
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let envelope = unwrapInboundIn(data)
+        let wire = Array(buffer: envelope.data)
+        switch StubAnswering.reply(to: wire, state: state, transport: .udp) {
+        case .none:
+            return
+        case .now(let response):
+            context.write(wrapOutboundOut(reply(response, to: try? DNSQuery(wire), at: envelope.remoteAddress)), promise: nil)
+        case .later(let query):
+            guard lookups.enter() else {
+                state.metrics.stubDropped(.udp)
+                return
+            }
+            let channel = context.channel, state = self.state, lookups = self.lookups
+            Task {
+                let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
+                lookups.leave()
+                try? await channel.writeAndFlush(self.reply(answer.bytes, to: query, at: envelope.remoteAddress))
+            }
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        context.flush()
+        context.fireChannelReadComplete()
+    }
+
+    /// The datagram for `response`, truncated (TC) when it is larger than the client takes.
+    func reply(_ response: [UInt8], to query: DNSQuery?, at address: SocketAddress) -> AddressedEnvelope<ByteBuffer> {
+        var response = response
+        if let query, response.count > DNSResponder.udpLimit(of: query) {
+            state.metrics.stubTruncated.increment()
+            response = DNSResponder.truncated(response, query: query)
+        }
+        return AddressedEnvelope(remoteAddress: address, data: ByteBuffer(bytes: response))
+    }
+}
+
+/// DNS over TCP (RFC 1035 §4.2.2: each message preceded by its length as two bytes), with the
+/// reading of a connection paused while it has ``maxPending`` answers under way or its answers are
+/// not being read (the channel is not writable).
+final class TCPQueryHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    static let maxPending = 16
+
+    private let state: DaemonState
+    private let lookups: LookupBudget
+    private var buffer = ByteBuffer()
+    private var pending = 0
+    private var heldRead = false
+    private var lastActivity = NIODeadline.now()
+    private var partialSince: NIODeadline?
+    private var timer: RepeatedTask?
+    private var context: ChannelHandlerContext?
+    private var closing = false
+
+    init(state: DaemonState, lookups: LookupBudget) {
+        self.state = state
+        self.lookups = lookups
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        timer = context.eventLoop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in
+            handler.value.tick(now: .now())
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.cancel()
+        self.context = nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = unwrapInboundIn(data)
+        buffer.writeBuffer(&bytes)
+        answerWhatFits(context: context)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        context.flush()
+        context.fireChannelReadComplete()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            answerWhatFits(context: context)
+            resumeIfHeld(context: context)
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// Reading stops while the connection has work it cannot take on.
+    func read(context: ChannelHandlerContext) {
+        if mustPause(context) {
+            heldRead = true
+        } else {
+            context.read()
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            if pending == 0 { context.close(promise: nil) } else { closing = true }
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+
+    private func mustPause(_ context: ChannelHandlerContext) -> Bool {
+        pending >= Self.maxPending || !context.channel.isWritable || hasCompleteFrame
+    }
+
+    private var hasCompleteFrame: Bool {
+        guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self) else { return false }
+        return buffer.readableBytes >= 2 + Int(length)
+    }
+
+    private func resumeIfHeld(context: ChannelHandlerContext) {
+        guard heldRead, !mustPause(context) else { return }
+        heldRead = false
+        context.read()
+    }
+
+    /// Answers complete queries while there is room; keeps the rest in the buffer.
+    private func answerWhatFits(context: ChannelHandlerContext) {
+        while !closing, pending < Self.maxPending, context.channel.isWritable,
+              let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self),
+              buffer.readableBytes >= 2 + Int(length) {
+            buffer.moveReaderIndex(forwardBy: 2)
+            let wire = buffer.readBytes(length: Int(length)) ?? []
+            lastActivity = .now()
+            switch StubAnswering.reply(to: wire, state: state, transport: .tcp) {
+            case .now(let response):
+                write(response, context: context)
+            case .none:
+                // A response, or less than a header: this stream cannot be trusted to be framed
+                // right any more.
+                context.close(promise: nil)
+                return
+            case .later(let query):
+                guard lookups.enter() else {
+                    state.metrics.stubDropped(.tcp)
+                    write(DNSResponseWriter(answering: query, rcode: ResponseCode.serverFailure.rawValue).finish(), context: context)
+                    continue
+                }
+                pending += 1
+                let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+                let state = self.state, lookups = self.lookups, eventLoop = context.eventLoop
+                Task {
+                    let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
+                    lookups.leave()
+                    eventLoop.execute { handler.value.finished(answer.bytes) }
+                }
+            }
+        }
+        buffer.discardReadBytes()
+        partialSince = buffer.readableBytes > 0 ? (partialSince ?? .now()) : nil
+    }
+
+    private func finished(_ response: [UInt8]) {
+        pending -= 1
+        guard let context else { return }
+        write(response, context: context)
+        context.flush()
+        lastActivity = .now()
+        if closing, pending == 0 {
+            context.close(promise: nil)
+            return
+        }
+        answerWhatFits(context: context)
+        resumeIfHeld(context: context)
+    }
+
+    private func write(_ response: [UInt8], context: ChannelHandlerContext) {
+        var out = context.channel.allocator.buffer(capacity: response.count + 2)
+        out.writeInteger(UInt16(response.count))
+        out.writeBytes(response)
+        context.write(wrapOutboundOut(out), promise: nil)
+    }
+
+    func tick(now: NIODeadline) {
+        guard let context else { return }
+        if let partialSince, now - partialSince >= DNSStub.idleTimeout {
+            context.close(promise: nil)
+        } else if pending == 0, buffer.readableBytes == 0, now - lastActivity >= DNSStub.idleTimeout {
+            context.close(promise: nil)
+        }
+    }
+}

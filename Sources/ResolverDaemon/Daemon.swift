@@ -1,0 +1,349 @@
+import CoreMetrics
+import DNSCore
+import Foundation
+import HijackDetection
+import HTTPDNS
+import Hummingbird
+import Logging
+import NIOCore
+import NIOSSL
+import ResolverConfig
+import ServiceLifecycle
+import Synchronization
+import SystemResolver
+import UnixSignals
+
+/// What one configuration builds: the resolver, the system side, the detector, the ranker and the
+/// request policy. A reload builds a new one and swaps it in; requests in flight finish on the old.
+final class Runtime: Sendable {
+    let config: ConfigFile
+    let resolver: HTTPDNSResolver
+    let system: SystemResolver
+    let detector: HijackDetector
+    let ranker: AddressRanker
+    let policy: RequestPolicy
+
+    /// `logger` gets the engine's upstream events (circuit opened/closed, failures); the engine's
+    /// metrics go to `metrics`.
+    init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger) throws(DNSError) {
+        self.config = config
+        let system = try SystemResolver(servers: config.systemDNS)
+        self.system = system
+        resolver = try HTTPDNSResolver(configuration: config.configuration, options: config.options,
+                                       fallback: config.options.fallback == .system ? system : nil, metrics: metrics, logger: logger)
+        let probeTimeout = min(config.options.timeout, .seconds(3))
+        let caFile = config.configuration.caFile
+        detector = HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: probeTimeout),
+                                  prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile))
+        ranker = AddressRanker(resolver: resolver, prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile),
+                               memory: .seconds(10))
+        policy = RequestPolicy(config)
+    }
+
+    func shutdown() { system.shutdown() }
+
+    /// The question that keeps readiness true while answers come from the cache (`readiness.probe`).
+    var readinessProbe: DNSMessage.Question {
+        let name = config.readiness.probe ?? config.watch.first?.host ?? config.preresolve.first
+        if let name, let domain = try? DomainName(name) { return DNSMessage.Question(name: domain, type: .a) }
+        return DNSMessage.Question(name: .root, type: .ns)
+    }
+}
+
+/// The last health check of a watched host.
+struct WatchStatus: Sendable {
+    var host: String
+    var port: Int
+    var checkedAt: Date
+    var comparison: HostComparison
+    var ranked: [RankedAddress]
+}
+
+/// Everything the listeners, the watcher and the routes share.
+final class DaemonState: Sendable {
+    private let runtime: Mutex<Runtime>
+    private let statuses = Mutex<[String: WatchStatus]>([:])
+    let configPath: String
+    let logger: Logger
+    let metrics: DaemonMetrics
+    /// Requests being looked up or routed now (`limits.max_concurrent_requests`).
+    let requestsInFlight = Atomic<Int>(0)
+
+    init(runtime: Runtime, configPath: String, metrics: DaemonMetrics, logger: Logger) {
+        self.runtime = Mutex(runtime)
+        self.configPath = configPath
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    var current: Runtime { runtime.withLock { $0 } }
+
+    func replace(with new: Runtime) -> Runtime {
+        runtime.withLock { old in
+            defer { old = new }
+            return old
+        }
+    }
+
+    func record(_ status: WatchStatus) -> Verdict.Kind? {
+        statuses.withLock { all in
+            defer { all[status.host] = status }
+            return all[status.host]?.comparison.verdict.kind
+        }
+    }
+
+    func allStatuses() -> [WatchStatus] { statuses.withLock { Array($0.values) } }
+
+    func forget(except hosts: Set<String>) {
+        statuses.withLock { $0 = $0.filter { hosts.contains($0.key) } }
+    }
+
+    /// How long an upstream counts as reachable after it last responded.
+    var readyWindow: Duration { current.config.readiness.interval * 3 }
+
+    /// Ready when some trusted upstream responded within the window and has not failed since —
+    /// the upstreams' own health, whatever the cache holds.
+    var isReady: Bool { current.resolver.hasReachableUpstream(within: readyWindow) }
+}
+
+/// `resolve daemon`: the HTTP listener, the DNS stub, the watcher, readiness probes, cache
+/// snapshots and SIGHUP reloads, run as one service group until SIGTERM or SIGINT (or
+/// ``shutdown()``), then drained within a bounded time and the cache written.
+///
+/// The daemon uses the metrics factory and logger it is given; bootstrapping the process's
+/// logging and metrics backends is the executable's business, so tests run it in process.
+package final class Daemon: Sendable {
+    /// How long the HTTP listener waits for its connections to finish on shutdown before it closes
+    /// them; the whole stop stays well inside the service group's own limit.
+    static let drainTimeout: Duration = .seconds(5)
+
+    private let state: DaemonState
+    private let exposition: @Sendable () -> [UInt8]
+    private let signals: [UnixSignal]
+    private let group = Mutex<ServiceGroup?>(nil)
+    private let bound = Mutex<(http: SocketAddress?, dnsUDP: SocketAddress?, dnsTCP: SocketAddress?)>((nil, nil, nil))
+    private let started = Mutex<[CheckedContinuation<Void, Never>]?>([])
+
+    /// Loads and checks the config file.
+    /// - Parameters:
+    ///   - metrics: where every metric goes (the engine's and the daemon's).
+    ///   - exposition: the Prometheus text `/metrics` serves.
+    ///   - signals: what stops the daemon gracefully (none in tests, which call ``shutdown()``).
+    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration``.
+    package init(configPath: String, metrics: any MetricsFactory, exposition: @escaping @Sendable () -> [UInt8], logger: Logger,
+                 signals: [UnixSignal] = [.sigterm, .sigint]) throws(DNSError) {
+        let config = try ConfigFile.load(configPath)
+        let runtime = try Runtime(config, metrics: metrics, logger: logger)
+        _ = try Self.tlsContext(config)
+        _ = try Self.listenAddress(config.listen)
+        if let dns = config.dnsListen { _ = try Self.listenAddress(dns, key: "dns_listen") }
+        state = DaemonState(runtime: runtime, configPath: configPath, metrics: DaemonMetrics(factory: metrics), logger: logger)
+        self.exposition = exposition
+        self.signals = signals
+    }
+
+    /// The addresses the listeners are bound to (port 0 in a config means any free port).
+    package var httpAddress: SocketAddress? { bound.withLock { $0.http } }
+    package var dnsAddress: SocketAddress? { bound.withLock { $0.dnsUDP } }
+
+    /// Waits until the listeners are bound.
+    package func waitUntilListening() async {
+        await withCheckedContinuation { continuation in
+            let waiting = started.withLock { waiting -> Bool in
+                guard waiting != nil else { return false }
+                waiting!.append(continuation)
+                return true
+            }
+            if !waiting { continuation.resume() }
+        }
+    }
+
+    private func listening() {
+        let dnsExpected = state.current.config.dnsListen != nil
+        let ready = bound.withLock { $0.http != nil && (!dnsExpected || ($0.dnsUDP != nil && $0.dnsTCP != nil)) }
+        guard ready else { return }
+        for continuation in started.withLock({ waiting in defer { waiting = nil }; return waiting ?? [] }) { continuation.resume() }
+    }
+
+    /// Begins the graceful stop (what SIGTERM does).
+    package func shutdown() async {
+        await group.withLock { $0 }?.triggerGracefulShutdown()
+    }
+
+    /// Serves until stopped, then drains, writes the cache and returns.
+    package func run() async throws {
+        let state = self.state
+        let logger = state.logger
+        let runtime = state.current
+        let config = runtime.config
+        let (host, port) = try Self.listenAddress(config.listen)
+
+        let router = Router()
+        Routes.install(on: router, state: state, exposition: exposition)
+        let gateway = RequestGateway(state: state, router: router.buildResponder(), logger: logger)
+        var http = HTTPListener(host: host, port: port, sslContext: try Self.tlsContext(config), gateway: gateway,
+                                maxConnections: config.limits.maxConnections, drainTimeout: Self.drainTimeout, logger: logger)
+        http.onBound = { [self] address in
+            bound.withLock { $0.http = address }
+            listening()
+        }
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: http), .init(service: Watcher(state: state)), .init(service: ReadinessMonitor(state: state)),
+            .init(service: Reloader(state: state)),
+        ]
+        if let dnsListen = config.dnsListen {
+            let (dnsHost, dnsPort) = try Self.listenAddress(dnsListen, key: "dns_listen")
+            var stub = DNSStub(state: state, host: dnsHost, port: dnsPort, maxConnections: config.limits.maxConnections)
+            stub.onBound = { [self] udp, tcp in
+                bound.withLock { $0.dnsUDP = udp; $0.dnsTCP = tcp }
+                listening()
+            }
+            services.append(.init(service: stub))
+        }
+        services.append(.init(service: CachePersister(state: state)))
+        var groupConfiguration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: signals, logger: logger)
+        // The listeners bound their own drain (5 s, then every connection is closed); these limits
+        // are the backstop, never reached in normal operation.
+        groupConfiguration.maximumGracefulShutdownDuration = .seconds(15)
+        groupConfiguration.maximumCancellationDuration = .seconds(5)
+        let serviceGroup = ServiceGroup(configuration: groupConfiguration)
+        group.withLock { $0 = serviceGroup }
+        if let persist = config.persistPath {
+            do { _ = try runtime.resolver.loadCache(from: persist) } catch {
+                logger.warning("ignoring the cache file", metadata: ["error": "\(error.message)"])
+            }
+        }
+        var failure: (any Error)?
+        do { try await serviceGroup.run() } catch { failure = error }
+        let final = state.current
+        if let persist = final.config.persistPath {
+            do { try final.resolver.saveCache(to: persist) } catch {
+                logger.error("cache not saved", metadata: ["error": "\(error.message)"])
+            }
+        }
+        final.shutdown()
+        if let failure {
+            logger.error("stopped with an error", metadata: ["error": "\(failure)"])
+            throw failure
+        }
+        logger.notice("stopped")
+    }
+
+    /// With `tls:`, the TLS context of the HTTPS listener, which offers HTTP/2 and HTTP/1.1 by ALPN
+    /// (what DoH clients expect); nil for plain HTTP/1.1. Built while the config is read, so that a
+    /// key that does not match the certificate is an error of the config, not of the listener.
+    static func tlsContext(_ config: ConfigFile) throws(DNSError) -> NIOSSLContext? {
+        guard let files = config.tls else { return nil }
+        let chain: [NIOSSLCertificate]
+        let key: NIOSSLPrivateKey
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(files.certificate)
+        } catch {
+            throw DNSError(.invalidConfiguration, "tls.cert: '\(files.certificate)' is not a PEM certificate chain (\(error))")
+        }
+        do {
+            key = try NIOSSLPrivateKey(file: files.key, format: .pem)
+        } catch {
+            throw DNSError(.invalidConfiguration, "tls.key: '\(files.key)' is not a PEM private key (\(error))")
+        }
+        guard !chain.isEmpty else { throw DNSError(.invalidConfiguration, "tls.cert: '\(files.certificate)' holds no certificate") }
+        var tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        tls.minimumTLSVersion = .tlsv12
+        tls.applicationProtocols = ["h2", "http/1.1"]
+        do {
+            return try NIOSSLContext(configuration: tls)
+        } catch {
+            throw DNSError(.invalidConfiguration, "tls: the certificate and key do not make a TLS context - is the key the certificate's? (\(error))")
+        }
+    }
+
+    /// `IPv4:port` or `[IPv6]:port`.
+    static func listenAddress(_ text: String, key: String = "listen") throws(DNSError) -> (String, Int) {
+        guard let (address, port) = IPAddress.endpoint(text), let port else {
+            throw DNSError(.invalidConfiguration, "\(key): '\(text)' is not IP:port")
+        }
+        return (address.description, port)
+    }
+}
+
+/// Writes the cache to `cache.persist` every `cache.persist_interval` (it is also written on
+/// shutdown), so a crash or a power cut loses at most one interval of answers.
+struct CachePersister: Service {
+    let state: DaemonState
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: state.current.config.persistInterval)
+                let runtime = state.current
+                guard !Task.isCancelled, let path = runtime.config.persistPath else { continue }
+                do throws(DNSError) { try runtime.resolver.saveCache(to: path) } catch {
+                    state.logger.error("cache not saved, retrying at the next interval", metadata: ["error": "\(error.message)"])
+                }
+            }
+        }
+    }
+}
+
+/// Keeps readiness true to the upstreams: every `readiness.interval`, an upstream that has had no
+/// exchange for that long is asked the probe question (bypassing the cache). Traffic that misses
+/// the cache counts too, so a busy daemon sends few probes.
+struct ReadinessMonitor: Service {
+    let state: DaemonState
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                let runtime = state.current
+                let interval = runtime.config.readiness.interval
+                await runtime.resolver.probeIdleUpstreams(runtime.readinessProbe, idle: interval,
+                                                          timeout: min(runtime.config.options.timeout, interval))
+                state.metrics.ready.record(state.isReady ? 1 : 0)
+                try? await Task.sleep(for: interval / 2)
+            }
+        }
+    }
+}
+
+/// SIGHUP: the new file is fully validated and built before it replaces the old; an invalid one is
+/// logged (with its line and key) and the old configuration keeps serving.
+struct Reloader: Service {
+    let state: DaemonState
+
+    func run() async throws {
+        let signals = await UnixSignalsSequence(trapping: .sighup)
+        await cancelWhenGracefulShutdown {
+            for await _ in signals {
+                reload()
+            }
+        }
+    }
+
+    func reload() {
+        let logger = state.logger
+        do {
+            let config = try ConfigFile.load(state.configPath)
+            let running = state.current.config
+            for (key, changed) in [("listen", config.listen != running.listen), ("tls", config.tls != running.tls),
+                                   ("dns_listen", config.dnsListen != running.dnsListen),
+                                   ("limits.max_connections", config.limits.maxConnections != running.limits.maxConnections),
+                                   ("limits.request_timeout", config.limits.requestTimeout != running.limits.requestTimeout),
+                                   ("limits.idle_timeout", config.limits.idleTimeout != running.limits.idleTimeout)] where changed {
+                logger.warning("\(key) changed: takes effect after a restart", metadata: ["key": "\(key)"])
+            }
+            // The TLS files must make a TLS context: a restart must not fail on what a reload accepted.
+            _ = try Daemon.tlsContext(config)
+            let old = state.replace(with: try Runtime(config, metrics: state.metrics.factory, logger: logger))
+            state.forget(except: Set(config.watch.map(\.host)))
+            // Lookups still running on the old runtime finish with its upstreams; its c-ares
+            // thread is stopped once they had time to.
+            Task {
+                try? await Task.sleep(for: .seconds(30))
+                old.shutdown()
+            }
+            logger.notice("configuration reloaded", metadata: ["file": "\(state.configPath)", "watched": "\(config.watch.count)"])
+        } catch {
+            logger.error("configuration NOT reloaded, the previous one keeps serving", metadata: ["error": "\(error.message)"])
+        }
+    }
+}

@@ -1,0 +1,108 @@
+import CoreMetrics
+import Synchronization
+
+/// Every metric the daemon itself records, with its label and dimensions written once here (the
+/// engine's own are in `ResolverMetrics`). Made from the factory the executable bootstrapped, or
+/// from a test's own.
+///
+/// The HTTP series keep the names the daemon has always exposed (`hb_requests`,
+/// `http_server_request_duration`, with `http_route`, `http_request_method` and
+/// `http_response_status_code`): both HTTP versions record through ``request(route:method:status:nanoseconds:)``.
+final class DaemonMetrics: Sendable {
+    let factory: any MetricsFactory
+
+    private struct RequestKey: Hashable {
+        var route: String
+        var method: String
+        var status: Int
+    }
+
+    private let requests = Mutex<[RequestKey: (Counter, Timer)]>([:])
+    let dohMalformed: Counter
+    private let stubQueries: (udp: Counter, tcp: Counter)
+    private let stubMalformed: (udp: Counter, tcp: Counter)
+    private let stubDropped: (udp: Counter, tcp: Counter)
+    let stubTruncated: Counter
+    private let connectionsOpen: (https: Gauge, dns: Gauge)
+    private let rejected = Mutex<[String: Counter]>([:])
+    let ready: Gauge
+
+    init(factory: any MetricsFactory) {
+        self.factory = factory
+        dohMalformed = Counter(label: "httpdns_doh_malformed_total", factory: factory)
+        func pair(_ label: String) -> (Counter, Counter) {
+            (Counter(label: label, dimensions: [("transport", "udp")], factory: factory),
+             Counter(label: label, dimensions: [("transport", "tcp")], factory: factory))
+        }
+        stubQueries = pair("httpdns_dns_stub_queries_total")
+        stubMalformed = pair("httpdns_dns_stub_malformed_total")
+        stubDropped = pair("httpdns_dns_stub_dropped_total")
+        stubTruncated = Counter(label: "httpdns_dns_stub_truncated_total", factory: factory)
+        connectionsOpen = (Gauge(label: "httpdns_connections_open", dimensions: [("listener", "http")], factory: factory),
+                           Gauge(label: "httpdns_connections_open", dimensions: [("listener", "dns_tcp")], factory: factory))
+        ready = Gauge(label: "httpdns_ready", factory: factory)
+    }
+
+    /// One HTTP request answered (either HTTP version, any path).
+    func request(route: String, method: String, status: Int, nanoseconds: UInt64) {
+        let key = RequestKey(route: route, method: method, status: status)
+        let (counter, timer) = requests.withLock { cache in
+            if let made = cache[key] { return made }
+            let dimensions = [("http.route", route), ("http.request.method", method), ("http.response.status_code", String(status))]
+            let made = (Counter(label: "hb.requests", dimensions: dimensions, factory: factory),
+                        Timer(label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds, factory: factory))
+            cache[key] = made
+            return made
+        }
+        counter.increment()
+        timer.recordNanoseconds(Int64(clamping: nanoseconds))
+    }
+
+    func stubQuery(_ transport: DNSTransport) { (transport == .udp ? stubQueries.udp : stubQueries.tcp).increment() }
+    func stubMalformed(_ transport: DNSTransport) { (transport == .udp ? stubMalformed.udp : stubMalformed.tcp).increment() }
+    func stubDropped(_ transport: DNSTransport) { (transport == .udp ? stubDropped.udp : stubDropped.tcp).increment() }
+
+    func connectionsOpen(_ listener: Listener, _ count: Int) {
+        (listener == .http ? connectionsOpen.https : connectionsOpen.dns).record(count)
+    }
+
+    /// A connection closed by the daemon before or instead of serving it: `reason` is one of
+    /// `limit` (too many open), `timeout` (no TLS handshake or request in time), `error` (a
+    /// protocol error from the client). Logged at debug only: a client must not be able to flood
+    /// the log.
+    func connectionRejected(_ listener: Listener, reason: String) {
+        let key = "\(listener.rawValue)/\(reason)"
+        rejected.withLock { cache in
+            if let counter = cache[key] { return counter }
+            let counter = Counter(label: "httpdns_connections_closed_total", dimensions: [("listener", listener.rawValue), ("reason", reason)],
+                                  factory: factory)
+            cache[key] = counter
+            return counter
+        }.increment()
+    }
+
+    // MARK: The watcher
+
+    func watchCheck(host: String, verdict: String, all: [String]) {
+        Counter(label: "httpdns_watch_checks_total", dimensions: [("host", host), ("verdict", verdict)], factory: factory).increment()
+        for kind in all {
+            Gauge(label: "httpdns_watch_verdict", dimensions: [("host", host), ("verdict", kind)], factory: factory)
+                .record(kind == verdict ? 1 : 0)
+        }
+    }
+
+    func probe(result: String) {
+        Counter(label: "httpdns_probes_total", dimensions: [("result", result)], factory: factory).increment()
+    }
+
+    func verdictChanged(host: String) {
+        Counter(label: "httpdns_watch_verdict_changes_total", dimensions: [("host", host)], factory: factory).increment()
+    }
+
+    enum DNSTransport: Sendable { case udp, tcp }
+
+    enum Listener: String, Sendable {
+        case http
+        case dnsTCP = "dns_tcp"
+    }
+}

@@ -1,0 +1,213 @@
+import Dispatch
+import Hummingbird
+import HTTPTypes
+import Logging
+import NIOCore
+import NIOHPACK
+import NIOHTTP1
+
+/// The fields of a request as its HTTP version delivered them (no copy into a common form unless
+/// the router needs one).
+enum RequestFields: Sendable {
+    case http1(HTTPHeaders)
+    case http2(HPACKHeaders)
+
+    func first(_ name: String) -> String? {
+        switch self {
+        case .http1(let headers): headers.first(name: name)
+        case .http2(let headers): headers.first(name: name)
+        }
+    }
+
+    /// The regular fields for the router (HTTP/2 pseudo-headers left out).
+    var httpFields: HTTPFields {
+        var fields = HTTPFields()
+        func add(_ name: String, _ value: String) {
+            guard let name = HTTPField.Name(name) else { return }
+            fields.append(HTTPField(name: name, value: value))
+        }
+        switch self {
+        case .http1(let headers): for (name, value) in headers { add(name, value) }
+        case .http2(let headers): for (name, value, _) in headers where !name.hasPrefix(":") { add(name, value) }
+        }
+        return fields
+    }
+}
+
+/// A complete request from either HTTP version.
+struct GatewayRequest: Sendable {
+    var method: String
+    var target: String
+    var scheme: String?
+    var authority: String?
+    var fields: RequestFields
+    var body: ByteBuffer?
+    var contentLength: Int?
+}
+
+/// Where every complete request goes, whichever HTTP version brought it: the policy first
+/// (``RequestPolicy``), then
+/// - `/dns-query`: parsed, and answered at once when the engine has the answer cached (on the
+///   event loop, holding nothing), else in a task counted against `max_concurrent_requests`;
+/// - anything else: the router (``Routes``), in a task, also counted.
+/// Both versions record the same metrics through here.
+final class RequestGateway: Sendable {
+    enum Outcome {
+        case ready(HTTPAnswer)
+        case pending(EventLoopFuture<HTTPAnswer>)
+    }
+
+    let state: DaemonState
+    private let router: RouterResponder<BasicRequestContext>
+    private let logger: Logger
+
+    init(state: DaemonState, router: RouterResponder<BasicRequestContext>, logger: Logger) {
+        self.state = state
+        self.router = router
+        self.logger = logger
+    }
+
+    var metrics: DaemonMetrics { state.metrics }
+
+    /// The policy's refusal of a request head, before its body is read (HTTP/1.1 reads bodies only
+    /// of requests that may go on).
+    func refusal(method: String, target: String, contentLength: Int?, authorization: String?) -> HTTPAnswer? {
+        state.current.policy.check(method: method, target: target, contentLength: contentLength, authorization: authorization)
+    }
+
+    func respond(to request: GatewayRequest, on channel: any Channel) -> Outcome {
+        let started = DispatchTime.now().uptimeNanoseconds
+        let runtime = state.current
+        let route = Self.route(of: request.target)
+        if let refused = runtime.policy.check(method: request.method, target: request.target, contentLength: request.contentLength,
+                                              authorization: request.fields.first("authorization")) {
+            return .ready(record(refused, route: route, method: request.method, started: started))
+        }
+        if (request.body?.readableBytes ?? 0) > runtime.config.limits.maxBodyBytes {
+            return .ready(record(runtime.policy.bodyTooLarge(), route: route, method: request.method, started: started))
+        }
+        if route == DoHRequest.path {
+            return dns(request, runtime: runtime, channel: channel, started: started)
+        }
+        guard enter(runtime) else { return .ready(record(Self.busy(runtime), route: route, method: request.method, started: started)) }
+        let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
+        let router = self.router, logger = self.logger
+        Task {
+            let answer = await Self.route(request, router: router, channel: channel, logger: logger)
+            self.leave()
+            promise.succeed(self.record(answer, route: route, method: request.method, started: started))
+        }
+        return .pending(promise.futureResult)
+    }
+
+    /// Records a response that did not come through ``respond(to:on:)`` (an early 413, a 408).
+    func recordEarly(_ answer: HTTPAnswer, target: String, method: String) {
+        _ = record(answer, route: Self.route(of: target), method: method, started: DispatchTime.now().uptimeNanoseconds)
+    }
+
+    // MARK: DoH
+
+    private func dns(_ request: GatewayRequest, runtime: Runtime, channel: any Channel, started: UInt64) -> Outcome {
+        let route = DoHRequest.path, method = request.method
+        let wire: [UInt8]
+        switch DoHRequest.query(method: method, target: request.target, contentType: request.fields.first("content-type"), body: request.body) {
+        case .success(let bytes): wire = bytes
+        case .failure(let refusal):
+            if refusal.status == 400 { metrics.dohMalformed.increment() }
+            return .ready(record(.text(refusal.status, refusal.message), route: route, method: method, started: started))
+        }
+        let query: DNSQuery
+        do {
+            query = try DNSQuery(wire)
+        } catch {
+            if case .badVersion = error, let reply = DNSResponder.reply(to: error) {
+                return .ready(record(Self.dnsAnswer(.init(bytes: reply, minTTL: 0)), route: route, method: method, started: started))
+            }
+            metrics.dohMalformed.increment()
+            return .ready(record(.text(400, "not a DNS query: \(error.reason)\n"), route: route, method: method, started: started))
+        }
+        let resolver = runtime.resolver
+        if let answer = DNSResponder.answerWithoutWaiting(query, resolver: resolver) {
+            return .ready(record(Self.dnsAnswer(answer), route: route, method: method, started: started))
+        }
+        guard enter(runtime) else { return .ready(record(Self.busy(runtime), route: route, method: method, started: started)) }
+        let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
+        Task {
+            let answer = await DNSResponder.answer(query, resolver: resolver)
+            self.leave()
+            promise.succeed(self.record(Self.dnsAnswer(answer), route: route, method: method, started: started))
+        }
+        return .pending(promise.futureResult)
+    }
+
+    static func dnsAnswer(_ answer: DNSResponder.Answer) -> HTTPAnswer {
+        var body = ByteBuffer()
+        body.writeBytes(answer.bytes)
+        return HTTPAnswer(status: 200, headers: [("content-type", "application/dns-message"), ("cache-control", "max-age=\(answer.minTTL)")],
+                          body: body)
+    }
+
+    // MARK: The router
+
+    private static func route(_ request: GatewayRequest, router: RouterResponder<BasicRequestContext>, channel: any Channel,
+                              logger: Logger) async -> HTTPAnswer {
+        let head = HTTPRequest(method: HTTPRequest.Method(request.method) ?? .get, scheme: request.scheme, authority: request.authority,
+                               path: request.target, headerFields: request.fields.httpFields)
+        let hbRequest = Request(head: head, body: RequestBody(buffer: request.body ?? ByteBuffer()))
+        let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
+        var response: Response
+        do {
+            response = try await router.respond(to: hbRequest, context: context)
+        } catch let error as any HTTPResponseError {
+            response = (try? error.response(from: hbRequest, context: context)) ?? Response(status: error.status)
+        } catch {
+            logger.debug("route failed", metadata: ["error": "\(error)"])
+            response = Response(status: .internalServerError)
+        }
+        let collector = BodyCollector()
+        do { try await response.body.write(collector) } catch { logger.debug("response body failed", metadata: ["error": "\(error)"]) }
+        var headers: [(String, String)] = []
+        for field in response.headers where field.name != .contentLength {
+            headers.append((field.name.canonicalName, field.value))
+        }
+        return HTTPAnswer(status: response.status.code, headers: headers, body: collector.collected)
+    }
+
+    // MARK: Bookkeeping
+
+    private func enter(_ runtime: Runtime) -> Bool {
+        let running = state.requestsInFlight.add(1, ordering: .relaxed).newValue
+        guard running <= runtime.config.limits.maxConcurrentRequests else {
+            state.requestsInFlight.subtract(1, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    private func leave() { state.requestsInFlight.subtract(1, ordering: .relaxed) }
+
+    private static func busy(_ runtime: Runtime) -> HTTPAnswer {
+        .text(503, "too many requests in flight (limit \(runtime.config.limits.maxConcurrentRequests))\n", headers: [("retry-after", "1")])
+    }
+
+    private func record(_ answer: HTTPAnswer, route: Substring, method: String, started: UInt64) -> HTTPAnswer {
+        let label = RequestPolicy.routes[String(route)] != nil ? String(route) : "NotFound"
+        metrics.request(route: label, method: method, status: answer.status, nanoseconds: DispatchTime.now().uptimeNanoseconds - started)
+        return answer
+    }
+
+    private static func route(of target: String) -> Substring { RequestPolicy.path(of: target) }
+}
+
+/// Gathers a router response's body; the routes' bodies are small and whole.
+private final class BodyCollector: ResponseBodyWriter, @unchecked Sendable {
+    // Safety: written only by the one task that awaits `response.body.write`, read after it returns.
+    var collected = ByteBuffer()
+
+    func write(_ buffer: ByteBuffer) async throws {
+        var buffer = buffer
+        collected.writeBuffer(&buffer)
+    }
+
+    func finish(_ trailingHeaders: HTTPFields?) async throws {}
+}
