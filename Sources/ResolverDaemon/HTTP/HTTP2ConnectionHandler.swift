@@ -155,20 +155,25 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
         let ended = connection.requestEnded(id)
         let empty = answer.body.readableBytes == 0
         let closeAfter = connection.responded(id, now: .now())
-        let tracked = connection.isDraining || closeAfter
-        let last = ended ? (empty ? 0 : 1) : 2
-        func send(_ frame: HTTP2Frame, index: Int) {
-            if tracked, index == last {
-                let promise = context.eventLoop.makePromise(of: Void.self)
-                context.write(wrapOutboundOut(frame), promise: promise)
-                lastWrite = promise.futureResult
-            } else {
-                context.write(wrapOutboundOut(frame), promise: nil)
+        let headersFrame = HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: empty)))
+        let dataFrame = empty ? nil : HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(answer.body), endStream: true)))
+        // The last frame's write is watched when the connection closes after it, or when the client
+        // is still sending: RST_STREAM then follows once the answer is on the wire (NIOHTTP2 drops
+        // a stream's queued DATA when a reset overtakes it).
+        let watched = !ended || connection.isDraining || closeAfter
+        let promise = watched ? context.eventLoop.makePromise(of: Void.self) : nil
+        context.write(wrapOutboundOut(headersFrame), promise: dataFrame == nil ? promise : nil)
+        if let dataFrame { context.write(wrapOutboundOut(dataFrame), promise: promise) }
+        if let promise {
+            lastWrite = promise.futureResult
+            if !ended {
+                let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+                promise.futureResult.whenSuccess {
+                    guard let context = handler.value.context else { return }
+                    context.writeAndFlush(handler.value.wrapOutboundOut(HTTP2Frame(streamID: id, payload: .rstStream(.noError))), promise: nil)
+                }
             }
         }
-        send(HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: empty))), index: 0)
-        if !empty { send(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(answer.body), endStream: true))), index: 1) }
-        if !ended { send(HTTP2Frame(streamID: id, payload: .rstStream(.noError)), index: 2) }
         scheduleFlush()
         if closeAfter { close() }
     }
