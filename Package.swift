@@ -110,7 +110,7 @@ let package = Package(
                           path: "Benchmarks/CompareBenchmark"),
 
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
-        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["DNSCore"], path: "Tests/TestSupport"),
         .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection", "HTTPDNS", "DNSCore", "TestSupport"]),
         .testTarget(name: "DNSCoreTests", dependencies: [
             "DNSCore", .product(name: "MetricsTestKit", package: "swift-metrics"),
@@ -124,6 +124,15 @@ let package = Package(
             .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
         .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "HTTPDNS", "TestSupport"]),
+        .testTarget(name: "ResolverDaemonTests", dependencies: [
+            "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "TestSupport",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOEmbedded", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+            .product(name: "NIOHPACK", package: "swift-nio-http2"),
+            .product(name: "MetricsTestKit", package: "swift-metrics"),
+        ]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport", "CurlSupport", "DNSCore"]),
     ]
 )

@@ -25,12 +25,18 @@ final class Runtime: Sendable {
 
     /// `logger` gets the engine's upstream events (circuit opened/closed, failures); the engine's
     /// metrics go to `metrics`.
-    init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger) throws(DNSError) {
-        self.config = config
+    convenience init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger) throws(DNSError) {
         let system = try SystemResolver(servers: config.systemDNS)
+        let resolver = try HTTPDNSResolver(configuration: config.configuration, options: config.options,
+                                           fallback: config.options.fallback == .system ? system : nil, metrics: metrics, logger: logger)
+        self.init(config, resolver: resolver, system: system)
+    }
+
+    /// A runtime around a resolver built elsewhere (tests give one with scripted upstreams).
+    init(_ config: ConfigFile, resolver: HTTPDNSResolver, system: SystemResolver) {
+        self.config = config
         self.system = system
-        resolver = try HTTPDNSResolver(configuration: config.configuration, options: config.options,
-                                       fallback: config.options.fallback == .system ? system : nil, metrics: metrics, logger: logger)
+        self.resolver = resolver
         let probeTimeout = min(config.options.timeout, .seconds(3))
         let caFile = config.configuration.caFile
         detector = HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: probeTimeout),

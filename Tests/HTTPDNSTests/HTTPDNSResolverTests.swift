@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 @testable import HTTPDNS
 
 /// The resolver's failover, merging and policy logic, against scripted upstreams.

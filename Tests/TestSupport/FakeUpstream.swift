@@ -1,10 +1,10 @@
-import HTTPDNS
+import DNSCore
 import Synchronization
 
 /// A scripted upstream that records every question it is asked.
-final class FakeUpstream: DNSUpstream, @unchecked Sendable {
+public final class FakeUpstream: DNSUpstream, @unchecked Sendable {
     // Safety: `log` is a Mutex; the rest is immutable after init.
-    enum Behaviour: Sendable {
+    public enum Behaviour: Sendable {
         case answer([String], ttl: UInt32 = 300)
         case nxdomain
         case nodata
@@ -13,30 +13,30 @@ final class FakeUpstream: DNSUpstream, @unchecked Sendable {
         case slow(Duration, then: [String])
     }
 
-    struct Event: Sendable, Equatable {
-        var name: String
-        var type: RecordType
-        var timeout: Duration
+    public struct Event: Sendable, Equatable {
+        public var name: String
+        public var type: RecordType
+        public var timeout: Duration
     }
 
-    let identifier: String
-    let source: Resolution.Source
+    public let identifier: String
+    public let source: Resolution.Source
     private let behaviour: @Sendable (RecordType) -> Behaviour
     private let log = Mutex<[Event]>([])
 
-    init(_ identifier: String, source: Resolution.Source = .doh, _ behaviour: @escaping @Sendable (RecordType) -> Behaviour) {
+    public init(_ identifier: String, source: Resolution.Source = .doh, _ behaviour: @escaping @Sendable (RecordType) -> Behaviour) {
         self.identifier = identifier
         self.source = source
         self.behaviour = behaviour
     }
 
-    convenience init(_ identifier: String, always behaviour: Behaviour) {
+    public convenience init(_ identifier: String, always behaviour: Behaviour) {
         self.init(identifier) { _ in behaviour }
     }
 
-    var events: [Event] { log.withLock { $0 } }
+    public var events: [Event] { log.withLock { $0 } }
 
-    func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+    public func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
         log.withLock { $0.append(Event(name: question.name.description, type: question.type, timeout: timeout)) }
         switch behaviour(question.type) {
         case let .answer(ips, ttl):

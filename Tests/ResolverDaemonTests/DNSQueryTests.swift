@@ -1,0 +1,157 @@
+import DNSCore
+import Testing
+@testable import ResolverDaemon
+
+/// Raw query bytes, written out by hand so each test shows the exact shape it sends.
+enum Wire {
+    static func header(id: UInt16 = 0x1234, flags: UInt16 = 0x0100, questions: UInt16 = 1, answers: UInt16 = 0, authorities: UInt16 = 0,
+                       additionals: UInt16 = 0) -> [UInt8] {
+        [id, flags, questions, answers, authorities, additionals].flatMap { [UInt8($0 >> 8), UInt8($0 & 0xff)] }
+    }
+
+    static func name(_ text: String) -> [UInt8] {
+        text.split(separator: ".").flatMap { [UInt8($0.utf8.count)] + Array($0.utf8) } + [0]
+    }
+
+    static func question(_ text: String, type: UInt16 = 1, class recordClass: UInt16 = 1) -> [UInt8] {
+        name(text) + [UInt8(type >> 8), UInt8(type & 0xff), UInt8(recordClass >> 8), UInt8(recordClass & 0xff)]
+    }
+
+    /// An OPT record: root owner, `size`, version, DO, the given option bytes.
+    static func opt(size: UInt16 = 1232, version: UInt8 = 0, dnssecOK: Bool = false, options: [UInt8] = []) -> [UInt8] {
+        [0, 0, 41, UInt8(size >> 8), UInt8(size & 0xff), 0, version, dnssecOK ? 0x80 : 0, 0,
+         UInt8(options.count >> 8), UInt8(options.count & 0xff)] + options
+    }
+
+    static func query(_ text: String, type: UInt16 = 1, id: UInt16 = 0x1234, edns: [UInt8]? = nil) -> [UInt8] {
+        header(id: id, additionals: edns == nil ? 0 : 1) + question(text, type: type) + (edns ?? [])
+    }
+}
+
+@Suite struct DNSQueryTests {
+    @Test func aQueryKeepsItsQuestionBytesAndFoldsTheNameForTheEngine() throws {
+        let query = try DNSQuery(Wire.query("WwW.Hd.TeSt", edns: Wire.opt(size: 4096, dnssecOK: true)))
+        #expect(query.id == 0x1234)
+        #expect(query.question.name == (try DomainName("www.hd.test")))
+        #expect(Array(query.questionNameBytes) == Wire.name("WwW.Hd.TeSt"))
+        #expect(query.addressType == .a)
+        #expect(query.edns == DNSQuery.EDNS(udpPayloadSize: 4096, version: 0, dnssecOK: true))
+        #expect(query.recursionDesired)
+    }
+
+    @Test func messagesThatGetNoReplyAtAll() {
+        for wire in [[], [1, 2, 3], Array(Wire.header().prefix(11))] {
+            #expect(throws: DNSQuery.Problem.self) { try DNSQuery(wire) }
+            if case .unanswerable? = problem(wire) {} else { Issue.record("\(wire) should be unanswerable") }
+        }
+        // QR set: a response is never answered (no reflection).
+        let response = Wire.header(flags: 0x8180) + Wire.question("www.hd.test")
+        guard case .unanswerable? = problem(response) else { Issue.record("a response must get nothing"); return }
+    }
+
+    @Test func malformedQueriesAreFormatErrorsWithTheirIDAndFlags() {
+        let cases: [(String, [UInt8])] = [
+            ("no question", Wire.header(questions: 0)),
+            ("two questions", Wire.header(questions: 2) + Wire.question("a.test") + Wire.question("b.test")),
+            ("a pointer in the question", Wire.header() + [0xc0, 0x0c, 0, 1, 0, 1]),
+            ("a reserved label type", Wire.header() + [0x40, 0, 0, 1, 0, 1]),
+            ("a label past the end", Wire.header() + [5, 0x61, 0x62]),
+            ("no type and class", Wire.header() + Wire.name("www.hd.test")),
+            ("trailing garbage", Wire.query("www.hd.test") + [0xde, 0xad]),
+            ("an additional count with no record", Wire.header(additionals: 1) + Wire.question("www.hd.test")),
+            ("two OPT records", Wire.header(additionals: 2) + Wire.question("www.hd.test") + Wire.opt() + Wire.opt()),
+            ("an OPT not owned by the root", Wire.header(additionals: 1) + Wire.question("www.hd.test") + [1, 0x61, 0] + Array(Wire.opt().dropFirst())),
+            ("an option overrunning the OPT", Wire.query("www.hd.test", edns: Wire.opt(options: [0, 10, 0, 8, 1, 2]))),
+            ("a name over 255 octets", Wire.header() + Array(repeating: [63] + Array(repeating: UInt8(0x61), count: 63), count: 5).flatMap { $0 } + [0, 0, 1, 0, 1]),
+        ]
+        for (what, wire) in cases {
+            guard case let .formatError(_, id, flags)? = problem(wire) else {
+                Issue.record("\(what): expected FORMERR, got \(String(describing: problem(wire)))")
+                continue
+            }
+            #expect(id == 0x1234, "\(what)")
+            #expect(flags == 0x0100, "\(what)")
+            let reply = DNSResponder.reply(to: problem(wire)!)!
+            #expect(reply.count == 12, "\(what): header only")
+            #expect(reply[3] & 0x0f == 1, "\(what): FORMERR")
+            #expect(reply[2] & 0x80 != 0, "\(what): QR")
+        }
+    }
+
+    @Test func otherOpcodesAreNotImplementedAndNewerEDNSVersionsBadVersion() throws {
+        for opcode: UInt16 in [1, 2, 4, 5, 15] {
+            let wire = Wire.header(flags: opcode << 11) + Wire.question("www.hd.test")
+            guard case .notImplemented(let got, _, _)? = problem(wire) else { Issue.record("opcode \(opcode)"); continue }
+            #expect(got == UInt8(opcode))
+            let reply = DNSResponder.reply(to: problem(wire)!)!
+            #expect(reply[3] & 0x0f == 4, "NOTIMP")
+            #expect((reply[2] >> 3) & 0x0f == UInt8(opcode), "the opcode is copied")
+        }
+        let wire = Wire.query("www.hd.test", edns: Wire.opt(version: 1))
+        guard case .badVersion? = problem(wire) else { Issue.record("EDNS version 1 must be BADVERS"); return }
+        let reply = try DNSMessage(decoding: DNSResponder.reply(to: problem(wire)!)!)
+        #expect(reply.responseCode.rawValue == 16, "BADVERS")
+        let opt = try #require(reply.additionals.first { $0.type == .opt })
+        #expect((opt.ttl >> 16) & 0xff == 0, "the OPT says version 0")
+    }
+
+    private func problem(_ wire: [UInt8]) -> DNSQuery.Problem? {
+        do {
+            _ = try DNSQuery(wire)
+            return nil
+        } catch {
+            return error
+        }
+    }
+}
+
+@Suite struct DNSResponseWriterTests {
+    @Test func answersPointAtTheQuestionAndEchoItsCase() throws {
+        let query = try DNSQuery(Wire.query("WwW.Hd.TeSt"))
+        var writer = DNSResponseWriter(answering: query)
+        writer.appendAddress(owner: DNSResponseWriter.questionNameOffset, ttl: 300, IPAddress("198.18.0.10")!)
+        let bytes = writer.finish()
+        #expect(Array(bytes[12..<(12 + 13)]) == Wire.name("WwW.Hd.TeSt"))
+        let message = try DNSMessage(decoding: bytes)
+        #expect(message.id == 0x1234)
+        #expect(message.flags == 0x8180)
+        #expect(message.answers.count == 1)
+        #expect(message.answers[0].name == (try DomainName("www.hd.test")))
+        #expect(message.additionals.isEmpty, "no OPT without EDNS in the query")
+    }
+
+    @Test func fortyAddressesTakeNoMoreRoomThanBINDGivesThem() throws {
+        // BIND 9.18 answers big.hd.test (40 A records) in 680 bytes with EDNS.
+        let query = try DNSQuery(Wire.query("big.hd.test", edns: Wire.opt(size: 4096)))
+        var writer = DNSResponseWriter(answering: query)
+        for index in 1...40 { writer.appendAddress(owner: DNSResponseWriter.questionNameOffset, ttl: 300, IPAddress("198.18.3.\(index)")!) }
+        let bytes = writer.finish()
+        #expect(bytes.count <= 680, "\(bytes.count) bytes")
+        let message = try DNSMessage(decoding: bytes)
+        #expect(message.answers.count == 40)
+        #expect(message.additionals.first?.type == .opt, "an EDNS query gets OPT back (RFC 6891 §6.1.1)")
+        #expect(message.additionals.first?.recordClass == 1232)
+    }
+
+    @Test func aCNAMEsTargetOwnsTheAddresses() throws {
+        let query = try DNSQuery(Wire.query("alias.hd.test", type: 28))
+        var writer = DNSResponseWriter(answering: query)
+        let target = writer.appendCNAME(owner: DNSResponseWriter.questionNameOffset, ttl: 60, target: try DomainName("www.hd.test"))
+        writer.appendAddress(owner: target, ttl: 60, IPAddress("2001:2::10")!)
+        let message = try DNSMessage(decoding: writer.finish())
+        #expect(message.answers.map(\.type) == [.cname, .aaaa])
+        #expect(message.answers[1].name == (try DomainName("www.hd.test")))
+    }
+
+    @Test func aForwardedAnswerGetsTheClientsIDAndCaseBack() throws {
+        let query = try DNSQuery(Wire.query("WwW.hd.TEST", type: 16, id: 0xbeef))
+        var upstream = Wire.header(id: 0, flags: 0x8180) + Wire.question("www.hd.test", type: 16)
+        DNSResponseWriter.restoreQuestion(&upstream, from: query)
+        #expect(upstream[0] == 0xbe && upstream[1] == 0xef)
+        #expect(Array(upstream[12..<25]) == Wire.name("WwW.hd.TEST"))
+        // A response for another name keeps its own question.
+        var other = Wire.header(id: 0, flags: 0x8180) + Wire.question("xxx.hd.test", type: 16)
+        DNSResponseWriter.restoreQuestion(&other, from: query)
+        #expect(Array(other[12..<25]) == Wire.name("xxx.hd.test"))
+    }
+}
