@@ -277,6 +277,11 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
         location = /redirect-relative { return 302 /echo; }
         location = /redirect-loop { return 302 /redirect-loop; }
         location = /redirect-to-mismatch { return 302 https://mismatch.hd.test:$ORIGIN_PORT/echo; }
+        # The same host on another port, and in clear: credentials must not follow (another origin).
+        location = /redirect-other-port { return 302 https://origin.hd.test:$ORIGIN_H1_PORT/echo-credentials; }
+        location = /redirect-to-plain { return 302 http://origin.hd.test:$ORIGIN_PLAIN_PORT/echo-credentials; }
+        location = /redirect-same-origin { return 302 /echo-credentials; }
+        location = /echo-credentials { default_type text/plain; return 200 "authorization=\$http_authorization cookie=\$http_cookie\n"; }
         location = /set-cookie { add_header Set-Cookie "session=s3cr3t; Path=/; Secure; HttpOnly"; default_type text/plain; return 200 "set\n"; }
         location = /not-found { default_type text/plain; return 404 "no such page\n"; }
         location = /close { return 444; }
@@ -305,6 +310,7 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
         include $dir/upload-file.conf;
         location = /chunked { alias $dir/www/lines.txt; default_type text/plain; gzip on; gzip_types text/plain; gzip_min_length 1; }
         location = /echo { default_type text/plain; return 200 "sni=\$ssl_server_name host=\$host method=\$request_method proto=\$server_protocol\n"; }
+        location = /echo-credentials { default_type text/plain; return 200 "authorization=\$http_authorization cookie=\$http_cookie\n"; }
     }
     # mismatch.hd.test resolves here, where only origin2.hd.test's certificate is presented.
     server {
@@ -339,6 +345,7 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
         listen 127.0.0.4:$ORIGIN_PLAIN_PORT;
         listen 127.0.0.10:$ORIGIN_PLAIN_PORT;
         location = /ok { default_type text/plain; return 200 "ok\n"; }
+        location = /echo-credentials { default_type text/plain; return 200 "authorization=\$http_authorization cookie=\$http_cookie\n"; }
         # The genuine site's marker, for plain-HTTP probes.
         location / { add_header X-Genuine-Origin "hd-origin-7f3a" always; default_type text/plain; return 200 "genuine origin\n"; }
     }

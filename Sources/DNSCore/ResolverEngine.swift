@@ -351,7 +351,8 @@ public final class ResolverEngine: Sendable {
         var failures: [DNSError.Attempt] = []
         var expiresAt: ContinuousClock.Instant?
         for outcome in outcomes {
-            failures += outcome.failures
+            // A and AAAA asked of the same upstreams often fail alike: each failure once.
+            for failure in outcome.failures where !failures.contains(failure) { failures.append(failure) }
             switch outcome.payload {
             case let .addresses(found, canonicalName):
                 canonical = canonical ?? canonicalName
@@ -398,9 +399,10 @@ public final class ResolverEngine: Sendable {
         var collected: [DNSError.Attempt] = []
         for outcome in outcomes {
             guard case let .failure(error) = outcome.payload else { continue }
-            collected += error.attempts.isEmpty
+            let attempts = error.attempts.isEmpty
                 ? [.init(upstream: outcome.upstream ?? "-", code: error.code, message: error.message)]
                 : error.attempts
+            for attempt in attempts where !collected.contains(attempt) { collected.append(attempt) }
         }
         var error = DNSError.combining(collected)
         error.message = "\(host): \(error.message)"

@@ -45,6 +45,9 @@ public final class HTTPDNSClient: Sendable {
         /// first (measurements are remembered per the ranker's `memory`). Default none: the
         /// resolver's order, families interleaved (RFC 8305).
         public var ranker: AddressRanker?
+        /// The address families connected to: `.a` IPv4 only, `.aaaa` IPv6 only (like curl's `-4`
+        /// and `-6`), `.both` either (the default).
+        public var addressFamilies: AddressQuery = .both
 
         public init() {}
     }
@@ -241,9 +244,15 @@ public final class HTTPDNSClient: Sendable {
         let headers = try headers(for: request, url: url, context: context)
         var resolution: Resolution?
         var resolve: [String] = []
-        if IPAddress(bareHost) == nil {
+        // An IP literal (an IPv6 one possibly with a zone, `fe80::1%eth0`) is connected to as it is.
+        if let literal = IPAddress(bareHost.split(separator: "%", maxSplits: 1).first.map(String.init) ?? bareHost) {
+            let wanted: IPAddress.Family? = options.addressFamilies == .a ? .ipv4 : options.addressFamilies == .aaaa ? .ipv6 : nil
+            if let wanted, literal.family != wanted {
+                throw Self.error(.cannotFindHost, url, HTTPDNSClientError(.resolution, "\(bareHost) is an \(literal.family.rawValue) address and only \(wanted.rawValue) is allowed"))
+            }
+        } else {
             do {
-                let resolved = try await resolver.resolve(bareHost)
+                let resolved = try await resolver.resolve(bareHost, type: options.addressFamilies)
                 resolution = resolved
                 var order = Self.interleaved(resolved.addresses).map(\.ip)
                 if let ranker = options.ranker {
@@ -254,7 +263,11 @@ public final class HTTPDNSClient: Sendable {
                 throw Self.error(.cannotFindHost, url, HTTPDNSClientError(.resolution, "cannot resolve \(bareHost): \(error.message)", dnsCode: error.code.rawValue))
             }
         }
-        var curl = CurlRequest(url: url.absoluteString, method: request.httpMethod ?? "GET", headers: headers,
+        let method = request.httpMethod ?? "GET"
+        guard Self.isValidMethod(method) else {
+            throw Self.error(.badURL, url, HTTPDNSClientError(.invalidRequest, "the method '\(method)' is not an HTTP token"))
+        }
+        var curl = CurlRequest(url: url.absoluteString, method: method, headers: headers,
                                resolve: resolve, timeout: context.timeout ?? timeout(for: request),
                                trust: TLSTrust(caFile: options.caFile),
                                maxResponseBytes: sink ? Int.max : options.maxBodyBytes, protocols: "http,https")
@@ -315,18 +328,23 @@ public final class HTTPDNSClient: Sendable {
         var fields = request.allHTTPHeaderFields ?? [:]
         let present = Set(fields.keys.map { $0.lowercased() })
         for (name, value) in context.additionalHeaders where !present.contains(name.lowercased()) { fields[name] = value }
-        for (name, value) in fields where name.lowercased() != "cookie" || !request.httpShouldHandleCookies {
+        var explicitCookie: String?
+        for (name, value) in fields {
             // A line break in a field would let a caller's data inject headers or a second request.
             guard !name.isEmpty, !(name + value).utf8.contains(where: { $0 == 0x0d || $0 == 0x0a }) else {
                 throw Self.error(.badURL, url, HTTPDNSClientError(.invalidRequest, "header '\(name)' is empty or contains a line break"))
             }
+            if name.lowercased() == "cookie" { explicitCookie = value; continue }
             lines.append("\(name): \(value)")
         }
+        // The caller's own Cookie header is sent, with the stored cookies for the URL after it.
+        var cookie = explicitCookie
         if let storage = context.cookieStorage ?? options.cookieStorage, request.httpShouldHandleCookies,
            let cookies = storage.cookies(for: url), !cookies.isEmpty,
            let header = HTTPCookie.requestHeaderFields(with: cookies)["Cookie"] {
-            lines.append("Cookie: \(header)")
+            cookie = cookie.map { "\($0); \(header)" } ?? header
         }
+        if let cookie { lines.append("Cookie: \(cookie)") }
         // No "Expect: 100-continue" round trip before a body.
         lines.append("Expect:")
         return lines
@@ -349,7 +367,27 @@ public final class HTTPDNSClient: Sendable {
         guard let host = url.host, !host.isEmpty else {
             throw error(.badURL, url, HTTPDNSClientError(.invalidRequest, "'\(url.absoluteString)' has no host"))
         }
+        if let port = url.port, !(1...65535).contains(port) {
+            throw error(.badURL, url, HTTPDNSClientError(.invalidRequest, "port \(port) of '\(url.absoluteString)' is not in 1...65535"))
+        }
         return url
+    }
+
+    /// Whether `method` is an HTTP method token (RFC 9110 §9.1): no space, CR or LF can reach the
+    /// request line.
+    public static func isValidMethod(_ method: String) -> Bool {
+        !method.isEmpty && method.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+            default: "!#$%&'*+-.^_`|~".utf8.contains(byte)
+            }
+        }
+    }
+
+    /// The origin of a URL (RFC 6454): scheme, host and port, the default port filled in.
+    static func origin(of url: URL) -> (scheme: String, host: String, port: Int) {
+        let scheme = url.scheme?.lowercased() ?? ""
+        return (scheme, url.host?.lowercased() ?? "", url.port ?? (scheme == "http" ? 80 : 443))
     }
 
     /// The next request of a redirect, with the method and body rules of RFC 9110 §15.4 as browsers
@@ -372,10 +410,13 @@ public final class HTTPDNSClient: Sendable {
             next.setValue(nil, forHTTPHeaderField: "Content-Type")
             next.setValue(nil, forHTTPHeaderField: "Content-Length")
         }
-        if target.host?.lowercased() != url.host?.lowercased() {
-            // Credentials for one host are not sent to another.
+        if origin(of: target) != origin(of: url) {
+            // Credentials for one origin are not sent to another: another host, another port, or
+            // https to http, where they would cross the network in clear (as curl does since
+            // CVE-2022-27776).
             next.setValue(nil, forHTTPHeaderField: "Authorization")
             next.setValue(nil, forHTTPHeaderField: "Cookie")
+            next.setValue(nil, forHTTPHeaderField: "Proxy-Authorization")
         }
         return (next, keepsBody)
     }

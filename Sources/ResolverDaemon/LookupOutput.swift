@@ -5,6 +5,11 @@ import DNSCore
 /// Renders lookup results: JSON Lines with the contract's key order, or a human table.
 package enum LookupOutput {
     package static func json(_ resolution: Resolution) -> String {
+        jsonValue(resolution).serialized
+    }
+
+    /// The lookup object, for embedding in another (`resolve fetch --json`).
+    package static func jsonValue(_ resolution: Resolution) -> JSONValue {
         var object = JSONObject()
         object["host"] = .string(resolution.host)
         object["addresses"] = .array(resolution.addresses.map { address in
@@ -20,7 +25,7 @@ package enum LookupOutput {
         object["elapsed_ms"] = .double(milliseconds(resolution.elapsed))
         if let canonical = resolution.canonicalName { object["canonical_name"] = .string(canonical) }
         if !resolution.failedAttempts.isEmpty { object["failed_attempts"] = attempts(resolution.failedAttempts) }
-        return JSONValue.object(object).serialized
+        return JSONValue.object(object)
     }
 
     package static func json(host: String, error: DNSError) -> String {

@@ -5,12 +5,17 @@ import Foundation
 import FoundationNetworking
 #endif
 import HTTPDNS
+import ResolverDaemon
 
 /// `resolve fetch`: one request through the interceptor (ARCHITECTURE.md's contract).
 struct Fetch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Fetch a URL through the interceptor: the host resolved by the trusted resolvers, SNI and certificate checks on the name.",
         discussion: """
+        --type a connects over IPv4 only and --type aaaa over IPv6 only (curl's -4 and -6). With --json \
+        the body is not written to stdout (give -o to keep it): stdout gets one JSON object describing \
+        the exchange (url, status, http_version, remote_ip, resolution, redirects, headers, body_bytes) \
+        or its failure ({"url":…,"error":{"code","message"}}), with the same exit status.
         Exit status: 0 a response arrived (with --fail: 22 when its status is 400 or more); 5 TLS or \
         certificate failure; 6 the host could not be resolved; 7 connection failure (refused, timed out, \
         closed early); 1 anything else (too many redirects, cannot write the output); 2 usage.
@@ -56,6 +61,13 @@ struct Fetch: AsyncParsableCommand {
               parsed.host?.isEmpty == false else {
             throw ValidationError("'\(url)' is not an http or https URL with a host")
         }
+        if let port = parsed.port, !(1...65535).contains(port) {
+            throw ValidationError("the port of '\(url)' must be in 1...65535, not \(port)")
+        }
+        if let method, !HTTPDNSClient.isValidMethod(method) {
+            throw ValidationError("-X takes an HTTP method token (letters, digits, !#$%&'*+-.^_`|~), not '\(method)'")
+        }
+        _ = try options.addressQuery
         if data != nil, dataFile != nil { throw ValidationError("give -d or --data-file, not both") }
         guard maxTime > 0, maxTime <= 86_400, maxTime.isFinite else { throw ValidationError("--max-time must be between 0 and 86400 seconds") }
         guard (0...100).contains(maxRedirects) else { throw ValidationError("--max-redirs must be between 0 and 100") }
@@ -75,6 +87,7 @@ struct Fetch: AsyncParsableCommand {
         clientOptions.timeout = .milliseconds(Int64(maxTime * 1000))
         clientOptions.followRedirects = maxRedirects > 0
         clientOptions.maxRedirects = maxRedirects
+        clientOptions.addressFamilies = try options.addressQuery
         let client = HTTPDNSClient(resolver: resolver, options: clientOptions)
 
         var request = URLRequest(url: URL(string: url)!)
@@ -96,6 +109,7 @@ struct Fetch: AsyncParsableCommand {
             request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
         }
 
+        let started = ContinuousClock.now
         let exchange: HTTPDNSExchange
         do {
             if let bodyFile {
@@ -108,9 +122,14 @@ struct Fetch: AsyncParsableCommand {
         } catch {
             let reason = HTTPDNSClientError.reason(of: error)
             FileHandle.standardError.write(Data("resolve fetch: \(reason?.message ?? "\(error)")\n".utf8))
+            if options.json { print(Self.json(url: url, failure: error)) }
             throw ExitCode(Self.exitCode(for: error))
         }
         if verbose { describe(exchange) }
+        if options.json {
+            print(Self.json(url: url, exchange: exchange, output: output, elapsed: .now - started))
+            throw ExitCode(fail && exchange.response.statusCode >= 400 ? 22 : Exit.ok)
+        }
         if include {
             var head = "\(exchange.httpVersion == 20 ? "HTTP/2" : "HTTP/1.1") \(exchange.response.statusCode)\r\n"
             for (name, value) in exchange.response.allHeaderFields {
@@ -144,6 +163,45 @@ struct Fetch: AsyncParsableCommand {
         lines.append("* connected to \(exchange.remoteAddress ?? "?") for \(host) (SNI and Host: \(host))")
         lines.append("* \(exchange.httpVersion == 20 ? "HTTP/2" : "HTTP/1.1") \(exchange.response.statusCode)")
         FileHandle.standardError.write(Data((lines.joined(separator: "\n") + "\n").utf8))
+    }
+
+    /// `--json`: the exchange as one object.
+    static func json(url: String, exchange: HTTPDNSExchange, output: String?, elapsed: Duration) -> String {
+        var object = JSONObject()
+        object["url"] = .string(url)
+        object["final_url"] = .string(exchange.response.url?.absoluteString ?? url)
+        object["status"] = .int(exchange.response.statusCode)
+        object["http_version"] = .string(exchange.httpVersion == 20 ? "2" : exchange.httpVersion == 10 ? "1.0" : "1.1")
+        object["remote_ip"] = exchange.remoteAddress.map(JSONValue.string) ?? .null
+        object["resolution"] = exchange.resolution.map(LookupOutput.jsonValue) ?? .null
+        object["redirects"] = .array(exchange.redirects.map { .string($0.absoluteString) })
+        var headers = JSONObject()
+        for (name, value) in exchange.response.allHeaderFields.sorted(by: { "\($0.key)" < "\($1.key)" }) {
+            headers["\(name)".lowercased()] = .string("\(value)")
+        }
+        object["headers"] = .object(headers)
+        if let output {
+            object["output"] = .string(output)
+            object["body_bytes"] = .int(Int((try? FileManager.default.attributesOfItem(atPath: output)[.size] as? Int) ?? 0))
+        } else {
+            object["body_bytes"] = .int(exchange.body.count)
+        }
+        let (seconds, attoseconds) = elapsed.components
+        object["elapsed_ms"] = .double(((Double(seconds) * 1000 + Double(attoseconds) / 1e15) * 10).rounded() / 10)
+        return JSONValue.object(object).serialized
+    }
+
+    /// `--json`: a failed exchange, with the reason's stable code.
+    static func json(url: String, failure: any Error) -> String {
+        let reason = HTTPDNSClientError.reason(of: failure)
+        var detail = JSONObject()
+        detail["code"] = .string(reason?.reason.rawValue ?? "failed")
+        detail["message"] = .string(reason?.message ?? "\(failure)")
+        if let dnsCode = reason?.dnsCode { detail["dns_code"] = .string(dnsCode) }
+        var object = JSONObject()
+        object["url"] = .string(url)
+        object["error"] = .object(detail)
+        return JSONValue.object(object).serialized
     }
 
     static func exitCode(for error: any Error) -> Int32 {

@@ -79,4 +79,59 @@ import Testing
         #expect(output.status == 2)
         #expect(!output.stderr.isEmpty)
     }
+
+    @Test func credentialsFollowARedirectOnlyWithinTheSameOrigin() async throws {
+        let credentials = ["-H", "Authorization: Bearer s3cret", "-H", "Cookie: session=abc"]
+        let same = try await CLI.run(Self.base + credentials + [TestEnvironment.origin("/redirect-same-origin")])
+        #expect(same.stdout == "authorization=Bearer s3cret cookie=session=abc\n", "\(same.stdout)\(same.stderr)")
+        // The same host on another port is another origin (RFC 6454), and https to http would send
+        // them in clear: neither gets them.
+        for path in ["/redirect-other-port", "/redirect-to-plain"] {
+            let other = try await CLI.run(Self.base + credentials + [TestEnvironment.origin(path)])
+            #expect(other.status == 0, "\(path): \(other.stderr)")
+            #expect(other.stdout == "authorization= cookie=\n", "\(path): \(other.stdout)")
+        }
+    }
+
+    @Test func typeChoosesTheAddressFamilyLikeCurlsDash4AndDash6() async throws {
+        // failover.hd.test: AAAA ::1 (nothing listens there), A 127.0.0.4 (the origin).
+        let v4 = try await CLI.run(Self.base + ["--type", "a", "-v", TestEnvironment.origin("/echo", host: "failover.hd.test")])
+        #expect(v4.status == 0, "\(v4.stderr)")
+        #expect(v4.stderr.contains("connected to 127.0.0.4"))
+        let v6 = try await CLI.run(Self.base + ["--type", "aaaa", TestEnvironment.origin("/echo", host: "failover.hd.test")])
+        #expect(v6.status == 7, "IPv6 only: ::1 refuses. \(v6.stderr)")
+        let literal = try await CLI.run(Self.base + ["--type", "aaaa", "https://127.0.0.4:\(TestEnvironment.originPort)/echo"])
+        #expect(literal.status == 6, "an IPv4 literal with IPv6 only: \(literal.stderr)")
+    }
+
+    @Test func jsonDescribesTheExchangeAndItsFailure() async throws {
+        let ok = try await CLI.run(Self.base + ["--json", TestEnvironment.origin("/echo")])
+        #expect(ok.status == 0)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(ok.stdout.utf8)) as? [String: Any], "\(ok.stdout)")
+        #expect(object["status"] as? Int == 200)
+        #expect(object["http_version"] as? String == "2")
+        #expect(object["remote_ip"] as? String == "127.0.0.4")
+        #expect(object["body_bytes"] as? Int == 73)
+        #expect((object["resolution"] as? [String: Any])?["source"] as? String == "doh")
+        #expect((object["headers"] as? [String: Any])?["content-type"] as? String == "text/plain")
+        #expect(!ok.stdout.contains("sni="), "the body is not mixed into the JSON")
+
+        let failed = try await CLI.run(Self.base + ["--json", TestEnvironment.origin("/", host: "absent.hd.test")])
+        #expect(failed.status == 6)
+        let error = try #require(try JSONSerialization.jsonObject(with: Data(failed.stdout.utf8)) as? [String: Any], "\(failed.stdout)")
+        #expect((error["error"] as? [String: Any])?["code"] as? String == "resolution")
+        #expect((error["error"] as? [String: Any])?["dns_code"] as? String == "nxdomain")
+    }
+
+    @Test func anExplicitCookieHeaderIsSent() async throws {
+        let output = try await CLI.run(Self.base + ["-H", "Cookie: a=b", TestEnvironment.origin("/echo")])
+        #expect(output.stdout.hasSuffix("cookie=a=b\n"), "\(output.stdout)")
+    }
+
+    @Test(arguments: [["-X", "GET /x HTTP/1.1\r\nHost: a\r\n\r\nGET"], ["-X", "GE T"], ["https://origin.hd.test:99999/"],
+                      ["--type", "mx", "https://origin.hd.test/"]])
+    func requestLinesAndPortsAreCheckedBeforeAnythingIsSent(arguments: [String]) async throws {
+        let output = try await CLI.run(Self.base + arguments + (arguments.last!.hasPrefix("https") ? [] : [TestEnvironment.origin("/echo")]))
+        #expect(output.status == 2, "\(output.stderr)")
+    }
 }
