@@ -7,9 +7,14 @@ cd "$root"
 . Scripts/lib.sh
 
 need_build_packages
-# The real clients the daemon's tests query it with: dig, kdig (DoH over HTTP/2), curl (--doh-url).
-need_packages bind9-dnsutils knot-dnsutils curl
+# The real clients the daemon's tests query it with: dig, kdig (DoH over HTTP/2), curl (--doh-url),
+# and for the adversarial suite Debian's python3-h2 (hyperframe, hpack) and python3-dnspython.
+need_packages bind9-dnsutils knot-dnsutils curl python3-h2 python3-dnspython
 trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 bash Scripts/testenv.sh start
 swift build --build-tests
 swift test --skip-build "$@"
+# The adversarial suite: hostile clients and failing upstreams against a running daemon.
+if [ $# -eq 0 ]; then
+    /usr/bin/python3 -W ignore Tests/Adversarial/adversarial.py "$(swift build --show-bin-path)/resolve"
+fi

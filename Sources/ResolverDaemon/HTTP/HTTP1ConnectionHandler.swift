@@ -146,13 +146,20 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler {
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: .init(statusCode: answer.status), headers: headers))),
                       promise: nil)
         if answer.body.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(answer.body))), promise: nil) }
-        let written = context.eventLoop.makePromise(of: Void.self)
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: written)
         served += 1
+        // The next state is set before `.end` is written: writing it lets NIOHTTP1's pipelining
+        // handler deliver the next request at once, inside this call.
+        let keepOpen: Bool
         if keepAlive, case .answering = state {
             state = .idle(since: .now())
+            keepOpen = true
         } else {
             state = .closed
+            keepOpen = false
+        }
+        let written = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: written)
+        if !keepOpen {
             let channel = context.channel
             written.futureResult.whenComplete { _ in channel.close(promise: nil) }
         }

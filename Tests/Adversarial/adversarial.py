@@ -1,0 +1,879 @@
+#!/usr/bin/python3
+"""The daemon against hostile clients and failing upstreams: real client libraries (python3-h2's
+hyperframe and hpack for raw HTTP/2 frames over TLS, dnspython and raw sockets for the DNS stub)
+drive abusive traffic at a running `resolve daemon`, and each case asserts what the daemon did
+(status, reset, close, drop), that a legitimate client was answered at once during and after, and
+that the daemon's memory and descriptors stayed bounded.
+
+    /usr/bin/python3 Tests/Adversarial/adversarial.py RESOLVE_BINARY [unittest arguments]
+
+Needs Scripts/testenv.sh running (BIND on 127.0.0.1:18053/18443, the test CA). Every socket goes
+to 127.0.0.1; every load is bounded in count and time.
+"""
+import os
+import random
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import dns.edns
+import dns.flags
+import dns.message
+import dns.query
+import dns.rcode
+import dns.rdatatype
+import hpack
+import hyperframe.frame as hf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CA = os.path.join(ROOT, ".testenv/ca/ca.pem")
+BINARY = None
+HTTP_PORT, DNS_PORT = 18601, 18602
+BIND_DNS = ("127.0.0.1", 18053)
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def config(directory, http_port, dns_port, upstream="https://doh-a.test:18443/dns-query", extra=""):
+    return f"""upstreams:
+  - {{doh: "{upstream}", bootstrap: [127.0.0.1]}}
+ca_file: {CA}
+allow_private: true
+system_dns: ["127.0.0.1:18055"]
+listen: "127.0.0.1:{http_port}"
+dns_listen: "127.0.0.1:{dns_port}"
+tls: {{cert: {ROOT}/.testenv/ca/daemon.test.pem, key: {ROOT}/.testenv/ca/daemon.test.key}}
+limits: {{max_body_bytes: 65535, request_timeout: 3, idle_timeout: 20, max_connections: 600}}
+readiness: {{probe: www.hd.test, interval: 1}}
+{extra}
+"""
+
+
+class Daemon:
+    """`resolve daemon` as a process with its own config directory."""
+
+    def __init__(self, http_port=HTTP_PORT, dns_port=DNS_PORT, upstream="https://doh-a.test:18443/dns-query", extra=""):
+        self.directory = tempfile.mkdtemp(prefix="adversarial-")
+        self.config = os.path.join(self.directory, "daemon.yaml")
+        self.http_port, self.dns_port = http_port, dns_port
+        with open(self.config, "w") as file:
+            file.write(config(self.directory, http_port, dns_port, upstream, extra))
+        self.log = open(os.path.join(self.directory, "daemon.log"), "w+")
+        self.process = subprocess.Popen([BINARY, "daemon", "--config", self.config, "--log-level", "info"],
+                                        stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.time() + 20
+        # Up when both listeners said so (a port held by someone else must not pass for ours).
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("the daemon exited: " + self.log_text())
+            text = self.log_text()
+            if "dns stub listening" in text and "[ResolverDaemon] listening" in text:
+                break
+            time.sleep(0.1)
+        else:
+            self.process.kill()
+            raise RuntimeError("the daemon did not come up: " + self.log_text())
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log.name) as file:
+            return file.read()
+
+    def rss_mb(self):
+        with open(f"/proc/{self.process.pid}/status") as file:
+            for line in file:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0
+
+    def fds(self):
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
+    def stop(self, timeout=15):
+        """SIGTERM; returns (exit status, seconds taken)."""
+        started = time.time()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            status = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            status = self.process.wait()
+        return status, time.time() - started
+
+
+def tls_context(alpn=("h2",)):
+    context = ssl.create_default_context(cafile=CA)
+    context.set_alpn_protocols(list(alpn))
+    return context
+
+
+def query_wire(name="www.hd.test", rdtype="A", id=0):
+    message = dns.message.make_query(name, rdtype)
+    message.id = id
+    return message.to_wire()
+
+
+def dns_param(wire):
+    import base64
+    return base64.urlsafe_b64encode(wire).rstrip(b"=").decode()
+
+
+class RawH2:
+    """An HTTP/2 client that sends whatever frames it is told to, over TLS."""
+
+    def __init__(self, port=HTTP_PORT, settings=None, timeout=5):
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.socket = tls_context().wrap_socket(raw, server_hostname="localhost")
+        assert self.socket.selected_alpn_protocol() == "h2", self.socket.selected_alpn_protocol()
+        self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
+        self.buffer = b""
+        settings_frame = hf.SettingsFrame(0)
+        for key, value in (settings or {}).items():
+            settings_frame.settings[key] = value
+        self.socket.sendall(PREFACE + settings_frame.serialize())
+
+    def send(self, *frames):
+        self.socket.sendall(b"".join(frame.serialize() if hasattr(frame, "serialize") else frame for frame in frames))
+
+    def headers(self, stream_id, fields, end_stream=True, end_headers=True):
+        frame = hf.HeadersFrame(stream_id)
+        frame.data = self.encoder.encode(fields)
+        for flag in (["END_STREAM"] if end_stream else []) + (["END_HEADERS"] if end_headers else []):
+            frame.flags.add(flag)
+        return frame
+
+    @staticmethod
+    def request(path, method="GET", extra=()):
+        return [(":method", method), (":scheme", "https"), (":authority", "localhost"), (":path", path)] + list(extra)
+
+    def read_frame(self, timeout=5):
+        """The next frame, or None when the connection closed."""
+        self.socket.settimeout(timeout)
+        while True:
+            if len(self.buffer) >= 9:
+                frame, length = hf.Frame.parse_frame_header(memoryview(self.buffer[:9]))
+                if len(self.buffer) >= 9 + length:
+                    frame.parse_body(memoryview(self.buffer[9:9 + length]))
+                    self.buffer = self.buffer[9 + length:]
+                    if isinstance(frame, (hf.HeadersFrame, hf.ContinuationFrame)):
+                        frame.decoded = self.decoder.decode(frame.data) if "END_HEADERS" in frame.flags else None
+                    return frame
+            try:
+                data = self.socket.recv(65536)
+            except (ConnectionResetError, ssl.SSLError):
+                return None
+            if not data:
+                return None
+            self.buffer += data
+
+    def until(self, predicate, timeout=5):
+        """Frames until one satisfies `predicate` (returned) or the connection ends (None)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                frame = self.read_frame(max(0.05, deadline - time.time()))
+            except socket.timeout:
+                return "timeout"
+            if frame is None:
+                return None
+            if isinstance(frame, hf.SettingsFrame) and "ACK" not in frame.flags:
+                self.send(hf.SettingsFrame(0, flags=["ACK"]))
+            if predicate(frame):
+                return frame
+        return "timeout"
+
+    def response(self, stream_id, timeout=5):
+        """(status, body, reset code) of a stream."""
+        status, body = None, b""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            frame = self.until(lambda f: f.stream_id == stream_id or isinstance(f, hf.GoAwayFrame), deadline - time.time())
+            if frame in (None, "timeout"):
+                return status, body, frame
+            if isinstance(frame, hf.GoAwayFrame):
+                return status, body, ("goaway", frame.error_code)
+            if isinstance(frame, hf.RstStreamFrame):
+                return status, body, ("reset", frame.error_code)
+            if isinstance(frame, hf.HeadersFrame):
+                status = int(dict(frame.decoded)[":status"])
+            if isinstance(frame, hf.DataFrame):
+                body += frame.data
+            if "END_STREAM" in frame.flags:
+                return status, body, None
+        return status, body, "timeout"
+
+    def closed(self, timeout=5):
+        """Whether the server closes the connection within `timeout` (GOAWAY first is fine)."""
+        frame = self.until(lambda f: False, timeout)
+        return frame is None
+
+    def close(self):
+        try:
+            self.socket.close()
+        except OSError:
+            pass
+
+
+def legit_doh(port=HTTP_PORT, name="www.hd.test"):
+    """A fresh, well-behaved HTTP/2 client: (status, seconds)."""
+    started = time.time()
+    client = RawH2(port)
+    client.send(client.headers(1, RawH2.request("/dns-query?dns=" + dns_param(query_wire(name)))))
+    status, body, _ = client.response(1)
+    client.close()
+    if status == 200:
+        assert dns.message.from_wire(body).answer, body
+    return status, time.time() - started
+
+
+def legit_udp(port=DNS_PORT, name="www.hd.test"):
+    response = dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=3)
+    return response.rcode(), response
+
+
+class AdversarialTestCase(unittest.TestCase):
+    daemon = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon()
+        try:
+            # Warm the cache for the legitimate client.
+            assert legit_doh()[0] == 200
+            cls.baseline_rss = cls.daemon.rss_mb()
+        except BaseException:
+            cls.daemon.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        status, _ = cls.daemon.stop()
+        assert status == 0, f"the daemon exited {status}: {cls.daemon.log_text()[-2000:]}"
+
+    def assertLegitAnswered(self, within=1.0):
+        status, seconds = legit_doh(self.daemon.http_port)
+        self.assertEqual(status, 200)
+        self.assertLess(seconds, within, f"a legitimate DoH query took {seconds:.2f} s")
+        rcode, _ = legit_udp(self.daemon.dns_port)
+        self.assertEqual(rcode, dns.rcode.NOERROR)
+
+    def assertBounded(self, rss_growth_mb=60):
+        growth = self.daemon.rss_mb() - self.baseline_rss
+        self.assertLess(growth, rss_growth_mb, f"RSS grew by {growth:.0f} MB")
+
+    def during(self, attack, seconds):
+        """Runs `attack` in a thread while a legitimate client checks in every 0.2 s."""
+        errors = []
+        thread = threading.Thread(target=lambda: errors.append(None) if attack() is None else None, daemon=True)
+        thread.start()
+        deadline = time.time() + seconds
+        worst = 0
+        while time.time() < deadline and thread.is_alive():
+            status, took = legit_doh(self.daemon.http_port)
+            self.assertEqual(status, 200)
+            worst = max(worst, took)
+            time.sleep(0.2)
+        thread.join(seconds)
+        self.assertLess(worst, 1.0, f"a legitimate query took {worst:.2f} s during the attack")
+
+
+class HTTP2Attacks(AdversarialTestCase):
+    def test_rapid_reset_is_cut_off_and_legit_clients_carry_on(self):
+        def attack():
+            for _ in range(5):
+                client = RawH2()
+                frames = []
+                for index in range(1000):
+                    stream = 2 * index + 1
+                    frames += [client.headers(stream, RawH2.request("/dns-query?dns=" + dns_param(query_wire(f"r{index}.bench.hd.test")))),
+                               hf.RstStreamFrame(stream, error_code=8)]
+                try:
+                    client.send(*frames)
+                    client.closed(3)
+                except OSError:
+                    pass
+                client.close()
+        self.during(attack, 10)
+        self.assertLegitAnswered()
+        self.assertBounded()
+
+    def test_continuation_flood_is_refused(self):
+        client = RawH2()
+        first = client.headers(1, RawH2.request("/healthz"), end_headers=False)
+        frames = [first] + [hf.ContinuationFrame(1, data=b"") for _ in range(20000)]
+        try:
+            client.send(*frames)
+        except OSError:
+            pass
+        self.assertTrue(client.closed(5), "the connection must be closed")
+        self.assertLegitAnswered()
+
+    def test_hpack_bombs_and_oversized_header_lists_are_refused(self):
+        for fields in ([("x-big", "a" * 200_000)], [("x-%d" % i, "v" * 100) for i in range(2000)]):
+            client = RawH2()
+            try:
+                client.send(client.headers(1, RawH2.request("/healthz") + fields))
+            except OSError:
+                pass
+            status, _, reset = client.response(1)
+            self.assertNotEqual(status, 200, "an oversized header list is never answered 200")
+            client.close()
+        # A table-size update to 1 GiB in a header block.
+        client = RawH2()
+        frame = hf.HeadersFrame(1, flags=["END_HEADERS", "END_STREAM"])
+        frame.data = b"\x3f\xe1\xff\xff\xff\x03" + hpack.Encoder().encode(RawH2.request("/healthz"))
+        client.send(frame)
+        status, _, _ = client.response(1)
+        self.assertNotEqual(status, 200)
+        client.close()
+        self.assertLegitAnswered()
+
+    def test_settings_and_ping_floods_end_the_connection(self):
+        for make in (lambda i: hf.PingFrame(0, opaque_data=struct.pack(">Q", i)), lambda i: hf.SettingsFrame(0)):
+            client = RawH2()
+            try:
+                client.send(*[make(i) for i in range(20000)])
+            except OSError:
+                pass
+            self.assertTrue(client.closed(5))
+            client.close()
+        self.assertLegitAnswered()
+
+    def test_a_client_that_never_reads_holds_bounded_memory(self):
+        clients = []
+        for _ in range(20):
+            client = RawH2(settings={hf.SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+            client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            frames = [client.headers(2 * i + 1, RawH2.request("/dns-query?dns=" + dns_param(query_wire()))) for i in range(90)]
+            client.send(*frames)
+            clients.append(client)
+        time.sleep(1)
+        self.assertLegitAnswered()
+        self.assertBounded()
+        for client in clients:
+            client.close()
+
+    def test_streams_beyond_the_concurrency_limit_are_refused(self):
+        client = RawH2()
+        # 101 requests whose bodies never end: the 101st stream is over the advertised 100.
+        frames = [client.headers(2 * i + 1, RawH2.request("/dns-query", "POST", [("content-type", "application/dns-message")]), end_stream=False)
+                  for i in range(101)]
+        client.send(*frames)
+        frame = client.until(lambda f: isinstance(f, (hf.GoAwayFrame, hf.RstStreamFrame)), 5)
+        self.assertNotIn(frame, (None, "timeout"), "the 101st stream is refused")
+        client.close()
+        self.assertLegitAnswered()
+
+    def test_malformed_header_blocks_are_reset_never_answered(self):
+        base = [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/healthz")]
+        cases = {
+            "no :scheme": [(":method", "GET"), (":path", "/healthz")],
+            "duplicate :method": [(":method", "GET")] + base,
+            "duplicate :path": base + [(":path", "/readyz")],
+            "unknown pseudo-header": base + [(":foo", "bar")],
+            "pseudo after regular": [(":method", "GET"), ("accept", "*/*"), (":scheme", "https"), (":path", "/healthz")],
+            "upper-case name": base + [("Accept", "*/*")],
+            "connection": base + [("connection", "close")],
+            "transfer-encoding": base + [("transfer-encoding", "chunked")],
+            "te: gzip": base + [("te", "gzip")],
+            "CR LF in a value": base + [("x-a", "b\r\nx-b: c")],
+            "space in a name": base + [("x a", "b")],
+            "method with spaces": [(":method", "G E T"), (":scheme", "https"), (":path", "/healthz")],
+        }
+        for what, fields in cases.items():
+            client = RawH2()
+            frame = hf.HeadersFrame(1, flags=["END_HEADERS", "END_STREAM"])
+            frame.data = hpack.Encoder().encode(fields)
+            client.send(frame)
+            status, _, reset = client.response(1)
+            self.assertIsNone(status, f"{what}: answered {status}")
+            self.assertIn(reset, [("reset", 1), None], f"{what}: {reset}")
+            client.close()
+        self.assertLegitAnswered()
+
+    def test_data_on_a_closed_stream_ends_the_connection(self):
+        client = RawH2()
+        client.send(client.headers(1, RawH2.request("/healthz")))
+        self.assertEqual(client.response(1)[0], 200)
+        client.send(hf.DataFrame(1, data=b"late", flags=["END_STREAM"]))
+        frame = client.until(lambda f: isinstance(f, (hf.GoAwayFrame, hf.RstStreamFrame)), 5)
+        self.assertNotIn(frame, (None, "timeout"))
+        client.close()
+
+    def test_oversized_bodies_get_413_at_once_with_or_without_content_length(self):
+        import h2.config
+        import h2.connection
+        import h2.events
+        import h2.exceptions
+        for declared in (True, False):
+            for size in (70_000, 200_000):
+                sock = tls_context().wrap_socket(socket.create_connection(("127.0.0.1", self.daemon.http_port)), server_hostname="localhost")
+                connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+                connection.initiate_connection()
+                extra = [("content-type", "application/dns-message")] + ([("content-length", str(size))] if declared else [])
+                connection.send_headers(1, RawH2.request("/dns-query", "POST", extra))
+                sock.sendall(connection.data_to_send())
+                started, sent, status = time.time(), 0, None
+                sock.settimeout(0.05)
+                while status is None and time.time() - started < 5:
+                    # A client that respects flow control: as much as the windows allow.
+                    room = min(connection.local_flow_control_window(1), size - sent) if sent < size else 0
+                    if room > 0:
+                        try:
+                            chunk = min(room, 16384)
+                            connection.send_data(1, b"\0" * chunk, end_stream=sent + chunk == size)
+                            sent += chunk
+                        except (h2.exceptions.StreamClosedError, h2.exceptions.FlowControlError):
+                            pass
+                    try:
+                        sock.sendall(connection.data_to_send())
+                        data = sock.recv(65536)
+                    except socket.timeout:
+                        continue
+                    if not data:
+                        break
+                    for event in connection.receive_data(data):
+                        if isinstance(event, h2.events.ResponseReceived):
+                            status = int(dict(event.headers)[b":status"])
+                self.assertEqual(status, 413, f"{size} bytes, content-length {declared}, {sent} sent")
+                self.assertLess(time.time() - started, 2, "answered at once")
+                sock.close()
+        self.assertLegitAnswered()
+
+    def test_a_body_slower_than_the_request_timeout_gets_408(self):
+        client = RawH2()
+        client.send(client.headers(1, RawH2.request("/dns-query", "POST", [("content-type", "application/dns-message")]), end_stream=False))
+        started = time.time()
+        stop = threading.Event()
+
+        def trickle():
+            while not stop.is_set():
+                try:
+                    client.send(hf.DataFrame(1, data=b"\0"), hf.PingFrame(0, opaque_data=b"12345678"))
+                except OSError:
+                    return
+                time.sleep(0.5)
+        threading.Thread(target=trickle, daemon=True).start()
+        status, _, _ = client.response(1, timeout=8)
+        stop.set()
+        self.assertEqual(status, 408)
+        self.assertLess(time.time() - started, 6, "request_timeout is 3 s")
+        client.close()
+
+    def test_unfinished_bodies_on_many_connections_hold_bounded_memory(self):
+        clients = []
+        for _ in range(40):
+            client = RawH2()
+            frames = []
+            for index in range(50):
+                stream = 2 * index + 1
+                frames.append(client.headers(stream, RawH2.request("/dns-query", "POST", [("content-type", "application/dns-message")]), end_stream=False))
+                frames += [hf.DataFrame(stream, data=b"\0" * 16000)] * 4
+            try:
+                client.socket.settimeout(2)
+                client.send(*frames)
+            except OSError:
+                pass
+            clients.append(client)
+        self.assertLegitAnswered()
+        self.assertBounded(80)
+        for client in clients:
+            client.close()
+        time.sleep(1)
+        self.assertBounded(80)
+
+    def test_a_nagle_client_gets_posts_answered_without_delayed_ack_stalls(self):
+        """HEADERS and DATA in separate writes with Nagle on: the DATA waits for the ACK of the
+        HEADERS, which a server that sends nothing meanwhile delays by 40 ms."""
+        client = RawH2()
+        client.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
+        client.until(lambda f: isinstance(f, hf.SettingsFrame) and "ACK" in f.flags, 2)
+        latencies = []
+        for index in range(30):
+            stream = 2 * index + 1
+            wire = query_wire()
+            started = time.perf_counter()
+            client.send(client.headers(stream, RawH2.request("/dns-query", "POST", [("content-type", "application/dns-message"),
+                                                                                 ("content-length", str(len(wire)))]), end_stream=False))
+            client.send(hf.DataFrame(stream, data=wire, flags=["END_STREAM"]))
+            status, _, _ = client.response(stream)
+            self.assertEqual(status, 200)
+            latencies.append((time.perf_counter() - started) * 1000)
+        latencies.sort()
+        median = latencies[len(latencies) // 2]
+        self.assertLess(median, 15, f"median {median:.1f} ms (a delayed-ACK stall is ~40 ms): {latencies}")
+        client.close()
+
+
+class ConnectionAttacks(AdversarialTestCase):
+    def test_silent_and_half_handshaken_connections_are_closed_after_the_timeout(self):
+        before = self.daemon.fds()
+        silent = [socket.create_connection(("127.0.0.1", self.daemon.http_port)) for _ in range(300)]
+        half = []
+        for _ in range(20):
+            sock = socket.create_connection(("127.0.0.1", self.daemon.http_port))
+            sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(20))  # half a ClientHello
+            half.append(sock)
+        time.sleep(0.5)
+        self.assertLegitAnswered()
+        self.assertGreater(self.daemon.fds(), before + 250)
+        time.sleep(4.5)  # request_timeout 3 s
+        for sock in silent + half:
+            sock.settimeout(0.5)
+            try:
+                self.assertEqual(sock.recv(100), b"", "closed by the daemon")
+            except (ConnectionResetError, socket.timeout) as error:
+                self.assertIsInstance(error, ConnectionResetError, "still open after the timeout")
+            sock.close()
+        self.assertLess(self.daemon.fds(), before + 20)
+
+    def test_connections_over_the_limit_are_closed_at_once(self):
+        sockets = [socket.create_connection(("127.0.0.1", self.daemon.http_port)) for _ in range(650)]
+        time.sleep(0.5)
+        closed = 0
+        for sock in sockets:
+            sock.settimeout(0.01)
+            try:
+                if sock.recv(1) == b"":
+                    closed += 1
+            except socket.timeout:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        self.assertGreaterEqual(closed, 40, "max_connections is 600")
+        for sock in sockets:
+            sock.close()
+        time.sleep(0.5)
+        self.assertLegitAnswered()
+
+    def test_http1_pipelining_partial_requests_and_huge_lengths(self):
+        context = tls_context(("http/1.1",))
+        sock = context.wrap_socket(socket.create_connection(("127.0.0.1", self.daemon.http_port)), server_hostname="localhost")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n" * 200)
+        received = b""
+        sock.settimeout(5)
+        while received.count(b"HTTP/1.1 200") < 200:
+            data = sock.recv(65536)
+            if not data:
+                break
+            received += data
+        self.assertEqual(received.count(b"HTTP/1.1 200"), 200, "every pipelined request answered")
+        sock.close()
+
+        sock = context.wrap_socket(socket.create_connection(("127.0.0.1", self.daemon.http_port)), server_hostname="localhost")
+        sock.sendall(b"POST /dns-query HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/dns-message\r\nContent-Length: 10000000000\r\n\r\n")
+        sock.settimeout(3)
+        self.assertTrue(sock.recv(100).startswith(b"HTTP/1.1 413"), "a declared length over the limit: 413 at once")
+        sock.close()
+
+        sock = context.wrap_socket(socket.create_connection(("127.0.0.1", self.daemon.http_port)), server_hostname="localhost")
+        sock.sendall(b"POST /dns-query HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/dns-message\r\nContent-Length: 100\r\n\r\nabc")
+        sock.settimeout(6)
+        self.assertTrue(sock.recv(100).startswith(b"HTTP/1.1 408"), "a body that stops short: 408 after request_timeout")
+        sock.close()
+
+        sock = context.wrap_socket(socket.create_connection(("127.0.0.1", self.daemon.http_port)), server_hostname="localhost")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: loc")
+        sock.settimeout(6)
+        started = time.time()
+        try:
+            self.assertEqual(sock.recv(100), b"", "partial headers: closed")
+        except ConnectionResetError:
+            pass
+        self.assertLess(time.time() - started, 5)
+        sock.close()
+
+    def test_sigterm_with_hostile_clients_still_exits_cleanly_and_saves_the_cache(self):
+        daemon = Daemon(18611, 18612, extra=f"cache: {{persist: PERSIST}}".replace("PERSIST", "cache.bin"))
+        try:
+            self.assertEqual(legit_doh(18611)[0], 200)
+            silent = socket.create_connection(("127.0.0.1", 18611))
+            client = RawH2(18611)
+            client.send(client.headers(1, RawH2.request("/dns-query", "POST", [("content-type", "application/dns-message")]), end_stream=False))
+            plain = socket.create_connection(("127.0.0.1", 18612))
+            plain.sendall(b"\x00\x40")  # a DNS-over-TCP length prefix, then silence
+            time.sleep(0.3)
+            status, seconds = daemon.stop(30)
+            self.assertEqual(status, 0, daemon.log_text()[-2000:])
+            self.assertLess(seconds, 8, "the drain is bounded")
+            self.assertTrue(os.path.exists(os.path.join(daemon.directory, "cache.bin")), "the cache was written")
+            silent.close()
+            client.close()
+            plain.close()
+        finally:
+            daemon.stop()
+
+
+class StubAttacks(AdversarialTestCase):
+    def udp(self, payload, timeout=1.0):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.settimeout(timeout)
+        sock.sendto(payload, ("127.0.0.1", self.daemon.dns_port))
+        try:
+            return sock.recv(65535)
+        except socket.timeout:
+            return None
+        finally:
+            sock.close()
+
+    def test_random_datagrams_never_hurt_it(self):
+        generator = random.Random(7)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(3000):
+            sock.sendto(bytes(generator.getrandbits(8) for _ in range(generator.randint(0, 600))), ("127.0.0.1", self.daemon.dns_port))
+        sock.close()
+        self.assertLegitAnswered()
+        self.assertBounded()
+
+    def test_malformed_queries_get_formerr_responses_get_nothing(self):
+        header = lambda flags=0x0100, qd=1, an=0, ns=0, ar=0, id=0x4242: struct.pack(">HHHHHH", id, flags, qd, an, ns, ar)
+        question = b"\x03www\x02hd\x04test\x00\x00\x01\x00\x01"
+        self.assertIsNone(self.udp(b""))
+        self.assertIsNone(self.udp(b"\x12"))
+        self.assertIsNone(self.udp(header()[:11]))
+        self.assertIsNone(self.udp(header(flags=0x8180) + question), "a response is never answered")
+        for what, payload in {"QDCOUNT 0": header(qd=0), "QDCOUNT 2": header(qd=2) + question * 2,
+                              "compression loop": header() + b"\xc0\x0c\x00\x01\x00\x01",
+                              "pointer out of range": header() + b"\xc0\xff\x00\x01\x00\x01",
+                              "trailing garbage": header() + question + b"\xde\xad",
+                              "ARCOUNT without a record": header(ar=1) + question,
+                              "two OPTs": header(ar=2) + question + b"\x00\x00\x29\x04\xd0\x00\x00\x00\x00\x00\x00" * 2}.items():
+            reply = self.udp(payload)
+            self.assertIsNotNone(reply, what)
+            self.assertEqual(struct.unpack(">H", reply[:2])[0], 0x4242, what)
+            self.assertEqual(reply[3] & 0x0f, 1, f"{what}: FORMERR")
+        for opcode in (1, 2, 4, 5):
+            reply = self.udp(header(flags=opcode << 11) + question)
+            self.assertEqual(reply[3] & 0x0f, 4, f"opcode {opcode}: NOTIMP")
+
+    def test_edns_is_answered_with_opt_badvers_and_sane_sizes(self):
+        for size in (0, 1, 512, 4096, 65535):
+            query = dns.message.make_query("www.hd.test", "A", use_edns=0, payload=size)
+            response = dns.query.udp(query, "127.0.0.1", port=self.daemon.dns_port, timeout=3)
+            self.assertEqual(response.rcode(), dns.rcode.NOERROR)
+            self.assertEqual(response.edns, 0, f"EDNS {size}: an OPT record in the answer")
+        # EDNS version 1 (dnspython cannot say 1, which it reads as True): written out.
+        wire = struct.pack(">HHHHHH", 0x5151, 0x0100, 1, 0, 0, 1) + b"\x03www\x02hd\x04test\x00\x00\x01\x00\x01" \
+            + b"\x00\x00\x29\x04\xd0\x00\x01\x00\x00\x00\x00"
+        response = dns.message.from_wire(self.udp(wire))
+        self.assertEqual(response.rcode(), dns.rcode.BADVERS)
+        self.assertEqual(response.edns, 0, "BADVERS says which version it speaks")
+
+    def test_the_question_keeps_its_letter_case(self):
+        query = dns.message.make_query("WwW.Hd.TeSt", "A")
+        wire = dns.query.udp(query, "127.0.0.1", port=self.daemon.dns_port, timeout=3).to_wire()
+        self.assertIn(b"\x03WwW\x02Hd\x04TeSt\x00", wire)
+
+    def test_no_answer_is_larger_than_binds_for_the_same_query(self):
+        for name, rdtype, edns in (("big.hd.test", "A", 4096), ("big.hd.test", "A", 1232), ("big.hd.test", "A", None),
+                                   ("www.hd.test", "A", None), ("www.hd.test", "TXT", 4096), ("hd.test", "MX", None)):
+            kwargs = {"use_edns": 0, "payload": edns} if edns else {}
+            query = dns.message.make_query(name, rdtype, **kwargs)
+            ours = dns.query.udp(query, "127.0.0.1", port=self.daemon.dns_port, timeout=3)
+            bind = dns.query.udp(query, BIND_DNS[0], port=BIND_DNS[1], timeout=3)
+            ours_size, bind_size = len(ours.to_wire()), len(bind.to_wire())
+            self.assertLessEqual(ours_size, max(bind_size, 512 if edns is None else min(edns, 1232)),
+                                 f"{name} {rdtype} EDNS {edns}: ours {ours_size} B, BIND {bind_size} B")
+            self.assertLessEqual(ours_size, 1232)
+
+    def test_tcp_clients_that_never_read_hold_bounded_memory(self):
+        query = query_wire("big.hd.test", id=7)
+        framed = struct.pack(">H", len(query)) + query
+        socks = []
+        for _ in range(2):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", self.daemon.dns_port))
+            sock.settimeout(5)
+            sent = 0
+            try:
+                while sent < 100_000:
+                    sock.sendall(framed * 1000)
+                    sent += 1000
+            except (socket.timeout, OSError):
+                pass  # the daemon stopped reading: what backpressure looks like
+            socks.append(sock)
+        time.sleep(0.5)
+        self.assertLegitAnswered()
+        self.assertBounded(60)
+        for sock in socks:
+            sock.close()
+
+    def test_tcp_prefix_then_silence_and_trickles_are_closed(self):
+        started = time.time()
+        silent = socket.create_connection(("127.0.0.1", self.daemon.dns_port))
+        silent.sendall(b"\xff\xff")
+        trickle = socket.create_connection(("127.0.0.1", self.daemon.dns_port))
+        query = query_wire()
+        framed = struct.pack(">H", len(query)) + query
+        closed = {}
+        trickle.settimeout(0.1)
+        index = 0
+        while time.time() - started < 14 and len(closed) < 2:
+            if "trickle" not in closed and index < len(framed):
+                try:
+                    trickle.sendall(framed[index:index + 1])
+                    index += 1
+                except OSError:
+                    closed["trickle"] = time.time() - started
+            for name, sock in (("silent", silent), ("trickle", trickle)):
+                if name in closed:
+                    continue
+                sock.settimeout(0.01)
+                try:
+                    if sock.recv(100) == b"":
+                        closed[name] = time.time() - started
+                except socket.timeout:
+                    pass
+                except ConnectionResetError:
+                    closed[name] = time.time() - started
+            time.sleep(0.4)
+        self.assertIn("silent", closed)
+        self.assertIn("trickle", closed, "a query trickled over more than 10 s is dropped")
+        self.assertLess(closed["silent"], 13)
+        silent.close()
+        trickle.close()
+
+
+class UpstreamFaults(unittest.TestCase):
+    """A daemon whose only upstream is tests/fake_doh.py, which can die or misbehave."""
+
+    port = 18620
+
+    def start_upstream(self, mode="ok", ttl=2):
+        self.upstream = subprocess.Popen(["/usr/bin/python3", os.path.join(ROOT, "Tests/Adversarial/fake_doh.py"), "--port", str(self.port),
+                                          "--cert", os.path.join(ROOT, ".testenv/ca/doh-a.test.pem"),
+                                          "--key", os.path.join(ROOT, ".testenv/ca/doh-a.test.key"), "--mode", mode, "--ttl", str(ttl)],
+                                         stdout=subprocess.PIPE)
+        self.assertEqual(self.upstream.stdout.readline().strip(), b"ready")
+
+    def tearDown(self):
+        if getattr(self, "upstream", None) and self.upstream.poll() is None:
+            self.upstream.kill()
+            self.upstream.wait()
+
+    def readyz(self, port):
+        import http.client
+        connection = http.client.HTTPSConnection("127.0.0.1", port, context=tls_context(("http/1.1",)), timeout=5)
+        connection.request("GET", "/readyz")
+        status = connection.getresponse().status
+        connection.close()
+        return status
+
+    def test_the_only_upstream_dies_after_the_cache_is_warm(self):
+        self.start_upstream(ttl=2)
+        daemon = Daemon(18621, 18622, upstream=f"https://doh-a.test:{self.port}/dns-query",
+                        extra="cache: {min_ttl: 0, stale_window: 6, stale_answer_delay: 0.2}\ntimeout: 1")
+        try:
+            rcode, response = legit_udp(18622, "warm.fault.test")
+            self.assertEqual(rcode, dns.rcode.NOERROR)
+            self.assertEqual(self.readyz(18621), 200)
+            self.upstream.kill()
+            self.upstream.wait()
+            time.sleep(3)  # past the 2 s TTL
+            rcode, response = legit_udp(18622, "warm.fault.test")
+            self.assertEqual(rcode, dns.rcode.NOERROR, "a stale answer within the window")
+            self.assertTrue(1 <= response.answer[0].ttl <= 30, f"a stale answer's TTL is at most 30 s (RFC 8767): {response.answer[0].ttl}")
+            deadline = time.time() + 6
+            while time.time() < deadline and self.readyz(18621) != 503:
+                time.sleep(0.3)
+            self.assertEqual(self.readyz(18621), 503, "readiness follows the upstream, not the cache")
+            time.sleep(6)  # past the stale window
+            rcode, _ = legit_udp(18622, "warm.fault.test")
+            self.assertEqual(rcode, dns.rcode.SERVFAIL)
+            self.assertEqual(daemon.stop()[0], 0)
+        finally:
+            daemon.stop()
+
+    def test_garbage_slow_and_huge_upstreams_give_servfail_within_the_budget(self):
+        self.start_upstream()
+        daemon = Daemon(18623, 18624, upstream=f"https://doh-a.test:{self.port}/dns-query", extra="timeout: 2")
+        try:
+            import urllib.request
+            for mode in ("garbage", "status500", "huge", "slow"):
+                # The fake presents doh-a.test's certificate (its SANs include 127.0.0.1), checked with the test CA.
+                urllib.request.urlopen(urllib.request.Request(f"https://127.0.0.1:{self.port}/mode", data=mode.encode()),
+                                       context=tls_context(("http/1.1",))).read()
+                started = time.time()
+                rcode, _ = legit_udp(18624, f"{mode}.fault.test")
+                self.assertEqual(rcode, dns.rcode.SERVFAIL, mode)
+                self.assertLess(time.time() - started, 2.8, f"{mode}: within the 2 s budget")
+            self.assertLess(daemon.rss_mb(), 200)
+            self.assertEqual(daemon.stop()[0], 0)
+        finally:
+            daemon.stop()
+
+    def test_sighup_under_load_and_an_unwritable_cache(self):
+        readonly = tempfile.mkdtemp(prefix="adversarial-ro-")
+        os.chmod(readonly, 0o555)
+        daemon = Daemon(18625, 18626, extra=f"cache: {{persist: {readonly}/sub/cache.bin, persist_interval: 1}}")
+        try:
+            stop = threading.Event()
+            failures = []
+
+            def load():
+                index = 0
+                while not stop.is_set():
+                    try:
+                        rcode, _ = legit_udp(18626, f"h{index % 50}.bench.hd.test")
+                        if rcode != dns.rcode.NOERROR:
+                            failures.append(rcode)
+                    except Exception as error:  # a timeout is a failure
+                        failures.append(error)
+                    index += 1
+            threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for _ in range(5):
+                daemon.process.send_signal(signal.SIGHUP)
+                time.sleep(0.4)
+            stop.set()
+            for thread in threads:
+                thread.join()
+            self.assertEqual(failures, [])
+            self.assertIn("configuration reloaded", daemon.log_text())
+            self.assertIn("cache not saved", daemon.log_text())
+            status, _ = daemon.stop()
+            self.assertEqual(status, 0)
+        finally:
+            daemon.stop()
+            os.chmod(readonly, 0o755)
+
+    def test_readiness_counts_stub_traffic_without_watched_hosts(self):
+        daemon = Daemon(18627, 18628)
+        try:
+            rcode, _ = legit_udp(18628, "fresh.bench.hd.test")
+            self.assertEqual(rcode, dns.rcode.NOERROR)
+            self.assertEqual(self.readyz(18627), 200)
+        finally:
+            daemon.stop()
+
+    def test_a_ca_file_that_is_not_pem_is_not_reloaded(self):
+        daemon = Daemon(18629, 18630)
+        try:
+            with open(daemon.config) as file:
+                text = file.read()
+            with open(daemon.config, "w") as file:
+                file.write(text.replace(f"ca_file: {CA}", "ca_file: /etc/hostname"))
+            daemon.process.send_signal(signal.SIGHUP)
+            deadline = time.time() + 5
+            while "NOT reloaded" not in daemon.log_text() and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertIn("NOT reloaded", daemon.log_text())
+            self.assertIn("holds no PEM certificate", daemon.log_text())
+            rcode, _ = legit_udp(18630, "after-reload.bench.hd.test")
+            self.assertEqual(rcode, dns.rcode.NOERROR, "the old configuration keeps serving")
+        finally:
+            daemon.stop()
+
+
+if __name__ == "__main__":
+    BINARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
