@@ -125,7 +125,8 @@ let package = Package(
         ]),
         .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "HTTPDNS", "TestSupport"]),
         .testTarget(name: "ResolverDaemonTests", dependencies: [
-            "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "TestSupport",
+            "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport",
+            .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOEmbedded", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -197,11 +197,15 @@ final class TCPQueryHandler: ChannelDuplexHandler {
         self.lookups = lookups
     }
 
+    /// The event loop's clock (a test's embedded loop moves it by hand).
+    var now: NIODeadline { context?.eventLoop.now ?? .now() }
+
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        lastActivity = context.eventLoop.now
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         timer = context.eventLoop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in
-            handler.value.tick(now: .now())
+            handler.value.tick(now: handler.value.now)
         }
     }
 
@@ -224,6 +228,7 @@ final class TCPQueryHandler: ChannelDuplexHandler {
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable {
             answerWhatFits(context: context)
+            context.flush()
             resumeIfHeld(context: context)
         }
         context.fireChannelWritabilityChanged()
@@ -272,7 +277,7 @@ final class TCPQueryHandler: ChannelDuplexHandler {
               buffer.readableBytes >= 2 + Int(length) {
             buffer.moveReaderIndex(forwardBy: 2)
             let wire = buffer.readBytes(length: Int(length)) ?? []
-            lastActivity = .now()
+            lastActivity = now
             switch StubAnswering.reply(to: wire, state: state, transport: .tcp) {
             case .now(let response):
                 write(response, context: context)
@@ -298,7 +303,7 @@ final class TCPQueryHandler: ChannelDuplexHandler {
             }
         }
         buffer.discardReadBytes()
-        partialSince = buffer.readableBytes > 0 ? (partialSince ?? .now()) : nil
+        partialSince = buffer.readableBytes > 0 ? (partialSince ?? now) : nil
     }
 
     private func finished(_ response: [UInt8]) {
@@ -306,7 +311,7 @@ final class TCPQueryHandler: ChannelDuplexHandler {
         guard let context else { return }
         write(response, context: context)
         context.flush()
-        lastActivity = .now()
+        lastActivity = now
         if closing, pending == 0 {
             context.close(promise: nil)
             return

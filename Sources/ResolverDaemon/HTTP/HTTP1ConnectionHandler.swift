@@ -42,19 +42,23 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler {
     private var timer: RepeatedTask?
     private var date = HTTPDate()
 
-    init(gateway: RequestGateway, configuration: Configuration, scheme: String, logger: Logger, now: NIODeadline = .now()) {
+    init(gateway: RequestGateway, configuration: Configuration, scheme: String, logger: Logger) {
         self.gateway = gateway
         self.configuration = configuration
         self.scheme = scheme
         self.logger = logger
-        state = .idle(since: now)
+        state = .idle(since: .now())
     }
+
+    /// The event loop's clock (a test's embedded loop moves it by hand).
+    var now: NIODeadline { context?.eventLoop.now ?? .now() }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        state = .idle(since: context.eventLoop.now)
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         timer = context.eventLoop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in
-            handler.value.tick(now: .now())
+            handler.value.tick(now: handler.value.now)
         }
     }
 
@@ -81,7 +85,7 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler {
                 }
                 return
             }
-            state = .receiving(head: head, body: nil, deadline: .now() + configuration.requestTimeout)
+            state = .receiving(head: head, body: nil, deadline: now + configuration.requestTimeout)
         case (.body(var chunk), .receiving(let head, var body, let deadline)):
             guard (body?.readableBytes ?? 0) + chunk.readableBytes <= configuration.maxBodyBytes else {
                 state = .refused
@@ -151,7 +155,7 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler {
         // handler deliver the next request at once, inside this call.
         let keepOpen: Bool
         if keepAlive, case .answering = state {
-            state = .idle(since: .now())
+            state = .idle(since: now)
             keepOpen = true
         } else {
             state = .closed

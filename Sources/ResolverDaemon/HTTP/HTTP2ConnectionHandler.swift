@@ -29,17 +29,21 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
     /// How often timeouts are checked.
     static let tickInterval = TimeAmount.seconds(1)
 
-    init(gateway: RequestGateway, configuration: HTTP2ServerConnection.Configuration, logger: Logger, now: NIODeadline = .now()) {
+    init(gateway: RequestGateway, configuration: HTTP2ServerConnection.Configuration, logger: Logger) {
         self.gateway = gateway
         self.logger = logger
-        connection = HTTP2ServerConnection(configuration: configuration, now: now)
+        connection = HTTP2ServerConnection(configuration: configuration, now: .now())
     }
+
+    /// The event loop's clock (a test's embedded loop moves it by hand).
+    var now: NIODeadline { context?.eventLoop.now ?? .now() }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        connection = HTTP2ServerConnection(configuration: connection.configuration, now: context.eventLoop.now)
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         timer = context.eventLoop.scheduleRepeatedTask(initialDelay: Self.tickInterval, delay: Self.tickInterval) { _ in
-            handler.value.tick(now: .now())
+            handler.value.tick(now: handler.value.now)
         }
     }
 
@@ -54,12 +58,12 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
         let frame = unwrapInboundIn(data)
         switch frame.payload {
         case .headers(let headers):
-            perform(connection.receivedHeaders(frame.streamID, headers.headers, endStream: headers.endStream, now: .now()))
+            perform(connection.receivedHeaders(frame.streamID, headers.headers, endStream: headers.endStream, now: now))
         case .data(let payload):
             guard case .byteBuffer(let bytes) = payload.data else { return }
             perform(connection.receivedData(frame.streamID, bytes, endStream: payload.endStream))
         case .rstStream:
-            connection.streamClosed(frame.streamID, now: .now())
+            connection.streamClosed(frame.streamID, now: now)
         default:
             break
         }
@@ -83,7 +87,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
         case let updated as NIOHTTP2WindowUpdatedEvent where updated.streamID == .rootStream:
             if let inbound = updated.inboundWindowSize { connection.inboundConnectionWindow(inbound) }
         case let closed as StreamClosedEvent:
-            connection.streamClosed(closed.streamID, now: .now())
+            connection.streamClosed(closed.streamID, now: now)
             if connection.closeIfDrained() { close() }
         case is ChannelShouldQuiesceEvent:
             drain()
@@ -97,7 +101,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
         // error ends the connection. Logged at debug only, counted always: a client must not be
         // able to flood the log.
         if let streamError = error as? NIOHTTP2Errors.StreamError {
-            connection.streamClosed(streamError.streamID, now: .now())
+            connection.streamClosed(streamError.streamID, now: now)
             return
         }
         gateway.metrics.connectionRejected(.http, reason: "error")
@@ -154,7 +158,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
         headers.add(name: "date", value: date.now())
         let ended = connection.requestEnded(id)
         let empty = answer.body.readableBytes == 0
-        let closeAfter = connection.responded(id, now: .now())
+        let closeAfter = connection.responded(id, now: now)
         let headersFrame = HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: empty)))
         let dataFrame = empty ? nil : HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(answer.body), endStream: true)))
         // The last frame's write is watched when the connection closes after it, or when the client
@@ -207,7 +211,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
     /// SIGTERM: GOAWAY with the last stream taken; close once those are answered (or at the drain
     /// deadline).
     private func drain() {
-        guard let last = connection.startDraining(now: .now()) else { return }
+        guard let last = connection.startDraining(now: now) else { return }
         sendGoAway(last)
         if connection.closeIfDrained() { close() }
     }

@@ -1,0 +1,80 @@
+import DNSCore
+import NIOCore
+import NIOEmbedded
+import TestSupport
+import Testing
+@testable import ResolverDaemon
+
+/// DNS over TCP in an embedded pipeline: pipelined queries, backpressure, bounded work in flight.
+@Suite struct TCPQueryHandlerTests {
+    static func framed(_ name: String, id: UInt16) throws -> ByteBuffer {
+        let wire = DNSMessage(id: id, flags: 0x0100, questions: [.init(name: try DomainName(name), type: .a)]).encode()
+        var buffer = ByteBuffer()
+        buffer.writeInteger(UInt16(wire.count))
+        buffer.writeBytes(wire)
+        return buffer
+    }
+
+    func channel(_ fixture: DaemonFixture) async throws -> NIOAsyncTestingChannel {
+        let channel = NIOAsyncTestingChannel()
+        try await channel.pipeline.addHandler(TCPQueryHandler(state: fixture.state, lookups: LookupBudget(limit: 100)))
+        return channel
+    }
+
+    @Test func aClientThatDoesNotReadGetsNothingMoreQueuedUntilItDoes() async throws {
+        let fixture = try DaemonFixture()
+        _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
+        let channel = try await channel(fixture)
+        channel.isWritable = false
+        var burst = ByteBuffer()
+        for id in 1...200 { var one = try Self.framed("www.hd.test", id: UInt16(id)); burst.writeBuffer(&one) }
+        try await channel.writeInbound(burst)
+        #expect(try await channel.readOutbound(as: ByteBuffer.self) == nil, "not writable: nothing answered, the queries wait in the buffer")
+        channel.isWritable = true
+        channel.pipeline.fireChannelWritabilityChanged()
+        var answered = 0
+        while let buffer = try await channel.waitForOutboundWrite(as: ByteBuffer.self) as ByteBuffer? {
+            var buffer = buffer
+            while let length = buffer.readInteger(as: UInt16.self), let message = buffer.readBytes(length: Int(length)) {
+                answered += 1
+                #expect(try DNSMessage(decoding: message).id == UInt16(answered))
+            }
+            if answered == 200 { break }
+        }
+        #expect(answered == 200, "every pipelined query answered, in order")
+    }
+
+    @Test func atMostSixteenLookupsRunForOneConnection() async throws {
+        let upstream = FakeUpstream("https://doh.test/dns-query", always: .slow(.milliseconds(300), then: ["198.18.0.9"]))
+        let fixture = try DaemonFixture(upstream: upstream)
+        let channel = try await channel(fixture)
+        var burst = ByteBuffer()
+        for id in 1...40 { var one = try Self.framed("n\(id).hd.test", id: UInt16(id)); burst.writeBuffer(&one) }
+        try await channel.writeInbound(burst)
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(upstream.events.count == TCPQueryHandler.maxPending, "the rest wait until answers go out")
+        var answered = 0
+        while answered < 40 {
+            var buffer = try await channel.waitForOutboundWrite(as: ByteBuffer.self)
+            while let length = buffer.readInteger(as: UInt16.self), buffer.readBytes(length: Int(length)) != nil { answered += 1 }
+        }
+        #expect(upstream.events.count == 40)
+    }
+
+    @Test func garbageFramesGetFORMERRAndAResponseClosesTheConnection() async throws {
+        let fixture = try DaemonFixture()
+        let channel = try await channel(fixture)
+        var garbage = ByteBuffer()
+        garbage.writeInteger(UInt16(14))
+        garbage.writeBytes([0x12, 0x34, 0x01, 0x00, 0, 2, 0, 0, 0, 0, 0, 0, 0xde, 0xad])
+        try await channel.writeInbound(garbage)
+        var reply = try await channel.waitForOutboundWrite(as: ByteBuffer.self)
+        let length = reply.readInteger(as: UInt16.self) ?? 0
+        let message = reply.readBytes(length: Int(length)) ?? []
+        #expect(message.count == 12 && message[3] & 0x0f == 1, "FORMERR: \(message)")
+        var response = try Self.framed("www.hd.test", id: 9)
+        response.setInteger(UInt16(0x8180), at: 4)  // QR set
+        try await channel.writeInbound(response)
+        try await channel.closeFuture.get()
+    }
+}
