@@ -1,22 +1,46 @@
 #!/usr/bin/env bash
-# Fuzzes the DNS message decoder with libFuzzer for a bounded number of runs or seconds.
+# Fuzzes with libFuzzer (+ AddressSanitizer) for a bounded number of runs or seconds per target.
 #
-#   Scripts/fuzz.sh [RUNS] [SECONDS]     default: 1000000 runs, at most 600 s
+#   Scripts/fuzz.sh [RUNS] [SECONDS] [TARGET...]   default: 1000000 runs, at most 600 s, every target
 #
-# Built apart from the package (swiftc -sanitize=fuzzer,address over DNSCore's sources and
-# Fuzz/DecoderFuzzer.swift). Seeds: Fuzz/corpus (real BIND responses). A crash leaves its input in
-# Fuzz/crashers/, which DNSCoreTests replays on every test run.
+# Targets, each built apart from the package with swiftc -sanitize=fuzzer,address over DNSCore's
+# wire codec (and, for the daemon's, its DNS and DoH request files) plus one harness in Fuzz/:
+#   decoder   the DNS message decoder (Fuzz/DecoderFuzzer.swift; seeds: real BIND responses)
+#   stub      one datagram to the daemon's DNS stub (Fuzz/StubDatagramFuzzer.swift)
+#   doh       a DoH GET target or POST media type and body (Fuzz/DoHRequestFuzzer.swift)
+# A crash leaves its input in Fuzz/crashers/TARGET/ (decoder: Fuzz/crashers/), which the test
+# suites replay on every run. The working corpora grow in .build-fuzz; the committed seeds stay small.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 runs=${1:-1000000}
 seconds=${2:-600}
+shift $(( $# < 2 ? $# : 2 ))
+targets=("${@:-decoder stub doh}")
+# shellcheck disable=SC2206
+targets=(${targets[*]})
 out=.build-fuzz
-mkdir -p "$out" Fuzz/crashers "$out/corpus"
-swiftc -sanitize=fuzzer,address -parse-as-library -O -package-name swift_httpdns -module-name DNSCoreFuzz \
-    Sources/DNSCore/*.swift Fuzz/DecoderFuzzer.swift -o "$out/decoder-fuzzer" 2>&1 \
-    | { grep -v "Cannot export local symbol" || true; }
-cp -n Fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
-# The working corpus grows in .build-fuzz; the committed seeds stay small.
-"$out/decoder-fuzzer" "$out/corpus" -runs="$runs" -max_total_time="$seconds" -max_len=4096 \
-    -artifact_prefix=Fuzz/crashers/ -print_final_stats=1 2>&1 | tee "$out/last-run.log" | grep -E "^(#|stat::|==|INFO: Done|SUMMARY)" | tail -20
+codec="Sources/DNSCore/AddressAnswer.swift Sources/DNSCore/DNSError.swift Sources/DNSCore/DomainName.swift
+       Sources/DNSCore/IPAddress.swift Sources/DNSCore/Message.swift Sources/DNSCore/RecordType.swift Sources/DNSCore/Resolution.swift"
+daemon="Sources/ResolverDaemon/DNS/DNSQuery.swift Sources/ResolverDaemon/DNS/DNSResponseWriter.swift
+        Sources/ResolverDaemon/DNS/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
+status=0
+for target in "${targets[@]}"; do
+    case "$target" in
+        decoder) sources="$codec Fuzz/DecoderFuzzer.swift"; seeds=Fuzz/corpus; crashers=Fuzz/crashers; max_len=4096 ;;
+        stub) sources="$codec $daemon Fuzz/StubDatagramFuzzer.swift"; seeds=Fuzz/corpus-stub; crashers=Fuzz/crashers/stub; max_len=1500 ;;
+        doh) sources="$codec $daemon Fuzz/DoHRequestFuzzer.swift"; seeds=Fuzz/corpus-doh; crashers=Fuzz/crashers/doh; max_len=2048 ;;
+        *) echo "unknown target '$target' (decoder, stub, doh)" >&2; exit 2 ;;
+    esac
+    mkdir -p "$out/corpus-$target" "$crashers"
+    # One module named DNSCore, so the daemon files' `import DNSCore` is their own module.
+    # shellcheck disable=SC2086
+    swiftc -sanitize=fuzzer,address -parse-as-library -O -package-name swift_httpdns -module-name DNSCore \
+        $sources -o "$out/$target-fuzzer" 2>&1 | { grep -vE "Cannot export local symbol|ignoring import|is part of module|^ *[0-9]* \||^ *\|" || true; }
+    cp -n "$seeds"/* "$out/corpus-$target/" 2>/dev/null || true
+    echo "== $target"
+    "$out/$target-fuzzer" "$out/corpus-$target" -runs="$runs" -max_total_time="$seconds" -max_len="$max_len" \
+        -artifact_prefix="$crashers/" -print_final_stats=1 >"$out/last-run-$target.log" 2>&1 || status=1
+    grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==.*ERROR|SUMMARY|INFO: Done)" "$out/last-run-$target.log" | tail -5
+done
+exit $status

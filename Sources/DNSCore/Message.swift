@@ -320,14 +320,16 @@ struct WireReader {
 }
 
 extension Array where Element == UInt8 {
+    /// Appends a big-endian 16-bit value (network order).
     @inline(__always)
-    mutating func append16(_ value: UInt16) {
+    package mutating func append16(_ value: UInt16) {
         append(UInt8(value >> 8))
         append(UInt8(truncatingIfNeeded: value))
     }
 
+    /// Appends a big-endian 32-bit value (network order).
     @inline(__always)
-    mutating func append32(_ value: UInt32) {
+    package mutating func append32(_ value: UInt32) {
         append(UInt8(value >> 24))
         append(UInt8(truncatingIfNeeded: value >> 16))
         append(UInt8(truncatingIfNeeded: value >> 8))

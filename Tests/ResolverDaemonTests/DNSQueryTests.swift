@@ -71,7 +71,7 @@ enum Wire {
             }
             #expect(id == 0x1234, "\(what)")
             #expect(flags == 0x0100, "\(what)")
-            let reply = DNSResponder.reply(to: problem(wire)!)!
+            let reply = DNSAnswers.reply(to: problem(wire)!)!
             #expect(reply.count == 12, "\(what): header only")
             #expect(reply[3] & 0x0f == 1, "\(what): FORMERR")
             #expect(reply[2] & 0x80 != 0, "\(what): QR")
@@ -83,13 +83,13 @@ enum Wire {
             let wire = Wire.header(flags: opcode << 11) + Wire.question("www.hd.test")
             guard case .notImplemented(let got, _, _)? = problem(wire) else { Issue.record("opcode \(opcode)"); continue }
             #expect(got == UInt8(opcode))
-            let reply = DNSResponder.reply(to: problem(wire)!)!
+            let reply = DNSAnswers.reply(to: problem(wire)!)!
             #expect(reply[3] & 0x0f == 4, "NOTIMP")
             #expect((reply[2] >> 3) & 0x0f == UInt8(opcode), "the opcode is copied")
         }
         let wire = Wire.query("www.hd.test", edns: Wire.opt(version: 1))
         guard case .badVersion? = problem(wire) else { Issue.record("EDNS version 1 must be BADVERS"); return }
-        let reply = try DNSMessage(decoding: DNSResponder.reply(to: problem(wire)!)!)
+        let reply = try DNSMessage(decoding: DNSAnswers.reply(to: problem(wire)!)!)
         #expect(reply.responseCode.rawValue == 16, "BADVERS")
         let opt = try #require(reply.additionals.first { $0.type == .opt })
         #expect((opt.ttl >> 16) & 0xff == 0, "the OPT says version 0")

@@ -116,19 +116,3 @@ struct DNSResponseWriter {
 
     private static func lowercase(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5a ? byte | 0x20 : byte }
 }
-
-extension Array where Element == UInt8 {
-    @inline(__always)
-    fileprivate mutating func append16(_ value: UInt16) {
-        append(UInt8(value >> 8))
-        append(UInt8(truncatingIfNeeded: value))
-    }
-
-    @inline(__always)
-    fileprivate mutating func append32(_ value: UInt32) {
-        append(UInt8(value >> 24))
-        append(UInt8(truncatingIfNeeded: value >> 16))
-        append(UInt8(truncatingIfNeeded: value >> 8))
-        append(UInt8(truncatingIfNeeded: value))
-    }
-}

@@ -92,32 +92,14 @@ final class LookupBudget: Sendable {
     func leave() { running.subtract(1, ordering: .relaxed) }
 }
 
-/// What the stub does with one message, whatever the transport.
-enum StubAnswering {
-    enum Reply {
-        /// Send these bytes now.
-        case now([UInt8])
-        /// Look it up (a task), then send.
-        case later(DNSQuery)
-        /// Send nothing.
-        case none
-    }
-
-    /// Parses and answers from the cache when it can, on the event loop.
+extension StubDatagram {
+    /// `reply(to:cached:)` with the engine's cache, counting queries and malformed messages.
     static func reply(to wire: [UInt8], state: DaemonState, transport: DaemonMetrics.DNSTransport) -> Reply {
-        let metrics = state.metrics
-        metrics.stubQuery(transport)
-        let query: DNSQuery
-        do {
-            query = try DNSQuery(wire)
-        } catch {
-            metrics.stubMalformed(transport)
-            return DNSResponder.reply(to: error).map(Reply.now) ?? .none
-        }
-        if let answer = DNSResponder.answerWithoutWaiting(query, resolver: state.current.resolver) {
-            return .now(answer.bytes)
-        }
-        return .later(query)
+        state.metrics.stubQuery(transport)
+        let resolver = state.current.resolver
+        let (reply, malformed) = reply(to: wire) { DNSResponder.answerWithoutWaiting($0, resolver: resolver) }
+        if malformed { state.metrics.stubMalformed(transport) }
+        return reply
     }
 }
 
@@ -136,12 +118,16 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
         let wire = Array(buffer: envelope.data)
-        switch StubAnswering.reply(to: wire, state: state, transport: .udp) {
+        switch StubDatagram.reply(to: wire, state: state, transport: .udp) {
         case .none:
             return
         case .now(let response):
-            context.write(wrapOutboundOut(reply(response, to: try? DNSQuery(wire), at: envelope.remoteAddress)), promise: nil)
-        case .later(let query):
+            context.write(wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))), promise: nil)
+        case .answer(let answer, let query):
+            let response = StubDatagram.fitted(answer, to: query)
+            if response.count < answer.count { state.metrics.stubTruncated.increment() }
+            context.write(wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))), promise: nil)
+        case .lookup(let query):
             guard lookups.enter() else {
                 state.metrics.stubDropped(.udp)
                 return
@@ -150,7 +136,9 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
             Task {
                 let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
                 lookups.leave()
-                try? await channel.writeAndFlush(self.reply(answer.bytes, to: query, at: envelope.remoteAddress))
+                let response = StubDatagram.fitted(answer.bytes, to: query)
+                if response.count < answer.bytes.count { state.metrics.stubTruncated.increment() }
+                try? await channel.writeAndFlush(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response)))
             }
         }
     }
@@ -158,16 +146,6 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
     func channelReadComplete(context: ChannelHandlerContext) {
         context.flush()
         context.fireChannelReadComplete()
-    }
-
-    /// The datagram for `response`, truncated (TC) when it is larger than the client takes.
-    func reply(_ response: [UInt8], to query: DNSQuery?, at address: SocketAddress) -> AddressedEnvelope<ByteBuffer> {
-        var response = response
-        if let query, response.count > DNSResponder.udpLimit(of: query) {
-            state.metrics.stubTruncated.increment()
-            response = DNSResponder.truncated(response, query: query)
-        }
-        return AddressedEnvelope(remoteAddress: address, data: ByteBuffer(bytes: response))
     }
 }
 
@@ -278,15 +256,15 @@ final class TCPQueryHandler: ChannelDuplexHandler {
             buffer.moveReaderIndex(forwardBy: 2)
             let wire = buffer.readBytes(length: Int(length)) ?? []
             lastActivity = now
-            switch StubAnswering.reply(to: wire, state: state, transport: .tcp) {
-            case .now(let response):
+            switch StubDatagram.reply(to: wire, state: state, transport: .tcp) {
+            case .now(let response), .answer(let response, _):
                 write(response, context: context)
             case .none:
                 // A response, or less than a header: this stream cannot be trusted to be framed
                 // right any more.
                 context.close(promise: nil)
                 return
-            case .later(let query):
+            case .lookup(let query):
                 guard lookups.enter() else {
                     state.metrics.stubDropped(.tcp)
                     write(DNSResponseWriter(answering: query, rcode: ResponseCode.serverFailure.rawValue).finish(), context: context)

@@ -110,7 +110,8 @@ final class RequestGateway: Sendable {
     private func dns(_ request: GatewayRequest, runtime: Runtime, channel: any Channel, started: UInt64) -> Outcome {
         let route = DoHRequest.path, method = request.method
         let wire: [UInt8]
-        switch DoHRequest.query(method: method, target: request.target, contentType: request.fields.first("content-type"), body: request.body) {
+        switch DoHRequest.query(method: method, target: request.target, contentType: request.fields.first("content-type"),
+                                   body: request.body.map { Array(buffer: $0) } ?? []) {
         case .success(let bytes): wire = bytes
         case .failure(let refusal):
             if refusal.status == 400 { metrics.dohMalformed.increment() }
@@ -120,7 +121,7 @@ final class RequestGateway: Sendable {
         do {
             query = try DNSQuery(wire)
         } catch {
-            if case .badVersion = error, let reply = DNSResponder.reply(to: error) {
+            if case .badVersion = error, let reply = DNSAnswers.reply(to: error) {
                 return .ready(record(Self.dnsAnswer(.init(bytes: reply, minTTL: 0)), route: route, method: method, started: started))
             }
             metrics.dohMalformed.increment()

@@ -1,0 +1,120 @@
+import DNSCore
+
+/// Responses to DNS queries, built from what the engine said (a ``Resolution`` or an error code):
+/// the part of answering that needs no resolver, shared by `/dns-query` and the stub, and fuzzed
+/// with the query parser (Fuzz/DaemonFuzzer.swift).
+enum DNSAnswers {
+    /// A response and the smallest TTL in it (for `Cache-Control: max-age`).
+    struct Answer: Sendable {
+        var bytes: [UInt8]
+        var minTTL: UInt32
+    }
+
+    /// The reply to a message that cannot be answered normally; nil when it gets none.
+    static func reply(to problem: DNSQuery.Problem) -> [UInt8]? {
+        switch problem {
+        case .unanswerable:
+            return nil
+        case let .formatError(_, id, flags):
+            return DNSResponseWriter(id: id, queryFlags: flags, rcode: ResponseCode.formatError.rawValue).finish()
+        case let .notImplemented(_, id, flags):
+            return DNSResponseWriter(id: id, queryFlags: flags, rcode: ResponseCode.notImplemented.rawValue).finish()
+        case let .badVersion(query):
+            // BADVERS is 16: 0 in the header, 1 in the OPT record's extended RCODE.
+            return DNSResponseWriter(answering: query).finish(extendedRcode: 1)
+        }
+    }
+
+    /// What fits in a UDP response to `query`: 512 bytes without EDNS, else its advertised size
+    /// (at least 512, RFC 6891 §6.2.5) up to our own 1,232.
+    static func udpLimit(of query: DNSQuery) -> Int {
+        guard let edns = query.edns else { return 512 }
+        return min(max(Int(edns.udpPayloadSize), 512), Int(DNSResponseWriter.udpPayloadSize))
+    }
+
+    /// The header, question and OPT of a response with TC set: "ask again over TCP".
+    static func truncated(_ response: [UInt8], query: DNSQuery) -> [UInt8] {
+        let rcode = response.count >= 4 ? UInt16(response[3] & 0x0f) : 0
+        return DNSResponseWriter(answering: query, rcode: rcode, truncated: true).finish()
+    }
+
+    /// The response carrying `resolution`: a CNAME to the canonical name when there is one, the
+    /// addresses with their TTLs capped at what remains of the answer's life.
+    static func response(to query: DNSQuery, _ resolution: Resolution, now: ContinuousClock.Instant) -> Answer {
+        let remaining = max(0, (resolution.expiresAt - now).components.seconds)
+        var writer = DNSResponseWriter(answering: query)
+        var owner = DNSResponseWriter.questionNameOffset
+        var minTTL = UInt32.max
+        if let canonical = resolution.canonicalName, let target = try? DomainName(canonical), target != query.question.name {
+            let ttl = UInt32(clamping: min(remaining, Int64(resolution.addresses.map(\.ttl).min() ?? 0)))
+            owner = writer.appendCNAME(owner: owner, ttl: ttl, target: target)
+            minTTL = ttl
+        }
+        for address in resolution.addresses {
+            let ttl = UInt32(clamping: min(Int64(address.ttl), remaining))
+            writer.appendAddress(owner: owner, ttl: ttl, address.ip)
+            minTTL = min(minTTL, ttl)
+        }
+        return Answer(bytes: writer.finish(), minTTL: minTTL == .max ? 0 : minTTL)
+    }
+
+    /// The response to a lookup that ended in `code`: NXDOMAIN and NODATA with `negativeTTL` for
+    /// HTTP caches, the rest with their RCODE.
+    static func response(to query: DNSQuery, _ code: DNSError.Code, negativeTTL: UInt32) -> Answer {
+        let rcode: ResponseCode = switch code {
+        case .nxdomain: .nameError
+        case .nodata: .noError
+        case .invalidName: .formatError
+        // The rebinding guard dropped every answer; or the upstream itself refused.
+        case .rejectedPrivate, .refused: .refused
+        default: .serverFailure
+        }
+        // The engine keeps the zone's SOA to itself: a negative answer goes without one, and HTTP
+        // caches get the configured negative TTL.
+        let ttl = code == .nxdomain || code == .nodata ? negativeTTL : 0
+        return Answer(bytes: DNSResponseWriter(answering: query, rcode: rcode.rawValue).finish(), minTTL: ttl)
+    }
+
+    /// The smallest TTL of a response's answers (OPT aside); for a negative answer, the SOA's
+    /// negative TTL (RFC 2308 §5); 0 when neither says.
+    static func minTTL(of response: [UInt8]) -> UInt32 {
+        guard let message = try? DNSMessage(decoding: response) else { return 0 }
+        let ttls = message.answers.filter { $0.type != .opt }.map(\.ttl)
+        if let smallest = ttls.min() { return smallest }
+        for record in message.authorities {
+            if case .soa(let soa) = record.data { return min(record.ttl, soa.minimum) }
+        }
+        return 0
+    }
+}
+
+/// One datagram to the stub, answered as far as it can be without a lookup.
+enum StubDatagram {
+    enum Reply {
+        /// Send these bytes (an error reply: small whatever the transport).
+        case now([UInt8])
+        /// Send this answer to the query (over UDP through ``fitted(_:to:)``).
+        case answer([UInt8], DNSQuery)
+        /// Look the query up, then send the answer through ``fitted(_:to:)``.
+        case lookup(DNSQuery)
+        /// Send nothing (not a query).
+        case none
+    }
+
+    /// Parses `wire` and answers what needs no lookup: errors, and what `cached` knows.
+    static func reply(to wire: [UInt8], cached: (DNSQuery) -> DNSAnswers.Answer?) -> (reply: Reply, malformed: Bool) {
+        let query: DNSQuery
+        do {
+            query = try DNSQuery(wire)
+        } catch {
+            return (DNSAnswers.reply(to: error).map(Reply.now) ?? .none, true)
+        }
+        if let answer = cached(query) { return (.answer(answer.bytes, query), false) }
+        return (.lookup(query), false)
+    }
+
+    /// `response` as sent over UDP: with TC and no records when it is larger than the client takes.
+    static func fitted(_ response: [UInt8], to query: DNSQuery) -> [UInt8] {
+        response.count > DNSAnswers.udpLimit(of: query) ? DNSAnswers.truncated(response, query: query) : response
+    }
+}
