@@ -29,6 +29,8 @@ package final class CurlEngine: @unchecked Sendable {
     /// costs more than the transfer itself on a warm HTTP/2 connection.
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private static let maxIdleHandles = 128
+    /// Connections open at once to one host and port (the rest of a burst waits its turn).
+    package static let maxConnectionsPerHost = 16
     private let opened = Atomic<Int>(0)
 
     /// Connections this engine has opened so far (`CURLINFO_NUM_CONNECTS` summed over finished
@@ -41,6 +43,11 @@ package final class CurlEngine: @unchecked Sendable {
         // Multiplex over HTTP/2 where the server offers it (the default since 7.62; made explicit).
         _ = httpdns_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
         _ = httpdns_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, 256)
+        // A burst of transfers to one server (thousands of uncached names at once) queues for the
+        // connections it has rather than opening hundreds of TLS connections to it, and only so
+        // many idle ones are kept.
+        _ = httpdns_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, Self.maxConnectionsPerHost)
+        _ = httpdns_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
         let thread = Thread { [self] in self.run() }
         thread.name = "httpdns.curl"
         thread.start()

@@ -706,6 +706,19 @@ class StubAttacks(AdversarialTestCase):
         for sock in socks:
             sock.close()
 
+    def test_a_burst_of_uncached_names_does_not_flood_the_upstream_with_connections(self):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for index in range(3000):
+            sock.sendto(query_wire(f"burst{index}.bench.hd.test", id=index), ("127.0.0.1", self.daemon.dns_port))
+        time.sleep(2)
+        sock.close()
+        listing = subprocess.run(["ss", "-tnpH", "state", "established", "( dport = :18443 )"], capture_output=True, text=True).stdout
+        connections = sum(1 for line in listing.splitlines() if f"pid={self.daemon.process.pid}," in line)
+        self.assertLessEqual(connections, 16, "at most 16 connections to one upstream")
+        self.assertGreaterEqual(connections, 1)
+        self.assertLegitAnswered()
+        self.assertBounded(80)
+
     def test_tcp_prefix_then_silence_and_trickles_are_closed(self):
         started = time.time()
         silent = socket.create_connection(("127.0.0.1", self.daemon.dns_port))
