@@ -125,7 +125,7 @@ let package = Package(
         ]),
         .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "HTTPDNS", "TestSupport"]),
         .testTarget(name: "ResolverDaemonTests", dependencies: [
-            "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport",
+            "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport", "CurlSupport",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOEmbedded", package: "swift-nio"),
