@@ -1,30 +1,34 @@
 #!/usr/bin/env bash
-# `resolve daemon` under load, against named peers in the same run (BENCHMARKS.md).
+# `resolve daemon` under load against named peers in the same run (BENCHMARKS.md).
 #
-#   Scripts/bench-daemon.sh [SOAK_SECONDS]     default 600 (the 10-minute soak); 0 skips it
+#   Scripts/bench-daemon.sh [SOAK_SECONDS] [ROUNDS] [SECONDS]   defaults 600, 3, 10; SOAK 0 skips the soak
 #
-# (a) DoH: dnsperf 2.10 -m doh (HTTP/2, GET, 1 connection, 64 in flight, 10 s) over 1,000 names
-#     the daemon has cached, against the daemon's /dns-query and against BIND 9.18's own DoH
-#     endpoint (the daemon's upstream, answering from its zone), alternating, 3 rounds, median.
-# (b) /v1/resolve: wrk (2 threads, 32 connections, 10 s, HTTPS/1.1) for a cached name; the peer is
-#     nginx answering a fixed string (`return 200`) over TLS on the same machine: the floor of
-#     what an HTTPS endpoint costs here.
-# (d) the DNS stub: dnsperf over UDP against BIND's own plain-DNS port, same names.
-# (c) soak: SOAK_SECONDS of steady load: DoH 300 q/s and the DNS stub over UDP 100 q/s, over 2,000
-#     names with a 300-s TTL (so the cache expires and refreshes underway); errors, and RSS every
-#     10 s (growth from the end of the first minute to the end); idle RSS before any load.
-# dnsperf and wrk do not verify certificates (they are load generators); they talk only to the
-# loopback servers started here. The daemon itself verifies its upstream with the test CA.
+# DoH, cached names (1,000 names the servers have answered before), one HTTP/2 connection with 64
+# queries in flight, against three servers in turn: the daemon, BIND 9.18's own DoH endpoint (the
+# daemon's upstream, answering from its zone) and unbound 1.17 serving DoH as a caching forwarder in
+# front of the same BIND (the daemon's own role). Each of these clients, ROUNDS x SECONDS per server,
+# rounds interleaved: dnsperf -m doh GET, dnsperf -m doh POST, h2load GET. Then the DNS stub against
+# BIND's plain DNS over UDP and over TCP (dnsperf), and the soak: DoH 300 q/s plus the stub over UDP
+# 100 q/s for SOAK_SECONDS over 2,000 names with a 300-s TTL (errors; RSS every 10 s).
+#
+# Method: each server is pinned to CPU 0 and each client to CPU 1 (taskset), so client and server
+# never share a core and rounds do not swing with the scheduler; server CPU time per query is read
+# from /proc/PID/stat around each round (utime+stime), as a second, client-independent measure.
+# dnsperf and h2load do not verify certificates (they are load generators); they talk only to the
+# loopback servers started here. The daemon verifies its upstream with the test CA.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 soak=${1:-600}
+rounds=${2:-3}
+seconds=${3:-10}
 port=18496
 dns_port=18497
+unbound_port=18445
 
 need_build_packages
-need_packages dnsperf wrk curl
+need_packages dnsperf nghttp2-client unbound curl python3
 swift build -c release --product resolve 2>&1 | grep -E "error|warning: " || true
 bin="$(swift build -c release --show-bin-path)/resolve"
 use_testenv
@@ -42,51 +46,129 @@ dns_listen: "127.0.0.1:$dns_port"
 tls: {cert: $root/.testenv/ca/daemon.test.pem, key: $root/.testenv/ca/daemon.test.key}
 limits: {max_concurrent_requests: 4096}
 YAML
-"$bin" daemon --config "$work/daemon.yaml" --log-level warning 2>"$work/daemon.log" &
+taskset -c 0 "$bin" daemon --config "$work/daemon.yaml" --log-level warning 2>"$work/daemon.log" &
 daemon=$!
-on_exit "kill $daemon 2>/dev/null || true; rm -rf '$work'"
+# unbound: DoH on 127.0.0.1:$unbound_port, forwarding hd.test to BIND's plain DNS; everything else
+# to a loopback port where nothing listens (nothing leaves the machine).
+cat >"$work/unbound.conf" <<CONF
+server:
+    interface: 127.0.0.1@$unbound_port
+    https-port: $unbound_port
+    tls-service-key: "$root/.testenv/ca/doh-a.test.key"
+    tls-service-pem: "$root/.testenv/ca/doh-a.test.pem"
+    http-endpoint: "/dns-query"
+    http-max-streams: 1024
+    num-threads: 2
+    do-daemonize: no
+    username: ""
+    chroot: ""
+    directory: "$work"
+    pidfile: "$work/unbound.pid"
+    use-syslog: no
+    logfile: "$work/unbound.log"
+    verbosity: 0
+    access-control: 127.0.0.0/8 allow
+    do-not-query-localhost: no
+    module-config: "iterator"
+    msg-cache-size: 64m
+    rrset-cache-size: 64m
+stub-zone:
+    name: "hd.test"
+    stub-addr: 127.0.0.1@$DNS_PORT
+forward-zone:
+    name: "."
+    forward-addr: 127.0.0.1@9
+remote-control:
+    control-enable: no
+CONF
+taskset -c 0 unbound -d -c "$work/unbound.conf" 2>"$work/unbound.stderr" &
+unbound=$!
+on_exit "kill $daemon $unbound 2>/dev/null || true; rm -rf '$work'"
+bind_pid=$(cat "$root/.testenv/named-a/named.pid")
+taskset -a -p -c 0 "$bind_pid" >/dev/null
+on_exit "taskset -a -p -c 0-$(( $(nproc) - 1 )) $bind_pid >/dev/null 2>&1 || true"
 for _ in $(seq 1 100); do
     curl -sf --cacert "$ca" "https://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
     sleep 0.1
 done
+wait_for_port 127.0.0.1 "$unbound_port"
 rss() { echo $(( $(ps -o rss= -p "$daemon") / 1024 )); }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 idle_rss=$(rss)
 
 for i in $(seq 0 999); do echo "w$i.bench.hd.test A"; done >"$work/cached.txt"
 for i in $(seq 0 1999); do echo "s$i.bench.hd.test A"; done >"$work/soak.txt"
+# One GET target per name for h2load (base64url of a query with ID 0).
+python3 - "$work/cached.txt" >"$work/h2load-paths.txt" <<'PY'
+import base64, struct, sys
+for line in open(sys.argv[1]):
+    name = line.split()[0]
+    wire = struct.pack(">HHHHHH", 0, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0\0\1\0\1"
+    print("/dns-query?dns=" + base64.urlsafe_b64encode(wire).rstrip(b"=").decode())
+PY
 
-doh_run() { # url port queries-file seconds [extra dnsperf args] -> "qps lost"
-    dnsperf -m doh -s 127.0.0.1 -p "$2" -O doh-uri="$1" -O doh-method=GET -c 1 -q 64 -d "$3" -l "$4" "${@:5}" 2>&1 \
-        | awk '/Queries per second/ {q=$4} /Queries lost/ {l=$3} END {print q, l}'
+declare -A url=([daemon]="https://127.0.0.1:$port/dns-query" [bind]="https://127.0.0.1:$DOH_PORT/dns-query"
+                [unbound]="https://127.0.0.1:$unbound_port/dns-query")
+declare -A dport=([daemon]=$port [bind]=$DOH_PORT [unbound]=$unbound_port)
+declare -A spid=([daemon]=$daemon [bind]=$bind_pid [unbound]=$unbound)
+
+# Warm every server's cache with every name.
+for server in daemon bind unbound; do
+    dnsperf -m doh -s 127.0.0.1 -p "${dport[$server]}" -O doh-uri="${url[$server]}" -c 1 -q 64 -d "$work/cached.txt" -n 2 >/dev/null 2>&1
+done
+
+results="$work/results.txt"
+: >"$results"
+run_client() { # client server -> appends "client server qps latency_ms cpu_us_per_query lost"
+    local client=$1 server=$2 out before after
+    before=$(cpu_ticks "${spid[$server]}")
+    case "$client" in
+        dnsperf-get|dnsperf-post)
+            local method=GET; [ "$client" = dnsperf-post ] && method=POST
+            out=$(taskset -c 1 dnsperf -m doh -s 127.0.0.1 -p "${dport[$server]}" -O doh-uri="${url[$server]}" -O doh-method=$method \
+                  -c 1 -q 64 -d "$work/cached.txt" -l "$seconds" 2>&1)
+            after=$(cpu_ticks "${spid[$server]}")
+            echo "$out" | awk -v c="$client" -v s="$server" -v t=$((after - before)) '
+                /Queries completed/ {n=$3} /Queries lost/ {l=$3} /Queries per second/ {q=$4} /Average Latency/ {lat=$4}
+                END {printf "%s %s %.0f %.3f %.1f %d\n", c, s, q, lat*1000, (n > 0 ? t*10000/n : 0), l}' >>"$results" ;;
+        h2load-get)
+            sed "s|^|https://127.0.0.1:${dport[$server]}|" "$work/h2load-paths.txt" >"$work/h2load-$server.txt"
+            out=$(taskset -c 1 h2load -c 1 -m 64 -D "$seconds" -i "$work/h2load-$server.txt" 2>&1)
+            after=$(cpu_ticks "${spid[$server]}")
+            echo "$out" | awk -v c="$client" -v s="$server" -v t=$((after - before)) '
+                /^finished in/ {q=$4; gsub(",", "", q)} /^requests:/ {n=$8; f=$10+$12+$14}
+                /^time for request:/ {m=$6; lat=(m ~ /us$/ ? m/1000 : (m ~ /ms$/ ? m+0 : m*1000))}
+                END {printf "%s %s %.0f %.3f %.1f %d\n", c, s, q, lat, (n > 0 ? t*10000/n : 0), f}' >>"$results" ;;
+    esac
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-
-# Warm the daemon's cache with every name of (a).
-dnsperf -m doh -s 127.0.0.1 -p "$port" -O doh-uri="https://127.0.0.1:$port/dns-query" -c 1 -q 64 -d "$work/cached.txt" -n 1 >/dev/null 2>&1
-
-ours=(); peer=(); lost_ours=0; lost_peer=0
-for _ in 1 2 3; do
-    read -r q l < <(doh_run "https://127.0.0.1:$port/dns-query" "$port" "$work/cached.txt" 10); ours+=("$q"); lost_ours=$((lost_ours + ${l:-0}))
-    read -r q l < <(doh_run "https://doh-a.test:$DOH_PORT/dns-query" "$DOH_PORT" "$work/cached.txt" 10); peer+=("$q"); lost_peer=$((lost_peer + ${l:-0}))
+for client in dnsperf-get dnsperf-post h2load-get; do
+    for _ in $(seq 1 "$rounds"); do
+        for server in daemon bind unbound; do run_client "$client" "$server"; done
+    done
 done
 loaded_rss=$(rss)
 
-wrk_run() { # url -> "rps p99"
-    wrk -t2 -c32 -d10s --latency "$1" 2>&1 | awk '/Requests\/sec/ {r=$2} $1 == "99%" {p=$2} END {print r, p}'
-}
-read -r api_rps api_p99 < <(wrk_run "https://127.0.0.1:$port/v1/resolve?host=w1.bench.hd.test&type=a")
-# (d) the DNS stub over UDP against BIND's own plain DNS port, same names, 10 s each.
-udp_run() { dnsperf -s 127.0.0.1 -p "$1" -c 1 -q 64 -d "$work/cached.txt" -l 10 2>&1 | awk '/Queries per second/ {print $4}'; }
-stub_qps=$(udp_run "$dns_port"); bind_udp_qps=$(udp_run "$DNS_PORT")
-read -r nginx_rps nginx_p99 < <(wrk_run "https://127.0.0.4:$ORIGIN_PORT/echo")
-api_status=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$ca" "https://127.0.0.1:$port/v1/resolve?host=w1.bench.hd.test&type=a")
+# The DNS stub against BIND's plain DNS, UDP and TCP, same names, interleaved.
+stub_results="$work/stub.txt"
+: >"$stub_results"
+for mode in udp tcp; do
+    for _ in $(seq 1 "$rounds"); do
+        for target in "stub $dns_port $daemon" "bind $DNS_PORT $bind_pid"; do
+            read -r name p pid <<<"$target"
+            before=$(cpu_ticks "$pid")
+            q=$(taskset -c 1 dnsperf -m "$mode" -s 127.0.0.1 -p "$p" -c 1 -q 64 -d "$work/cached.txt" -l "$seconds" 2>&1 \
+                | awk '/Queries per second/ {print $4}')
+            echo "$mode $name $q $(( $(cpu_ticks "$pid") - before ))" >>"$stub_results"
+        done
+    done
+done
 
 soak_line="(skipped)"
 if [ "$soak" -gt 0 ]; then
-    dnsperf -m doh -s 127.0.0.1 -p "$port" -O doh-uri="https://127.0.0.1:$port/dns-query" -c 1 -q 32 -Q 300 \
+    taskset -c 1 dnsperf -m doh -s 127.0.0.1 -p "$port" -O doh-uri="https://127.0.0.1:$port/dns-query" -c 1 -q 32 -Q 300 \
         -d "$work/soak.txt" -l "$soak" >"$work/soak-doh.txt" 2>&1 &
     doh_load=$!
-    dnsperf -s 127.0.0.1 -p "$dns_port" -c 1 -q 32 -Q 100 -d "$work/soak.txt" -l "$soak" >"$work/soak-udp.txt" 2>&1 &
+    taskset -c 1 dnsperf -s 127.0.0.1 -p "$dns_port" -c 1 -q 32 -Q 100 -d "$work/soak.txt" -l "$soak" >"$work/soak-udp.txt" 2>&1 &
     udp_load=$!
     samples=()
     while kill -0 "$doh_load" 2>/dev/null || kill -0 "$udp_load" 2>/dev/null; do
@@ -107,29 +189,53 @@ doh, udp = parse(sys.argv[1]), parse(sys.argv[2])
 seconds = int(sys.argv[3]); rss = [int(x) for x in sys.argv[4:]]
 base = rss[min(6, len(rss) - 1)]  # after the first minute
 growth = (rss[-1] - base) / base * 100
-# Errors: UDP queries unanswered, non-NOERROR answers, HTTP statuses other than 200. dnsperf 2.10's
-# DoH client also reports some queries as lost whose HTTP/2 200 response it counted (its "HTTP/2
-# return codes" equal the queries sent): shown apart as "dnsperf-unmatched".
-errors = udp[2] + doh[3] + udp[3] + doh[5]
+errors = udp[2] + doh[2] + doh[3] + udp[3] + doh[5]
 print(f"{seconds} s: {doh[0]:,} DoH ({doh[4]:,} HTTP 200) + {udp[0]:,} UDP queries: {errors} errors "
-      f"(UDP lost {udp[2]}, non-NOERROR {doh[3] + udp[3]}, HTTP non-200 {doh[5]}; dnsperf-unmatched DoH {doh[2]}); "
+      f"(lost DoH {doh[2]} / UDP {udp[2]}, non-NOERROR {doh[3] + udp[3]}, HTTP non-200 {doh[5]}); "
       f"RSS {base} MiB after 1 min -> {rss[-1]} MiB at the end ({growth:+.1f} %), peak {max(rss)} MiB")
 PY
 )
 fi
 alive=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$ca" "https://127.0.0.1:$port/healthz")
 
-python3 - "$(median "${ours[@]}")" "$(median "${peer[@]}")" "$lost_ours" "$lost_peer" "$api_rps" "$api_p99" "$nginx_rps" "$nginx_p99" \
-    "$api_status" "$idle_rss" "$loaded_rss" "$soak_line" "$alive" "$stub_qps" "$bind_udp_qps" <<'PY'
-import sys
-oq, pq = float(sys.argv[1]), float(sys.argv[2])
-lo, lp, ar, ap, nr, np_, status, idle, loaded, soak, alive, sq, bq = sys.argv[3:]
-print("| measure | resolve daemon | peer | ratio | goal |")
-print("|---|---|---|---|---|")
-print(f"| (a) DoH q/s, dnsperf -m doh, HTTP/2, 64 in flight, cached names (median of 3 x 10 s) | {oq:,.0f} q/s (lost {lo}) | BIND 9.18 DoH {pq:,.0f} q/s (lost {lp}) | {oq/pq:.2f}x | >= 1.0x |")
-print(f"| (b) GET /v1/resolve, wrk 2 threads 32 connections 10 s, HTTPS/1.1 (status {status}) | {float(ar):,.0f} req/s, p99 {ap} | nginx `return 200` {float(nr):,.0f} req/s, p99 {np_} | {float(ar)/float(nr):.2f}x | (measured) |")
-print(f"| (d) DNS stub, dnsperf UDP, 64 in flight, cached names, 10 s | {float(sq):,.0f} q/s | BIND 9.18 UDP {float(bq):,.0f} q/s | {float(sq)/float(bq):.2f}x | (measured) |")
-print(f"| (c) soak, DoH 300 q/s + UDP stub 100 q/s | {soak} | | | 0 errors, RSS growth < 10 % |")
-print(f"| idle RSS / after (a) | {idle} MiB / {loaded} MiB | | | |")
-print(f"| /healthz after everything | {alive} | | | 200 |")
+python3 - "$results" "$stub_results" "$idle_rss" "$loaded_rss" "$soak_line" "$alive" "$rounds" "$seconds" <<'PY'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+stub = [line.split() for line in open(sys.argv[2])]
+idle, loaded, soak, alive, rounds, seconds = sys.argv[3:]
+def mmm(values):
+    values = sorted(values)
+    return values[0], statistics.median(values), values[-1]
+def fmt(values, unit=""):
+    low, mid, high = mmm(values)
+    return f"{mid:,.0f}{unit} ({low:,.0f}-{high:,.0f})"
+print(f"DoH, cached names, 1 connection, 64 in flight, {rounds} x {seconds} s per client and server, rounds interleaved; "
+      "median (min-max). Ratio: the daemon's median over the faster peer's median (its min over the peer's max, max over min).\n")
+print("| client | resolve daemon q/s | BIND 9.18 q/s | unbound 1.17 q/s | ratio vs faster peer | avg latency ms (daemon / BIND / unbound) | server CPU µs/query (daemon / BIND / unbound) |")
+print("|---|---|---|---|---|---|---|")
+for client in ("dnsperf-get", "dnsperf-post", "h2load-get"):
+    by = {s: [r for r in rows if r[0] == client and r[1] == s] for s in ("daemon", "bind", "unbound")}
+    q = {s: [float(r[2]) for r in by[s]] for s in by}
+    lat = {s: statistics.median(float(r[3]) for r in by[s]) for s in by}
+    cpu = {s: statistics.median(float(r[4]) for r in by[s]) for s in by}
+    lost = {s: sum(int(r[5]) for r in by[s]) for s in by}
+    peer = max(("bind", "unbound"), key=lambda s: statistics.median(q[s]))
+    ratio = statistics.median(q["daemon"]) / statistics.median(q[peer])
+    worst, best = min(q["daemon"]) / max(q[peer]), max(q["daemon"]) / min(q[peer])
+    losses = "" if not any(lost.values()) else f" (lost/failed {lost['daemon']}/{lost['bind']}/{lost['unbound']})"
+    print(f"| {client} | {fmt(q['daemon'])} | {fmt(q['bind'])} | {fmt(q['unbound'])} | **{ratio:.2f}x** vs {peer} ({worst:.2f}-{best:.2f}){losses} "
+          f"| {lat['daemon']:.2f} / {lat['bind']:.2f} / {lat['unbound']:.2f} | {cpu['daemon']:.1f} / {cpu['bind']:.1f} / {cpu['unbound']:.1f} |")
+print()
+print("| DNS stub (dnsperf, 64 in flight) | resolve daemon q/s | BIND 9.18 q/s | ratio |")
+print("|---|---|---|---|")
+for mode in ("udp", "tcp"):
+    ours = [float(r[2]) for r in stub if r[0] == mode and r[1] == "stub"]
+    bind = [float(r[2]) for r in stub if r[0] == mode and r[1] == "bind"]
+    print(f"| {mode.upper()} | {fmt(ours)} | {fmt(bind)} | **{statistics.median(ours) / statistics.median(bind):.2f}x** "
+          f"({min(ours) / max(bind):.2f}-{max(ours) / min(bind):.2f}) |")
+print()
+print(f"| soak, DoH 300 q/s + UDP stub 100 q/s | {soak} |")
+print(f"|---|---|")
+print(f"| idle RSS / after the DoH rounds | {idle} MiB / {loaded} MiB |")
+print(f"| /healthz after everything | {alive} |")
 PY

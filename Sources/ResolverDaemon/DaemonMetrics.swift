@@ -18,6 +18,8 @@ final class DaemonMetrics: Sendable {
     }
 
     private let requests = Mutex<[RequestKey: (Counter, Timer)]>([:])
+    /// The series of answered DoH GETs and POSTs, made once: the hot path takes no lock for them.
+    private let dohAnswered: (get: (Counter, Timer), post: (Counter, Timer))
     let dohMalformed: Counter
     private let stubQueries: (udp: Counter, tcp: Counter)
     private let stubMalformed: (udp: Counter, tcp: Counter)
@@ -41,6 +43,23 @@ final class DaemonMetrics: Sendable {
         connectionsOpen = (Gauge(label: "httpdns_connections_open", dimensions: [("listener", "http")], factory: factory),
                            Gauge(label: "httpdns_connections_open", dimensions: [("listener", "dns_tcp")], factory: factory))
         ready = Gauge(label: "httpdns_ready", factory: factory)
+        func series(_ method: String) -> (Counter, Timer) {
+            let dimensions = [("http.route", "/dns-query"), ("http.request.method", method), ("http.response.status_code", "200")]
+            return (Counter(label: "hb.requests", dimensions: dimensions, factory: factory),
+                    Timer(label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds, factory: factory))
+        }
+        dohAnswered = (series("GET"), series("POST"))
+        requests.withLock {
+            $0[RequestKey(route: "/dns-query", method: "GET", status: 200)] = dohAnswered.get
+            $0[RequestKey(route: "/dns-query", method: "POST", status: 200)] = dohAnswered.post
+        }
+    }
+
+    /// One DoH query answered 200 (either HTTP version).
+    func dohAnswered(post: Bool, nanoseconds: UInt64) {
+        let (counter, timer) = post ? dohAnswered.post : dohAnswered.get
+        counter.increment()
+        timer.recordNanoseconds(Int64(clamping: nanoseconds))
     }
 
     /// One HTTP request answered (either HTTP version, any path).

@@ -98,6 +98,16 @@ import Testing
         ("upstreams:\n  - doh: https://127.0.0.1/q\nauth_token: short\n", "c.yaml:3: auth_token: expected at least 16 printable characters"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_body_bytes: 70000}\n", "c.yaml:3: limits.max_body_bytes: expected a whole number in 12...65535"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_requests: 5}\n", "c.yaml:3: limits.max_requests: unknown key"),
+        // A listener the daemon could not bind: a bare IPv6 address has no port.
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nlisten: \"::1\"\n", "c.yaml:3: listen: expected IPv4:port or [IPv6]:port"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ndns_listen: \"127.0.0.1:0\"\n", "c.yaml:3: dns_listen: expected IPv4:port"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nlisten: \"localhost:8053\"\n", "c.yaml:3: listen: expected IPv4:port"),
+        // libcurl reads the CA file only when a transfer starts: a file that is not PEM is refused here.
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nca_file: /etc/hostname\n", "upstreams: CA file '/etc/hostname' holds no PEM certificate"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {request_timeout: 0}\n", "c.yaml:3: limits.request_timeout: expected a number of seconds"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_connections: 0}\n", "c.yaml:3: limits.max_connections: expected a whole number"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {probe: 'not a name'}\n", "c.yaml:3: readiness.probe:"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {interval: 0.5}\n", "c.yaml:3: readiness.interval: must be at least 1 second"),
     ])
     func errorsNameTheLineAndKey(text: String, expected: String) {
         do {
@@ -107,6 +117,22 @@ import Testing
             #expect(error.code == .invalidConfiguration)
             #expect(error.message.contains(expected), "\(error.message)")
         }
+    }
+
+    @Test func listenersAndTheNewLimitsAreRead() throws {
+        let config = try ConfigFile.parse("""
+            upstreams:
+              - doh: https://127.0.0.1/q
+            listen: "[::1]:8053"
+            limits: {max_connections: 200, request_timeout: 3, idle_timeout: 30}
+            readiness: {probe: www.hd.test, interval: 5}
+            """)
+        #expect(config.listen == "[::1]:8053")
+        #expect(config.limits.maxConnections == 200)
+        #expect(config.limits.requestTimeout == .seconds(3))
+        #expect(config.limits.idleTimeout == .seconds(30))
+        #expect(config.readiness.probe == "www.hd.test")
+        #expect(config.readiness.interval == .seconds(5))
     }
 
     @Test func unreadableFileIsAClearError() {

@@ -102,7 +102,7 @@ struct HTTP2ServerConnection {
 
     // MARK: Frames
 
-    mutating func receivedHeaders(_ id: HTTP2StreamID, _ headers: HPACKHeaders, endStream: Bool, now: NIODeadline) -> Action {
+    mutating func receivedHeaders(_ id: HTTP2StreamID, _ headers: HPACKHeaders, endStream: Bool, now: @autoclosure () -> NIODeadline) -> Action {
         if var stream = streams[id] {
             // Trailers: they must end the request, and may carry no pseudo-header.
             guard case let .receiving(_, received, _) = stream.state else { return .none }
@@ -132,7 +132,7 @@ struct HTTP2ServerConnection {
             return .dispatch(id, Request(head: head, body: nil))
         }
         streams[id] = Stream(head: head, body: nil,
-                             state: .receiving(deadline: now + configuration.requestTimeout, received: 0, unacknowledged: 0))
+                             state: .receiving(deadline: now() + configuration.requestTimeout, received: 0, unacknowledged: 0))
         return .none
     }
 
@@ -180,17 +180,17 @@ struct HTTP2ServerConnection {
     }
 
     /// The client reset the stream, or NIOHTTP2 closed it.
-    mutating func streamClosed(_ id: HTTP2StreamID, now: NIODeadline) {
+    mutating func streamClosed(_ id: HTTP2StreamID, now: @autoclosure () -> NIODeadline) {
         guard let stream = streams.removeValue(forKey: id) else { return }
         if case let .receiving(_, received, _) = stream.state { finishBody(received) }
-        if streams.isEmpty { idleSince = now }
+        if streams.isEmpty { idleSince = now() }
     }
 
     /// The handler has written the last frame of this stream's response.
     /// - Returns: whether the connection should now close (draining, and nothing left to answer).
-    mutating func responded(_ id: HTTP2StreamID, now: NIODeadline) -> Bool {
+    mutating func responded(_ id: HTTP2StreamID, now: @autoclosure () -> NIODeadline) -> Bool {
         streams[id] = nil
-        if streams.isEmpty { idleSince = now }
+        if streams.isEmpty { idleSince = now() }
         return closeIfDrained()
     }
 

@@ -129,7 +129,8 @@ final class RequestGateway: Sendable {
         }
         let resolver = runtime.resolver
         if let answer = DNSResponder.answerWithoutWaiting(query, resolver: resolver) {
-            return .ready(record(Self.dnsAnswer(answer), route: route, method: method, started: started))
+            metrics.dohAnswered(post: method == "POST", nanoseconds: DispatchTime.now().uptimeNanoseconds - started)
+            return .ready(Self.dnsAnswer(answer))
         }
         guard enter(runtime) else { return .ready(record(Self.busy(runtime), route: route, method: method, started: started)) }
         let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
