@@ -590,6 +590,36 @@ class ConnectionAttacks(AdversarialTestCase):
         self.assertLess(time.time() - started, 5)
         sock.close()
 
+    def test_garbage_connections_do_not_flood_the_log(self):
+        before = len(self.daemon.log_text())
+        for index in range(300):
+            sock = socket.create_connection(("127.0.0.1", self.daemon.http_port))
+            sock.sendall(b"GET / HTTP/1.1\r\n\r\n" if index % 2 else os.urandom(64))
+            sock.close()
+        context = tls_context()
+        for _ in range(100):
+            sock = context.wrap_socket(socket.create_connection(("127.0.0.1", self.daemon.http_port)), server_hostname="localhost")
+            sock.sendall(b"this is not the HTTP/2 preface at all\r\n")
+            sock.close()
+        time.sleep(0.5)
+        self.assertLess(len(self.daemon.log_text()) - before, 2000, "failed connections are counted, not logged at info")
+        self.assertLegitAnswered()
+
+    def test_methods_a_path_does_not_take_get_405_with_allow(self):
+        for method in ("HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "PATCH"):
+            client = RawH2()
+            client.send(client.headers(1, RawH2.request("/dns-query", method)))
+            status, _, _ = client.response(1)
+            self.assertEqual(status, 405, f"{method} over HTTP/2")
+            client.close()
+            sock = tls_context(("http/1.1",)).wrap_socket(socket.create_connection(("127.0.0.1", self.daemon.http_port)), server_hostname="localhost")
+            sock.sendall(f"{method} /dns-query HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+            sock.settimeout(3)
+            head = sock.recv(4096)
+            self.assertTrue(head.startswith(b"HTTP/1.1 405"), f"{method} over HTTP/1.1: {head[:40]}")
+            self.assertIn(b"allow: GET, POST", head.lower().replace(b"allow: get, post", b"allow: GET, POST"))
+            sock.close()
+
     def test_sigterm_with_hostile_clients_still_exits_cleanly_and_saves_the_cache(self):
         daemon = Daemon(18611, 18612, extra=f"cache: {{persist: PERSIST}}".replace("PERSIST", "cache.bin"))
         try:
