@@ -76,8 +76,9 @@ struct DNSResponseWriter {
 
     /// The finished message: answer count filled in, and the OPT record when the query had EDNS.
     /// - Parameter extendedRcode: the upper 8 bits of a 12-bit RCODE (1 for BADVERS).
-    func finish(extendedRcode: UInt8 = 0) -> [UInt8] {
+    consuming func finish(extendedRcode: UInt8 = 0) -> [UInt8] {
         var out = bytes
+        bytes = []
         out[6] = UInt8(answerCount >> 8)
         out[7] = UInt8(truncatingIfNeeded: answerCount)
         if let edns {

@@ -35,6 +35,10 @@ struct DNSStub: Service {
         let lookups = LookupBudget(limit: Self.maxInFlight)
         let udp = try await DatagramBootstrap(group: group)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
+            // Up to 32 datagrams per recvmmsg, and a read cycle takes up to 4 of those before the
+            // answers are flushed (sendmmsg).
+            .channelOption(.datagramVectorReadMessageCount, value: 32)
+            .channelOption(.maxMessagesPerRead, value: 4)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(UDPQueryHandler(state: state, lookups: lookups))
@@ -199,6 +203,7 @@ final class TCPQueryHandler: ChannelDuplexHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
+        answersSinceFlush = 0
         context.flush()
         context.fireChannelReadComplete()
     }
@@ -298,11 +303,20 @@ final class TCPQueryHandler: ChannelDuplexHandler {
         resumeIfHeld(context: context)
     }
 
+    private var answersSinceFlush = 0
+
+    /// Writes an answer; every 16th is flushed at once rather than at the end of the read, so the
+    /// client can work on the first answers while the rest are made (as the HTTP/2 handler does).
     private func write(_ response: [UInt8], context: ChannelHandlerContext) {
         var out = context.channel.allocator.buffer(capacity: response.count + 2)
         out.writeInteger(UInt16(response.count))
         out.writeBytes(response)
         context.write(wrapOutboundOut(out), promise: nil)
+        answersSinceFlush += 1
+        if answersSinceFlush >= HTTP2ConnectionHandler.flushEvery {
+            answersSinceFlush = 0
+            context.flush()
+        }
     }
 
     func tick(now: NIODeadline) {

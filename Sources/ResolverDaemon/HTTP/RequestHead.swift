@@ -87,21 +87,27 @@ struct RequestHead: Sendable {
 
     /// RFC 9113 §8.2.1: lower-case token characters only.
     private static func checkName(_ name: String) throws(Malformed) {
-        for byte in name.utf8 where !isTokenCharacter(byte) || (byte >= 0x41 && byte <= 0x5a) {
-            throw Malformed(reason: "field name '\(name)' is not a lower-case token")
-        }
+        var name = name
+        let valid = name.withUTF8 { bytes in bytes.allSatisfy { tokenTable[Int($0)] == 2 } }
+        guard valid else { throw Malformed(reason: "field name '\(name)' is not a lower-case token") }
     }
 
     /// RFC 9113 §8.2.1: no NUL, CR or LF, and no white space at either end.
     private static func checkValue(_ value: String, of name: String) throws(Malformed) {
-        let bytes = value.utf8
-        guard let first = bytes.first, let last = bytes.last else { return }
-        guard first != 0x20, first != 0x09, last != 0x20, last != 0x09 else {
-            throw Malformed(reason: "the value of \(name) starts or ends with white space")
+        var value = value
+        let problem: String? = value.withUTF8 { bytes in
+            guard let first = bytes.first, let last = bytes.last else { return nil }
+            if first == 0x20 || first == 0x09 || last == 0x20 || last == 0x09 { return "starts or ends with white space" }
+            for byte in bytes where byte <= 0x0d && (byte == 0 || byte == 0x0a || byte == 0x0d) { return "holds NUL, CR or LF" }
+            return nil
         }
-        for byte in bytes where byte == 0 || byte == 0x0a || byte == 0x0d {
-            throw Malformed(reason: "the value of \(name) holds NUL, CR or LF")
-        }
+        if let problem { throw Malformed(reason: "the value of \(name) \(problem)") }
+    }
+
+    /// Per byte: 0 not a token character, 1 an upper-case letter, 2 any other token character.
+    private static let tokenTable: [UInt8] = (0...255).map { byte in
+        let byte = UInt8(byte)
+        return !isTokenCharacter(byte) ? 0 : (byte >= 0x41 && byte <= 0x5a ? 1 : 2)
     }
 
     /// RFC 9110 §5.6.2 `tchar`.
