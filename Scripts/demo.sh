@@ -35,6 +35,8 @@ run --json-api https://json.test:$DOH_PORT/resolve --bootstrap json.test=127.0.0
 echo; echo "# fetch: the origin's name is resolved by the trusted resolver and only the socket goes to"
 echo "# that address; SNI, Host and the certificate check keep the name (nginx echoes what it saw)."
 run fetch $a --ca-file $ca --allow-private -v https://origin.hd.test:$ORIGIN_PORT/echo
+echo; echo "# fetch --json describes the exchange (the body stays out of it; -o keeps it)."
+run fetch $a --ca-file $ca --allow-private --json https://origin.hd.test:$ORIGIN_PORT/echo
 echo; echo "# An address presenting a certificate for another name is refused (exit 5); no body is printed."
 run fetch $a --ca-file $ca --allow-private https://mismatch.hd.test:$ORIGIN_PORT/
 echo; echo "# compare: the trusted resolver vs a lying \"system\" DNS (dnsmasq on 127.0.0.1:$SYSTEM_DNS_PORT)."
@@ -54,8 +56,12 @@ token="Authorization: Bearer example-token-change-me"
 show() { echo; echo "\$ $*"; "$@" || echo "(exit $?)"; }
 show curl -s --cacert $ca -H "$token" "https://127.0.0.1:8053/v1/resolve?host=alias.hd.test"
 show curl -s --cacert $ca -H "$token" https://127.0.0.1:8053/v1/status
+show curl -s --cacert $ca -H "$token" https://127.0.0.1:8053/readyz
 show kdig @127.0.0.1 -p 8053 +https=/dns-query +tls-ca=$ca +tls-hostname=localhost +short www.hd.test TXT
 show curl -s --cacert $ca --doh-url https://127.0.0.1:8053/dns-query https://origin.hd.test:$ORIGIN_PORT/echo
 show dig @127.0.0.1 -p 8054 +tries=1 +short www.hd.test
+echo; echo "# The stub echoes the question's letter case and answers EDNS with OPT (BADVERS for version 1)."
+show sh -c "dig @127.0.0.1 -p 8054 +tries=1 WwW.Hd.TeSt | grep -A1 'QUESTION SECTION'"
+show sh -c "dig @127.0.0.1 -p 8054 +tries=1 +edns=1 www.hd.test | grep -E 'status|EDNS'"
 show sh -c "curl -s --cacert $ca -H '$token' https://127.0.0.1:8053/metrics | grep -E '^httpdns_watch_verdict|^httpdns_cache_(hits|misses)'"
 kill -TERM $daemon; wait $daemon && echo "(daemon stopped on SIGTERM, exit 0)"

@@ -9,7 +9,7 @@ cd "$root"
 need_build_packages
 # The real clients the daemon's tests query it with: dig, kdig (DoH over HTTP/2), curl (--doh-url),
 # and for the adversarial suite Debian's python3-h2 (hyperframe, hpack) and python3-dnspython.
-need_packages bind9-dnsutils knot-dnsutils curl python3-h2 python3-dnspython
+need_packages bind9-dnsutils knot-dnsutils curl python3-h2 python3-dnspython iproute2
 trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 bash Scripts/testenv.sh start
 swift build --build-tests

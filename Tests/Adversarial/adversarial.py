@@ -508,7 +508,7 @@ class HTTP2Attacks(AdversarialTestCase):
             latencies.append((time.perf_counter() - started) * 1000)
         latencies.sort()
         median = latencies[len(latencies) // 2]
-        self.assertLess(median, 15, f"median {median:.1f} ms (a delayed-ACK stall is ~40 ms): {latencies}")
+        self.assertLess(median, 20, f"median {median:.1f} ms (a delayed-ACK stall is ~40 ms): {latencies}")
         client.close()
 
 
