@@ -11,7 +11,9 @@ import Testing
     static func files(_ folder: String) -> [URL] {
         let directory = fuzzDirectory.appendingPathComponent(folder)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        // Files only: the daemon fuzzers keep their crashers in subfolders (replayed by ResolverDaemonTests).
         return names.filter { !$0.hasPrefix(".") }.sorted().map { directory.appendingPathComponent($0) }
+            .filter { (try? $0.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true }
     }
 
     @Test func seedCorpusDecodesAndRoundTrips() throws {
