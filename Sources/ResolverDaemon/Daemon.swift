@@ -184,11 +184,12 @@ package final class Daemon: Sendable {
         let config = runtime.config
         let (host, port) = try Self.listenAddress(config.listen)
 
+        let maxConnections = Self.connectionLimit(config, logger: logger)
         let router = Router()
         Routes.install(on: router, state: state, exposition: exposition)
         let gateway = RequestGateway(state: state, router: router.buildResponder(), logger: logger)
         var http = HTTPListener(host: host, port: port, sslContext: try Self.tlsContext(config), gateway: gateway,
-                                maxConnections: config.limits.maxConnections, drainTimeout: Self.drainTimeout, logger: logger)
+                                maxConnections: maxConnections, drainTimeout: Self.drainTimeout, logger: logger)
         http.onBound = { [self] address in
             bound.withLock { $0.http = address }
             listening()
@@ -199,7 +200,7 @@ package final class Daemon: Sendable {
         ]
         if let dnsListen = config.dnsListen {
             let (dnsHost, dnsPort) = try Self.listenAddress(dnsListen, key: "dns_listen")
-            var stub = DNSStub(state: state, host: dnsHost, port: dnsPort, maxConnections: config.limits.maxConnections)
+            var stub = DNSStub(state: state, host: dnsHost, port: dnsPort, maxConnections: maxConnections)
             stub.onBound = { [self] udp, tcp in
                 bound.withLock { $0.dnsUDP = udp; $0.dnsTCP = tcp }
                 listening()
@@ -261,6 +262,23 @@ package final class Daemon: Sendable {
         } catch {
             throw DNSError(.invalidConfiguration, "tls: the certificate and key do not make a TLS context - is the key the certificate's? (\(error))")
         }
+    }
+
+    /// `limits.max_connections`, lowered when the descriptors the process may open could not hold
+    /// it on both listeners with room to spare (upstream connections, files): at the limit the
+    /// listeners refuse connections at once instead of failing to accept them.
+    static func connectionLimit(_ config: ConfigFile, logger: Logger) -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < 1 << 30 else {
+            return config.limits.maxConnections
+        }
+        let listeners = config.dnsListen == nil ? 1 : 2
+        let room = max(16, (Int(limit.rlim_cur) - 128) / listeners)
+        guard config.limits.maxConnections > room else { return config.limits.maxConnections }
+        logger.warning("limits.max_connections lowered to fit the descriptor limit", metadata: [
+            "configured": "\(config.limits.maxConnections)", "used": "\(room)", "nofile": "\(limit.rlim_cur)",
+        ])
+        return room
     }
 
     /// `IPv4:port` or `[IPv6]:port`.
