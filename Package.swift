@@ -8,6 +8,9 @@ let package = Package(
         .library(name: "HTTPDNS", targets: ["HTTPDNS"]),
         .library(name: "DNSCore", targets: ["DNSCore"]),
         .library(name: "DNSInterceptor", targets: ["DNSInterceptor"]),
+        .library(name: "SystemResolver", targets: ["SystemResolver"]),
+        .library(name: "AddressProbing", targets: ["AddressProbing"]),
+        .library(name: "HijackDetection", targets: ["HijackDetection"]),
         .executable(name: "resolve", targets: ["resolve"]),
     ],
     dependencies: [
@@ -57,17 +60,21 @@ let package = Package(
             .product(name: "CoreMetrics", package: "swift-metrics"),
         ]),
 
+        // Probes of an address (TCP, TLS with the host's name, plain HTTP with a marker) and the
+        // ranking of a host's addresses by them.
+        .target(name: "AddressProbing", dependencies: ["DNSCore", "CurlSupport"]),
+
         // The interceptor: HTTP client, URLProtocol and request rewriter, all on CurlSupport.
         // The only target that links FoundationNetworking.
-        .target(name: "DNSInterceptor", dependencies: ["HTTPDNS", "CurlSupport"]),
+        .target(name: "DNSInterceptor", dependencies: ["HTTPDNS", "AddressProbing", "CurlSupport"]),
 
         // Hijack detection: verdicts from trusted vs system answers and TLS probes.
-        .target(name: "HijackDetection", dependencies: ["DNSCore", "HTTPDNS", "SystemResolver"]),
+        .target(name: "HijackDetection", dependencies: ["DNSCore", "HTTPDNS", "AddressProbing", "SystemResolver"]),
 
         // The daemon: listeners (HTTP/1.1, HTTP/2, DNS stub), watch list, health checks, HTTP API,
         // DoH endpoint, metrics. The only target with SwiftNIO / Hummingbird.
         .target(name: "ResolverDaemon", dependencies: [
-            "HTTPDNS", "HijackDetection", "SystemResolver", "ResolverConfig", "DNSCore",
+            "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -84,6 +91,9 @@ let package = Package(
             .product(name: "Metrics", package: "swift-metrics"),
         ]),
 
+        // Lookup results as JSON Lines and as text: the CLI's output and the daemon's /v1/resolve.
+        .target(name: "ResultFormatting", dependencies: ["DNSCore"]),
+
         // The YAML configuration file of `resolve --config` and `resolve daemon`.
         .target(name: "ResolverConfig", dependencies: ["HTTPDNS", .product(name: "Yams", package: "Yams")]),
 
@@ -94,6 +104,8 @@ let package = Package(
                 "HTTPDNS",
                 "DNSInterceptor",
                 "HijackDetection",
+                "AddressProbing",
+                "ResultFormatting",
                 "ResolverDaemon",
                 "ResolverConfig",
                 "SystemResolver",
@@ -106,12 +118,12 @@ let package = Package(
         .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "CCares"], path: "Benchmarks/CacheBenchmark"),
         .executableTarget(name: "InterceptorBenchmark", dependencies: ["DNSInterceptor", "HTTPDNS", "CCurl"],
                           path: "Benchmarks/InterceptorBenchmark"),
-        .executableTarget(name: "CompareBenchmark", dependencies: ["HijackDetection", "HTTPDNS", "SystemResolver", "CurlSupport"],
+        .executableTarget(name: "CompareBenchmark", dependencies: ["HijackDetection", "AddressProbing", "HTTPDNS", "SystemResolver", "CurlSupport"],
                           path: "Benchmarks/CompareBenchmark"),
 
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
         .target(name: "TestSupport", dependencies: ["DNSCore"], path: "Tests/TestSupport"),
-        .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection", "HTTPDNS", "DNSCore", "TestSupport"]),
+        .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection", "AddressProbing", "HTTPDNS", "DNSCore", "TestSupport"]),
         .testTarget(name: "DNSCoreTests", dependencies: [
             "DNSCore", .product(name: "MetricsTestKit", package: "swift-metrics"),
             .product(name: "InMemoryLogging", package: "swift-log"),
@@ -123,7 +135,7 @@ let package = Package(
             "HTTPDNS", "CurlSupport", "DNSCore", "TestSupport",
             .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
-        .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "HTTPDNS", "TestSupport"]),
+        .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "AddressProbing", "HTTPDNS", "DNSCore", "TestSupport"]),
         .testTarget(name: "ResolverDaemonTests", dependencies: [
             "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport", "CurlSupport",
             .product(name: "Hummingbird", package: "hummingbird"),

@@ -20,7 +20,7 @@ targets=("${@:-decoder stub doh}")
 # shellcheck disable=SC2206
 targets=(${targets[*]})
 out=.build-fuzz
-codec="Sources/DNSCore/AddressAnswer.swift Sources/DNSCore/DNSError.swift Sources/DNSCore/DomainName.swift
+codec="Sources/DNSCore/DoHWire.swift Sources/DNSCore/AddressAnswer.swift Sources/DNSCore/DNSError.swift Sources/DNSCore/DomainName.swift
        Sources/DNSCore/IPAddress.swift Sources/DNSCore/Message.swift Sources/DNSCore/RecordType.swift Sources/DNSCore/Resolution.swift"
 daemon="Sources/ResolverDaemon/DNS/DNSQuery.swift Sources/ResolverDaemon/DNS/DNSResponseWriter.swift
         Sources/ResolverDaemon/DNS/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"

@@ -10,6 +10,7 @@
 //   sequential  the peer: the same comparisons one host after another
 //   isolated    one probe alone (the floor of a single probe on an idle machine)
 // Only loopback traffic, to servers Scripts/testenv.sh starts.
+import AddressProbing
 import CurlSupport
 import DNSCore
 import Foundation

@@ -5,6 +5,7 @@
 //
 // Names are nNNN.bench.hd.test (a wildcard in the test zone). Prints one JSON object.
 // Run by Scripts/bench-doh.sh, which also runs dnsperf against the same server and compares.
+import DNSCore
 import Foundation
 import HTTPDNS
 

@@ -9,6 +9,7 @@
 //
 // Every request goes to loopback: the origin (127.0.0.4) and the DoH server the script started.
 // Prints JSON lines. Run by Scripts/bench-interceptor.sh.
+import DNSCore
 import CCurl
 import DNSInterceptor
 import Foundation

@@ -34,7 +34,7 @@ extension DNSMessage {
     /// - Throws: ``WireError`` when the message is not a response to that query (QR, opcode, ID,
     ///   question echo compared case-insensitively) or the chain is too long; ``DNSError`` for
     ///   SERVFAIL, REFUSED and other error RCODEs.
-    public func addressAnswer(for question: Question, id: UInt16) throws -> AddressAnswer {
+    package func addressAnswer(for question: Question, id: UInt16) throws -> AddressAnswer {
         try validate(answering: question, id: id)
         let rcode = responseCode
         switch rcode {
@@ -98,7 +98,7 @@ extension DNSMessage {
     }
 
     /// Throws unless this is a response to the query `question` with `id`.
-    public func validate(answering question: Question, id expectedID: UInt16) throws(WireError) {
+    package func validate(answering question: Question, id expectedID: UInt16) throws(WireError) {
         guard isResponse else { throw .notAResponse }
         guard opcode == 0 else { throw .opcodeMismatch(got: opcode) }
         guard id == expectedID else { throw .idMismatch(expected: expectedID, got: id) }

@@ -68,10 +68,6 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
 
     public var description: String { "\(code.rawValue): \(message)" }
 
-    /// Whether another upstream may give a better answer. NXDOMAIN and NODATA are authoritative
-    /// answers, not failures; asking elsewhere only wastes the budget.
-    public var isAnswer: Bool { code == .nxdomain || code == .nodata }
-
     /// Combines the failures of several upstreams into one error: the shared code when all agree,
     /// otherwise `upstream_failed`, always listing each attempt.
     public static func combining(_ all: [Attempt]) -> DNSError {
@@ -94,7 +90,7 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
 
 /// Why a DNS message could not be decoded or does not answer the query. Each case is one specific
 /// defect; all map to ``DNSError/Code/malformedResponse`` or ``DNSError/Code/mismatchedResponse``.
-public enum WireError: Error, Sendable, Hashable, CustomStringConvertible {
+package enum WireError: Error, Sendable, Hashable, CustomStringConvertible {
     case truncated(offset: Int, needed: Int)
     case pointerLoop(offset: Int)
     case pointerOutOfRange(offset: Int, target: Int)
@@ -111,7 +107,7 @@ public enum WireError: Error, Sendable, Hashable, CustomStringConvertible {
     case questionMismatch(String)
     case tooLarge(size: Int)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case let .truncated(offset, needed):
             return "message truncated at offset \(offset) (needed \(needed) more bytes)"
@@ -147,7 +143,7 @@ public enum WireError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The resolver-level code for this defect.
-    public var code: DNSError.Code {
+    package var code: DNSError.Code {
         switch self {
         case .notAResponse, .idMismatch, .opcodeMismatch, .questionMismatch: return .mismatchedResponse
         default: return .malformedResponse

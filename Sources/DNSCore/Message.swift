@@ -87,7 +87,6 @@ public struct DNSMessage: Sendable, Hashable {
 
     public var isResponse: Bool { flags & 0x8000 != 0 }
     public var opcode: UInt8 { UInt8((flags >> 11) & 0x0f) }
-    public var isTruncated: Bool { flags & 0x0200 != 0 }
 
     /// The full RCODE: the header's 4 bits extended by the OPT record's 8 (RFC 6891 §6.1.3).
     public var responseCode: ResponseCode {
@@ -183,7 +182,7 @@ extension DNSMessage {
 extension DNSMessage {
     /// Decodes a complete message, rejecting truncation, bad compression pointers, oversized labels
     /// and names, RDATA overruns, address records of the wrong length and trailing bytes.
-    public init(decoding bytes: [UInt8]) throws(WireError) {
+    package init(decoding bytes: [UInt8]) throws(WireError) {
         guard bytes.count <= Self.maxSize else { throw .tooLarge(size: bytes.count) }
         var reader = WireReader(bytes: bytes)
         let id = try reader.read16()

@@ -55,6 +55,14 @@ public struct Resolution: Sendable, Hashable {
     public var isStale: Bool { source == .stale }
 }
 
+/// Turns host names into addresses: `HTTPDNSResolver`, or anything a caller puts in its place (what
+/// `AddressRanker` and the hijack detector ask).
+public protocol HostResolving: Sendable {
+    /// Resolves `host`.
+    /// - Throws: ``DNSError``.
+    func resolve(_ host: String, type: AddressQuery) async throws(DNSError) -> Resolution
+}
+
 /// A trusted resolver that answers one (name, type) question. Implemented by the DoH and JSON
 /// transports; tests inject fakes.
 public protocol DNSUpstream: Sendable {

@@ -14,17 +14,17 @@ public struct MonotonicClock: ResolverClock {
 }
 
 /// A clock that moves only when told to, for tests of TTLs, stale windows and prefetch timing.
-public final class ManualClock: ResolverClock {
+package final class ManualClock: ResolverClock {
     private let current: Mutex<ContinuousClock.Instant>
 
-    public init(start: ContinuousClock.Instant = ContinuousClock.now) {
+    package init(start: ContinuousClock.Instant = ContinuousClock.now) {
         current = Mutex(start)
     }
 
-    public var now: ContinuousClock.Instant { current.withLock { $0 } }
+    package var now: ContinuousClock.Instant { current.withLock { $0 } }
 
     /// Moves time forward by `duration`.
-    public func advance(by duration: Duration) {
+    package func advance(by duration: Duration) {
         current.withLock { $0 = $0 + duration }
     }
 }

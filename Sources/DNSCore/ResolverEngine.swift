@@ -6,8 +6,8 @@ import Synchronization
 ///
 /// Pure Swift with every dependency injected (upstreams, clock), so it is tested without a network.
 /// `HTTPDNSResolver` is this engine over DoH and JSON upstreams.
-public final class ResolverEngine: Sendable {
-    public let options: ResolverOptions
+package final class ResolverEngine: Sendable {
+    package let options: ResolverOptions
     package let pool: UpstreamPool
     package let cache: ResolutionCache
     private let fallback: (any DNSUpstream)?
@@ -31,7 +31,7 @@ public final class ResolverEngine: Sendable {
     ///     the application bootstrapped (`MetricsSystem.factory`). The engine never bootstraps one.
     ///   - logger: upstream failures (debug), circuit-breaker changes (warning, notice) and serve-stale
     ///     events (debug); by default nothing is logged.
-    public init(upstreams: [any DNSUpstream], options: ResolverOptions = .init(),
+    package init(upstreams: [any DNSUpstream], options: ResolverOptions = .init(),
                 fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),
                 metrics: (any MetricsFactory)? = nil, logger: Logger? = nil) {
         self.options = options
@@ -45,7 +45,7 @@ public final class ResolverEngine: Sendable {
     }
 
     /// Resolves `host`; see `HTTPDNSResolver.resolve(_:type:)`.
-    public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
+    package func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
         let started = ContinuousClock.now
         if var hit = resolveWithoutWaiting(host, type: type) {
             hit.elapsed = .now - started
@@ -72,7 +72,7 @@ public final class ResolverEngine: Sendable {
     /// literal, or a fresh answer that needs no lookup (not stale, not a remembered failure, not in
     /// its prefetch window), counted as a hit like `resolve` counts it. Nil when `resolve` would
     /// have to go out: call it then. Negative answers are nil here too.
-    public func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
+    package func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
         if let literal = IPAddress(host) {
             return Resolution(host: host, addresses: [ResolvedAddress(ip: literal, ttl: 0)], source: .literal,
                               upstream: nil, elapsed: .zero, expiresAt: clock.now)
@@ -87,7 +87,7 @@ public final class ResolverEngine: Sendable {
     /// The cached answer for `host`, fresh or stale, without any I/O: for hot paths that must not
     /// suspend. Nil when nothing usable is cached. A peek: it neither counts as a hit in the metrics
     /// nor starts a prefetch.
-    public func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
+    package func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
         let now = clock.now
         if let hit = memo.resolution(for: host, type: type, now: now) { return hit }
         return fromCache(host, type, now: now)?.resolution
@@ -125,24 +125,24 @@ public final class ResolverEngine: Sendable {
     }
 
     /// Resolves `hosts` in the background to warm the cache (pre-resolve at start-up).
-    public func prefetch(_ hosts: [String], type: AddressQuery = .both) {
+    package func prefetch(_ hosts: [String], type: AddressQuery = .both) {
         for host in hosts {
             Task { _ = try? await self.resolve(host, type: type) }
         }
     }
 
     /// Forgets every cached answer.
-    public func removeAll() {
+    package func removeAll() {
         cache.removeAll()
         memo.removeAll()
     }
 
     /// Entries in the cache now.
-    public var cachedEntryCount: Int { cache.count }
+    package var cachedEntryCount: Int { cache.count }
 
     /// The cache as bytes for persistence (see `CacheSnapshot`); `wallMilliseconds` is the Unix
     /// time now, which anchors the expiries across a restart.
-    public func snapshot(wallMilliseconds: UInt64) -> [UInt8] {
+    package func snapshot(wallMilliseconds: UInt64) -> [UInt8] {
         CacheSnapshot.encode(cache.snapshot(), monotonicNow: clock.now, wallMilliseconds: wallMilliseconds)
     }
 
@@ -150,7 +150,7 @@ public final class ResolverEngine: Sendable {
     /// - Returns: the number of entries loaded.
     /// - Throws: ``DNSError`` for a corrupt, truncated or foreign file; nothing is loaded then.
     @discardableResult
-    public func restore(_ bytes: [UInt8], wallMilliseconds: UInt64) throws(DNSError) -> Int {
+    package func restore(_ bytes: [UInt8], wallMilliseconds: UInt64) throws(DNSError) -> Int {
         let entries = try CacheSnapshot.decode(bytes, monotonicNow: clock.now, wallMilliseconds: wallMilliseconds)
         for (key, entry) in entries { store(entry, for: key) }
         return entries.count

@@ -1,3 +1,5 @@
+import DNSCore
+import AddressProbing
 import CurlSupport
 import Foundation
 import HTTPDNS

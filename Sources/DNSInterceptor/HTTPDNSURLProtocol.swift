@@ -1,3 +1,4 @@
+import DNSCore
 import CurlSupport
 import Foundation
 import HTTPDNS

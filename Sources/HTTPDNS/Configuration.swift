@@ -1,4 +1,4 @@
-@_exported import DNSCore
+import DNSCore
 import Foundation
 
 /// A trusted resolver: where it is, how to reach it without DNS, and how to verify it.

@@ -1,3 +1,4 @@
+import DNSCore
 extension HTTPDNSResolver {
     /// Whether ``forward(_:)`` has an upstream to use: only DoH upstreams carry whole messages.
     public var canForward: Bool { engine.pool.upstreams.contains { $0 is DoHUpstream } }

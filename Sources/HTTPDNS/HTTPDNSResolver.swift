@@ -1,3 +1,4 @@
+import DNSCore
 import CoreMetrics
 import CurlSupport
 import Foundation
@@ -18,10 +19,10 @@ import Synchronization
 /// early on hits in the last 10 % of their TTL, and concurrent lookups of one name share one query.
 /// A and AAAA are asked in parallel. Upstreams are tried per ``ResolverOptions/strategy``: a failing
 /// upstream hands over at once, a slow one after its share of the remaining budget.
-public final class HTTPDNSResolver: Sendable {
+public final class HTTPDNSResolver: HostResolving, Sendable {
     public let configuration: HTTPDNSConfiguration
-    /// The engine: cache, single-flight, upstream pool, fallback.
-    public let engine: ResolverEngine
+    /// The engine: cache, single-flight, upstream pool, fallback (the package's own business).
+    package let engine: ResolverEngine
 
     public var options: HTTPDNSOptions { engine.options }
 

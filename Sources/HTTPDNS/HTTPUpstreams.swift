@@ -1,10 +1,11 @@
+import DNSCore
 import CurlSupport
 import Foundation
 import Synchronization
 
 /// An RFC 8484 resolver reached over the shared libcurl engine.
 struct DoHUpstream: DNSUpstream {
-    static let contentType = "application/dns-message"
+    static let contentType = DoHWire.mediaType
 
     let endpoint: UpstreamEndpoint
     let method: UpstreamEndpoint.DoHMethod
@@ -28,7 +29,7 @@ struct DoHUpstream: DNSUpstream {
         switch method {
         case .get:
             let separator = endpoint.url.contains("?") ? "&" : "?"
-            request.url = endpoint.url + separator + "dns=" + Base64URL.encode(wire)
+            request.url = endpoint.url + separator + "dns=" + DoHWire.encodeBase64URL(wire)
         case .post:
             request.method = "POST"
             request.body = wire
@@ -217,21 +218,10 @@ struct HTTPTransport: Sendable {
         guard response.status == 200 else {
             throw DNSError(.httpStatus, "HTTP status \(response.status)")
         }
-        let mediaType = Self.mediaType(response.contentType)
+        let mediaType = DoHWire.mediaType(of: response.contentType)
         guard types.contains(mediaType) else {
             throw DNSError(.badContentType, "content type '\(mediaType.isEmpty ? "none" : mediaType)', expected \(types[0])")
         }
-    }
-
-    /// The media type of a Content-Type value without parameters or surrounding blanks
-    /// (`application/dns-message; charset=x` → `application/dns-message`). CurlResponse lower-cases it.
-    static func mediaType(_ contentType: String?) -> String {
-        guard let contentType else { return "" }
-        var utf8 = contentType.utf8[...]
-        if let semicolon = utf8.firstIndex(of: UInt8(ascii: ";")) { utf8 = utf8[..<semicolon] }
-        while let first = utf8.first, first == 0x20 || first == 0x09 { utf8 = utf8.dropFirst() }
-        while let last = utf8.last, last == 0x20 || last == 0x09 { utf8 = utf8.dropLast() }
-        return String(decoding: utf8, as: UTF8.self)
     }
 
     static func code(for code: CurlError.Code) -> DNSError.Code {
@@ -244,34 +234,6 @@ struct HTTPTransport: Sendable {
         case .invalidRequest, .bodySourceFailed: return .invalidConfiguration
         case .protocolError: return .malformedResponse
         }
-    }
-}
-
-/// base64url without padding (RFC 4648 §5), as RFC 8484 GET requires. On the hot path of every
-/// GET query, so written over bytes rather than through Foundation's string replacing.
-enum Base64URL {
-    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-
-    static func encode(_ bytes: [UInt8]) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity((bytes.count * 4 + 2) / 3)
-        var index = 0
-        while index + 3 <= bytes.count {
-            let chunk = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
-            out.append(alphabet[Int(chunk >> 18 & 63)])
-            out.append(alphabet[Int(chunk >> 12 & 63)])
-            out.append(alphabet[Int(chunk >> 6 & 63)])
-            out.append(alphabet[Int(chunk & 63)])
-            index += 3
-        }
-        let rest = bytes.count - index
-        if rest > 0 {
-            let chunk = UInt32(bytes[index]) << 16 | (rest == 2 ? UInt32(bytes[index + 1]) << 8 : 0)
-            out.append(alphabet[Int(chunk >> 18 & 63)])
-            out.append(alphabet[Int(chunk >> 12 & 63)])
-            if rest == 2 { out.append(alphabet[Int(chunk >> 6 & 63)]) }
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 }
 

@@ -1,3 +1,4 @@
+import DNSCore
 /// Well-known public DoH resolvers with their bootstrap addresses, so none of them needs DNS.
 ///
 /// Addresses are the operators' published anycast addresses. These reach the public internet: never

@@ -1,3 +1,4 @@
+import AddressProbing
 import CoreMetrics
 import DNSCore
 import Foundation

@@ -1,3 +1,4 @@
+import ResultFormatting
 import DNSCore
 import Foundation
 import HijackDetection

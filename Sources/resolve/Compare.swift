@@ -1,8 +1,10 @@
+import ResultFormatting
+import DNSCore
+import AddressProbing
 import ArgumentParser
 import Foundation
 import HijackDetection
 import HTTPDNS
-import ResolverDaemon
 import SystemResolver
 
 struct Compare: AsyncParsableCommand {

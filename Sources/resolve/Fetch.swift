@@ -1,3 +1,5 @@
+import ResultFormatting
+import DNSCore
 import ArgumentParser
 import DNSInterceptor
 import Foundation
@@ -5,7 +7,6 @@ import Foundation
 import FoundationNetworking
 #endif
 import HTTPDNS
-import ResolverDaemon
 
 /// `resolve fetch`: one request through the interceptor (ARCHITECTURE.md's contract).
 struct Fetch: AsyncParsableCommand {

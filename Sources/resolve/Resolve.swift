@@ -1,7 +1,8 @@
+import ResultFormatting
+import DNSCore
 import ArgumentParser
 import Foundation
 import HTTPDNS
-import ResolverDaemon
 import ResolverConfig
 import SystemResolver
 

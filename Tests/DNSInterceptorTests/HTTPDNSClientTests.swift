@@ -1,3 +1,5 @@
+import DNSCore
+import AddressProbing
 import DNSInterceptor
 import Foundation
 #if canImport(FoundationNetworking)

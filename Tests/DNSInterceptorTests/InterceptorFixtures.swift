@@ -1,3 +1,4 @@
+import DNSCore
 import DNSInterceptor
 import Foundation
 import HTTPDNS

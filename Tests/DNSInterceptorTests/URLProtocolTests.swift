@@ -1,4 +1,5 @@
 @testable import DNSInterceptor
+import DNSCore
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking

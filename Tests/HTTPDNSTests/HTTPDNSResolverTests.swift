@@ -1,3 +1,4 @@
+import DNSCore
 import Foundation
 import Synchronization
 import Testing
@@ -186,9 +187,9 @@ import TestSupport
     }
 
     @Test func base64URLHasNoPaddingAndURLSafeCharacters() {
-        #expect(Base64URL.encode([0xfb, 0xff]) == "-_8")
-        #expect(Base64URL.encode([]) == "")
-        #expect(Base64URL.encode([0x00, 0x00, 0x01]) == "AAAB")
+        #expect(DoHWire.encodeBase64URL([0xfb, 0xff]) == "-_8")
+        #expect(DoHWire.encodeBase64URL([]) == "")
+        #expect(DoHWire.encodeBase64URL([0x00, 0x00, 0x01]) == "AAAB")
     }
 }
 

@@ -1,3 +1,4 @@
+import AddressProbing
 import DNSCore
 import HijackDetection
 import HTTPDNS

@@ -1,3 +1,4 @@
+import AddressProbing
 import CurlSupport
 import DNSCore
 import Foundation

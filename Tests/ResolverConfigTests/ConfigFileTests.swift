@@ -1,3 +1,4 @@
+import DNSCore
 import HTTPDNS
 import Testing
 @testable import ResolverConfig

@@ -79,12 +79,7 @@ enum DNSAnswers {
     /// negative TTL (RFC 2308 §5); 0 when neither says.
     static func minTTL(of response: [UInt8]) -> UInt32 {
         guard let message = try? DNSMessage(decoding: response) else { return 0 }
-        let ttls = message.answers.filter { $0.type != .opt }.map(\.ttl)
-        if let smallest = ttls.min() { return smallest }
-        for record in message.authorities {
-            if case .soa(let soa) = record.data { return min(record.ttl, soa.minimum) }
-        }
-        return 0
+        return message.answers.filter { $0.type != .opt }.map(\.ttl).min() ?? message.negativeTTL ?? 0
     }
 }
 

@@ -1,4 +1,5 @@
-/// The DoH request side in plain Swift (no NIO), fuzzed with the query parser (Fuzz/DaemonFuzzer.swift).
+/// The DoH request side in plain Swift (no NIO), fuzzed with the query parser (Fuzz/DoHRequestFuzzer.swift).
+import DNSCore
 
 /// RFC 8484 requests: where the DNS query is in a GET or a POST to `/dns-query`.
 enum DoHRequest {
@@ -18,7 +19,7 @@ enum DoHRequest {
             guard let parameter = queryParameter("dns", in: target) else {
                 return .failure(Refusal(status: 400, "give ?dns=BASE64URL (RFC 8484 §4.1)\n"))
             }
-            guard parameter.utf8.count <= maxMessageBytes * 4 / 3 + 4, let wire = decodeBase64URL(parameter) else {
+            guard parameter.utf8.count <= maxMessageBytes * 4 / 3 + 4, let wire = DoHWire.decodeBase64URL(parameter) else {
                 return .failure(Refusal(status: 400, "the dns parameter is not base64url\n"))
             }
             return .success(wire)
@@ -43,11 +44,7 @@ enum DoHRequest {
 
     /// Whether a POST's `Content-Type` is `application/dns-message` (parameters and case aside).
     static func isDNSMessage(contentType: String?) -> Bool {
-        guard let contentType else { return false }
-        var type = contentType.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        while let first = type.first, first == " " || first == "\t" { type = type.dropFirst() }
-        while let last = type.last, last == " " || last == "\t" { type = type.dropLast() }
-        return type.lowercased() == "application/dns-message"
+        DoHWire.mediaType(of: contentType) == DoHWire.mediaType
     }
 
     /// The first `name=value` of a request target's query, as it is (base64url needs no decoding).
@@ -64,40 +61,5 @@ enum DoHRequest {
             start = end == bytes.endIndex ? end : bytes.index(after: end)
         }
         return nil
-    }
-
-    /// Decodes base64url without padding (RFC 8484 §4.1; RFC 4648 §5). Trailing `=` padding is
-    /// tolerated; anything else outside the alphabet is refused.
-    static func decodeBase64URL(_ text: Substring) -> [UInt8]? {
-        var values: [UInt8] = []
-        values.reserveCapacity(text.utf8.count)
-        var padding = 0
-        for byte in text.utf8 {
-            if byte == UInt8(ascii: "=") { padding += 1; continue }
-            guard padding == 0 else { return nil }
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"): values.append(byte - 65)
-            case UInt8(ascii: "a")...UInt8(ascii: "z"): values.append(byte - 97 + 26)
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): values.append(byte - 48 + 52)
-            case UInt8(ascii: "-"): values.append(62)
-            case UInt8(ascii: "_"): values.append(63)
-            default: return nil
-            }
-        }
-        if values.count % 4 == 1 || padding > 2 { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(values.count * 3 / 4)
-        var index = 0
-        while index + 1 < values.count {
-            let a = values[index], b = values[index + 1]
-            bytes.append(a << 2 | b >> 4)
-            if index + 2 < values.count {
-                let c = values[index + 2]
-                bytes.append((b & 0x0f) << 4 | c >> 2)
-                if index + 3 < values.count { bytes.append((c & 0x03) << 6 | values[index + 3]) }
-            }
-            index += 4
-        }
-        return bytes
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import HTTPDNS
 import DNSCore
 
 /// Renders lookup results: JSON Lines with the contract's key order, or a human table.

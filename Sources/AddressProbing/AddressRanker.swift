@@ -42,7 +42,7 @@ public actor AddressRanker {
         var at: ContinuousClock.Instant
     }
 
-    public nonisolated let resolver: HTTPDNSResolver
+    public nonisolated let resolver: any HostResolving
     private let prober: any AddressProbing
     private let memory: Duration
     private let clock: any ResolverClock
@@ -53,7 +53,7 @@ public actor AddressRanker {
     ///   - prober: how an address is measured; default TCP connect within 1 s (TLS proves more
     ///     and costs a handshake: `ConnectionProber(mode: .tls)`).
     ///   - memory: how long a measurement is reused. Default 60 s.
-    public init(resolver: HTTPDNSResolver, prober: any AddressProbing = ConnectionProber(mode: .tcp, timeout: .seconds(1)),
+    public init(resolver: any HostResolving, prober: any AddressProbing = ConnectionProber(mode: .tcp, timeout: .seconds(1)),
                 memory: Duration = .seconds(60), clock: any ResolverClock = MonotonicClock()) {
         self.resolver = resolver
         self.prober = prober
@@ -109,10 +109,5 @@ public actor AddressRanker {
     private func prune() {
         let now = clock.now
         measurements = measurements.filter { now < $0.value.at + memory }
-    }
-
-    /// Forgets every measurement (after a network change, say).
-    public func forget() {
-        measurements.removeAll()
     }
 }
