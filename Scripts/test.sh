@@ -13,6 +13,9 @@ need_packages bind9-dnsutils knot-dnsutils curl python3-h2 python3-dnspython ipr
 trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 bash Scripts/testenv.sh start
 swift build --build-tests
+# A package that depends on this one by path compiles the README's library examples against every
+# documented product: documented-but-unusable API fails here.
+swift build --package-path Tests/ExternalPackage --scratch-path .build-external
 swift test --skip-build "$@"
 # The adversarial suite: hostile clients and failing upstreams against a running daemon.
 if [ $# -eq 0 ]; then

@@ -1,0 +1,6 @@
+// Compiled, not run: the examples name hosts under example.com, and tests talk to loopback only.
+import HTTPDNS
+
+if CommandLine.arguments.contains("--run-nothing") {
+    print(library, cache, interceptor, hijackDetection)
+}
