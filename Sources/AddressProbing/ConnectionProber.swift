@@ -107,7 +107,8 @@ public struct ConnectionProber: AddressProbing {
             result.detail = "'\(host)' port \(port) cannot be probed: not a host name and port"
             return result
         }
-        var request = CurlRequest(url: "", resolve: ["\(host):\(port):\(ip.urlHost)"], timeout: timeout,
+        let pin = Pinning.pin(host: host, port: port, to: [ip.urlHost])
+        var request = CurlRequest(url: "", resolve: pin.resolve, connectTo: pin.connectTo, timeout: timeout,
                                   trust: TLSTrust(caFile: caFile), maxResponseBytes: Self.markerWindow)
         request.freshConnection = true
         request.allowsHTTP2 = false

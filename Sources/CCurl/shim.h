@@ -29,6 +29,9 @@ static inline CURLcode httpdns_easy_setopt_seek_callback(CURL *handle,
         int (*callback)(void *, curl_off_t, int)) {
     return curl_easy_setopt(handle, CURLOPT_SEEKFUNCTION, callback);
 }
+static inline CURLcode httpdns_easy_setopt_resolver_start(CURL *handle, int (*callback)(void *, void *, void *)) {
+    return curl_easy_setopt(handle, CURLOPT_RESOLVER_START_FUNCTION, callback);
+}
 /* CURLPAUSE_CONT is a compound macro Swift does not import. */
 static inline CURLcode httpdns_easy_unpause(CURL *handle) {
     return curl_easy_pause(handle, CURLPAUSE_CONT);

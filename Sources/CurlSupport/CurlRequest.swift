@@ -9,6 +9,9 @@ package struct CurlRequest: Sendable {
     /// A body read as the transfer goes (`CURLOPT_READFUNCTION`), for files and streams that should
     /// not be read into memory first. Wins over `body`.
     package var bodySource: (any CurlBodySource)?
+    /// Whether libcurl may resolve a name itself (the system's DNS). Never, by default: every
+    /// transfer is pinned (``Pinning``), and one that would need a lookup fails instead.
+    package var allowsNameResolution = false
     /// `CURLOPT_RESOLVE` entries, `host:port:ip[,ip]`: the URL keeps its host for SNI, Host and
     /// certificate checks while the socket goes to the given address.
     package var resolve: [String]

@@ -87,7 +87,12 @@ final class Transfer: @unchecked Sendable {
         }
         if let pin = request.trust.pinnedPublicKey { try set(CURLOPT_PINNEDPUBLICKEY, pin) }
 
-        if let list = makeList(request.resolve) { try check(httpdns_easy_setopt_slist(easy, CURLOPT_RESOLVE, list), CURLOPT_RESOLVE) }
+        var resolve = request.resolve
+        if !request.allowsNameResolution {
+            try check(httpdns_easy_setopt_resolver_start(easy, refuseNameResolution), CURLOPT_RESOLVER_START_FUNCTION)
+            resolve += Pinning.literalEntries(url: request.url, connectTo: request.connectTo)
+        }
+        if let list = makeList(resolve) { try check(httpdns_easy_setopt_slist(easy, CURLOPT_RESOLVE, list), CURLOPT_RESOLVE) }
         if let list = makeList(request.connectTo) { try check(httpdns_easy_setopt_slist(easy, CURLOPT_CONNECT_TO, list), CURLOPT_CONNECT_TO) }
         if let list = makeList(request.headers) { try check(httpdns_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, list), CURLOPT_HTTPHEADER) }
 
@@ -179,6 +184,9 @@ final class Transfer: @unchecked Sendable {
         let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
         let raw = Int32(code.rawValue)
         switch code {
+        case CURLE_COULDNT_RESOLVE_HOST where !request.allowsNameResolution:
+            return CurlError(.invalidRequest, "the transfer needed a DNS lookup of its own, which is never made: its host must be pinned",
+                             curlCode: raw)
         case CURLE_ABORTED_BY_CALLBACK where sourceFailed, CURLE_READ_ERROR where sourceFailed:
             return CurlError(.bodySourceFailed, "the request body could not be read", curlCode: raw)
         case CURLE_SEND_FAIL_REWIND:
@@ -298,6 +306,12 @@ final class Transfer: @unchecked Sendable {
 }
 
 // libcurl's C callbacks; the user pointer is the unretained Transfer, alive while its handle is.
+/// `CURLOPT_RESOLVER_START_FUNCTION`: libcurl is about to ask the system's DNS for a name no pin
+/// covers. Refused: nothing this library sends may depend on the hijackable path.
+private let refuseNameResolution: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32 = { _, _, _ in
+    1
+}
+
 private let onBody: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {
     data, size, count, context in
     guard let context else { return 0 }

@@ -9,8 +9,8 @@ import FoundationNetworking
 
 /// An HTTP client whose host names are resolved through ``HTTPDNSResolver`` and never the system's DNS.
 ///
-/// The URL keeps its host name; only the socket goes to the resolved address (libcurl's
-/// `CURLOPT_RESOLVE`), so TLS SNI, the `Host` header and certificate validation all use the
+/// The URL keeps its host name; only the socket goes to the resolved addresses (`Pinning`:
+/// libcurl's `CURLOPT_CONNECT_TO` to a name standing for them), so TLS SNI, the `Host` header and certificate validation all use the
 /// original name. A certificate for another name, or from an unknown CA, fails the request before
 /// any byte of the body reaches the caller.
 ///
@@ -245,7 +245,7 @@ public final class HTTPDNSClient: Sendable {
         let bareHost = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
         let headers = try headers(for: request, url: url, context: context)
         var resolution: Resolution?
-        var resolve: [String] = []
+        var pin: (connectTo: [String], resolve: [String]) = ([], [])
         // An IP literal (an IPv6 one possibly with a zone, `fe80::1%eth0`) is connected to as it is.
         if let literal = IPAddress(bareHost.split(separator: "%", maxSplits: 1).first.map(String.init) ?? bareHost) {
             let wanted: IPAddress.Family? = options.addressFamilies == .a ? .ipv4 : options.addressFamilies == .aaaa ? .ipv6 : nil
@@ -260,7 +260,7 @@ public final class HTTPDNSClient: Sendable {
                 if let ranker = options.ranker {
                     order = await ranker.rank(order, host: bareHost, port: port).map(\.ip)
                 }
-                resolve = ["\(bareHost):\(port):" + order.map(\.urlHost).joined(separator: ",")]
+                pin = Pinning.pin(host: bareHost, port: port, to: order.map(\.urlHost))
             } catch {
                 throw Self.error(.cannotFindHost, url, HTTPDNSClientError(.resolution, "cannot resolve \(bareHost): \(error.message)", dnsCode: error.code.rawValue))
             }
@@ -270,7 +270,7 @@ public final class HTTPDNSClient: Sendable {
             throw Self.error(.badURL, url, HTTPDNSClientError(.invalidRequest, "the method '\(method)' is not an HTTP token"))
         }
         var curl = CurlRequest(url: url.absoluteString, method: method, headers: headers,
-                               resolve: resolve, timeout: context.timeout ?? timeout(for: request),
+                               resolve: pin.resolve, connectTo: pin.connectTo, timeout: context.timeout ?? timeout(for: request),
                                trust: TLSTrust(caFile: options.caFile),
                                maxResponseBytes: sink ? Int.max : options.maxBodyBytes, protocols: "http,https")
         curl.happyEyeballsDelay = options.happyEyeballsDelay

@@ -92,17 +92,6 @@ public struct UpstreamEndpoint: Sendable, Hashable {
 
     /// Whether the host is an IP literal, reachable without bootstrap.
     public var hostIsLiteral: Bool { IPAddress(host) != nil }
-
-    /// The `CURLOPT_CONNECT_TO` entry sending host:port to `address` while the URL, SNI and
-    /// certificate checks keep the name.
-    ///
-    /// CONNECT_TO rather than RESOLVE: RESOLVE entries land in the multi handle's shared DNS cache
-    /// and connection reuse matches on host:port alone, so a transfer pinned to one address could
-    /// ride a connection opened to another. Connections made with CONNECT_TO are matched on the
-    /// connect-to address too.
-    func connectTo(_ address: IPAddress) -> String {
-        "\(host):\(port):\(address.urlHost):\(port)"
-    }
 }
 
 /// Where to ask: the trusted resolvers and the trust anchors (hickory-dns's `ResolverConfig`).

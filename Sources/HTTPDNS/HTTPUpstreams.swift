@@ -178,30 +178,19 @@ struct HTTPTransport: Sendable {
                            maxResponseBytes: maxResponseBytes, protocols: "https")
     }
 
-    /// Sends `request` to the endpoint's bootstrap addresses in turn: a refused connection moves to
-    /// the next address at once; any other outcome (an answer, a timeout, a TLS failure) is final.
+    /// Sends `request` pinned to the endpoint's bootstrap addresses (``Pinning``), the one that
+    /// answered last first: libcurl moves to the next address when one refuses or does not connect
+    /// in its share of the time; an answer, a TLS failure or the budget running out is final.
     func perform(_ request: CurlRequest, endpoint: UpstreamEndpoint) async throws(DNSError) -> CurlResponse {
         guard !endpoint.hostIsLiteral, !endpoint.bootstrap.isEmpty else {
             return try await perform(request)
         }
-        let clock = ContinuousClock()
-        let deadline = clock.now + request.timeout
-        var lastError = DNSError(.connectFailed, "no bootstrap address")
-        for address in preferred.order(endpoint.bootstrap, for: endpoint.url) {
-            let remaining = deadline - clock.now
-            guard remaining > .milliseconds(1) else { break }
-            var pinned = request
-            pinned.connectTo = [endpoint.connectTo(address)]
-            pinned.timeout = remaining
-            do {
-                let response = try await perform(pinned)
-                preferred.remember(address, for: endpoint.url)
-                return response
-            } catch where error.code == .connectFailed {
-                lastError = DNSError(.connectFailed, "\(address): \(error.message)")
-            }
-        }
-        throw lastError
+        let addresses = preferred.order(endpoint.bootstrap, for: endpoint.url)
+        var pinned = request
+        (pinned.connectTo, pinned.resolve) = Pinning.pin(host: endpoint.host, port: endpoint.port, to: addresses.map(\.urlHost))
+        let response = try await perform(pinned)
+        if let remote = response.remoteIP.flatMap({ IPAddress($0) }) { preferred.remember(remote, for: endpoint.url) }
+        return response
     }
 
     private func perform(_ request: CurlRequest) async throws(DNSError) -> CurlResponse {

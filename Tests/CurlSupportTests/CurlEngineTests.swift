@@ -56,3 +56,27 @@ import Testing
         }
     }
 }
+
+/// The one pinning rule (`Pinning`): a real name is never given an address in libcurl's DNS cache.
+@Suite struct PinningTests {
+    @Test func aPinNameStandsForExactlyItsAddresses() {
+        let pin = Pinning.pin(host: "origin.hd.test", port: 443, to: ["127.0.0.4", "[::1]"])
+        #expect(pin.connectTo.count == 1 && pin.resolve.count == 1)
+        let name = String(pin.connectTo[0].split(separator: ":")[2])
+        #expect(name.hasPrefix("pin-") && name.hasSuffix(".httpdns.invalid"), "an RFC 6761 name that exists nowhere")
+        #expect(pin.connectTo[0] == "origin.hd.test:443:\(name):443")
+        #expect(pin.resolve[0] == "+\(name):443:127.0.0.4,[::1]", "expiring, and never for the real name")
+        #expect(Pinning.pin(host: "other.hd.test", port: 443, to: ["127.0.0.4", "[::1]"]).resolve == pin.resolve, "same addresses, same pin")
+        #expect(Pinning.pin(host: "origin.hd.test", port: 443, to: ["127.0.0.8"]).resolve != pin.resolve)
+        #expect(Pinning.pin(host: "origin.hd.test", port: 8443, to: ["127.0.0.4", "[::1]"]).resolve != pin.resolve)
+        #expect(Pinning.pin(host: "origin.hd.test", port: 443, to: []) == ([], []))
+    }
+
+    @Test func aTransferThatWouldNeedALookupFailsInsteadOfAskingTheSystem() async throws {
+        // A name nothing pins: libcurl would ask the system's DNS; the transfer is refused first.
+        let unpinned = CurlRequest(url: "https://unpinned.hd.test:\(unusedLoopbackPort())/", timeout: .seconds(3))
+        await #expect { try await CurlEngine.shared.perform(unpinned) } throws: {
+            ($0 as? CurlError)?.code == .invalidRequest && ($0 as? CurlError)?.message.contains("must be pinned") == true
+        }
+    }
+}

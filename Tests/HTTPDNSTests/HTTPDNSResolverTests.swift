@@ -148,18 +148,17 @@ import TestSupport
             #expect(endpoint.bootstrap.count >= 2, "\(preset) needs at least two bootstrap addresses")
             #expect(endpoint.bootstrap.allSatisfy { $0.specialPurposeRange == nil }, "\(preset)")
             #expect(endpoint.bootstrap.contains { $0.family == .ipv4 }, "\(preset)")
-            #expect(endpoint.connectTo(endpoint.bootstrap[0]).hasPrefix("\(endpoint.host):443:"))
+            #expect(endpoint.port == 443)
         }
         let defaults = HTTPDNSConfiguration.publicDefault
         #expect(defaults.upstreams.map(\.host) == ["cloudflare-dns.com", "dns.google", "dns.quad9.net"])
         #expect(throws: Never.self) { try defaults.validate() }
     }
 
-    @Test func connectToEntryBracketsIPv6() throws {
+    @Test func anEndpointsPortComesFromItsURL() throws {
         let endpoint = try UpstreamEndpoint.doh("https://doh-a.test:18443/dns-query", bootstrap: ["127.0.0.1", "::1"])
-        #expect(endpoint.connectTo(endpoint.bootstrap[0]) == "doh-a.test:18443:127.0.0.1:18443")
-        #expect(endpoint.connectTo(endpoint.bootstrap[1]) == "doh-a.test:18443:[::1]:18443")
         #expect(endpoint.port == 18443)
+        #expect(endpoint.bootstrap.map(\.urlHost) == ["127.0.0.1", "[::1]"])
     }
 
     @Test(arguments: ["http://dns.test/dns-query", "dns.test/dns-query", "https://", "https://user:pw@dns.test/q",
