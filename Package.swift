@@ -125,7 +125,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["DNSCore"], path: "Tests/TestSupport"),
         .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection", "AddressProbing", "HTTPDNS", "DNSCore", "TestSupport"]),
         .testTarget(name: "DNSCoreTests", dependencies: [
-            "DNSCore", .product(name: "MetricsTestKit", package: "swift-metrics"),
+            "DNSCore", "TestSupport", .product(name: "MetricsTestKit", package: "swift-metrics"),
             .product(name: "InMemoryLogging", package: "swift-log"),
         ]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),

@@ -1,15 +1,12 @@
 # Shared helpers for the project's scripts. Sourced, not run.
 
-# Fixed loopback ports of the integration environment.
-DOH_PORT=18443     # doh-a.test (127.0.0.1, ::1), and nginx on 127.0.0.3
-DNS_PORT=18053     # doh-a's plain DNS
-DOH_PORT_B=18444   # doh-b.test
-DNS_PORT_B=18054   # doh-b's plain DNS
-SYSTEM_DNS_PORT=18055  # dnsmasq: the "system" DNS (lies for some names)
-ORIGIN_PORT=18480       # nginx HTTPS origins on 127.0.0.4-6 (interceptor tests)
-ORIGIN_PLAIN_PORT=18481 # nginx plain-HTTP backend on 127.0.0.4
-ORIGIN_H1_PORT=18482    # nginx HTTPS origin on 127.0.0.4 offering HTTP/1.1 only (chunked responses)
-export DOH_PORT DNS_PORT DOH_PORT_B DNS_PORT_B SYSTEM_DNS_PORT ORIGIN_PORT ORIGIN_PLAIN_PORT ORIGIN_H1_PORT
+# Fixed loopback ports of the integration environment (the one list, also read by the tests):
+# doh-a.test (127.0.0.1, ::1) and nginx on 127.0.0.3 on DOH_PORT, doh-a's plain DNS on DNS_PORT,
+# doh-b.test on DOH_PORT_B/DNS_PORT_B, dnsmasq (the "system" DNS) on SYSTEM_DNS_PORT, the nginx
+# origins on ORIGIN_PORT (HTTPS, 127.0.0.4-6), ORIGIN_PLAIN_PORT (plain) and ORIGIN_H1_PORT (HTTP/1.1).
+set -a
+. "$(dirname "${BASH_SOURCE[0]}")/ports.env"
+set +a
 
 # Installs the Debian packages that are missing (apt-get needs root; CI and dev machines run as root).
 need_packages() {

@@ -2,6 +2,7 @@ import InMemoryLogging
 import Logging
 import MetricsTestKit
 import Testing
+import TestSupport
 @testable import DNSCore
 
 /// Metrics go to the factory the caller passes (nothing is bootstrapped globally), logs to the

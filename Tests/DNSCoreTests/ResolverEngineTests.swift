@@ -1,59 +1,7 @@
 import Synchronization
 import Testing
+import TestSupport
 @testable import DNSCore
-
-/// A scripted upstream that counts questions; its script can change between calls.
-final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
-    // Safety: all mutable state is behind `state`.
-    enum Reply: Sendable {
-        case addresses([String], ttl: UInt32)
-        case nxdomain(soaMinimum: UInt32?)
-        case nodata
-        case fail(DNSError.Code)
-        /// Waits this long (bounded by the granted timeout), then answers with addresses.
-        case slow(Duration, [String])
-    }
-
-    let identifier: String
-    let source: Resolution.Source
-    private let state: Mutex<(reply: Reply, count: Int)>
-
-    init(_ identifier: String, source: Resolution.Source = .doh, _ reply: Reply) {
-        self.identifier = identifier
-        self.source = source
-        state = Mutex((reply, 0))
-    }
-
-    convenience init(_ reply: Reply) {
-        self.init("https://fake.test/dns-query", reply)
-    }
-
-    var queries: Int { state.withLock { $0.count } }
-    func reply(_ reply: Reply) { state.withLock { $0.reply = reply } }
-
-    func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
-        let reply = state.withLock { state -> Reply in
-            state.count += 1
-            return state.reply
-        }
-        switch reply {
-        case let .addresses(ips, ttl):
-            let wanted = ips.compactMap(IPAddress.init).filter { ($0.family == .ipv4) == (question.type == .a) }
-            if wanted.isEmpty { return .nodata(negativeTTL: 60) }
-            return .addresses(wanted.map { ResolvedAddress(ip: $0, ttl: ttl) }, canonicalName: question.name)
-        case let .nxdomain(minimum):
-            return .nxdomain(negativeTTL: minimum)
-        case .nodata:
-            return .nodata(negativeTTL: nil)
-        case let .fail(code):
-            throw DNSError(code, "scripted \(code.rawValue)")
-        case let .slow(delay, ips):
-            do { try await Task.sleep(for: min(delay, timeout)) } catch { throw DNSError(.cancelled, "cancelled") }
-            if delay > timeout { throw DNSError(.timeout, "no answer within \(timeout)") }
-            return .addresses(ips.compactMap(IPAddress.init).map { ResolvedAddress(ip: $0, ttl: 300) }, canonicalName: question.name)
-        }
-    }
-}
 
 @Suite struct ResolverEngineTests {
     let clock = ManualClock()

@@ -7,15 +7,15 @@ import TestSupport
 
 /// The resolver's failover, merging and policy logic, against scripted upstreams.
 @Suite struct HTTPDNSResolverTests {
-    func resolver(_ upstreams: [FakeUpstream], timeout: Duration = .seconds(3), allowPrivate: Bool = false) -> HTTPDNSResolver {
+    func resolver(_ upstreams: [ScriptedUpstream], timeout: Duration = .seconds(3), allowPrivate: Bool = false) -> HTTPDNSResolver {
         var options = HTTPDNSOptions(timeout: timeout, allowPrivate: allowPrivate)
         options.minTTL = .zero
         return HTTPDNSResolver(options: options, upstreams: upstreams)
     }
 
     @Test func failingFirstUpstreamHandsOverToTheSecond() async throws {
-        let first = FakeUpstream("https://first.test/dns-query", always: .fail(.httpStatus))
-        let second = FakeUpstream("https://second.test/dns-query", always: .answer(["198.18.0.1"]))
+        let first = ScriptedUpstream("https://first.test/dns-query", .fail(.httpStatus))
+        let second = ScriptedUpstream("https://second.test/dns-query", .addresses(["198.18.0.1"]))
         let resolution = try await resolver([first, second]).resolve("www.hd.test", type: .a)
         #expect(resolution.addresses.map(\.ip.description) == ["198.18.0.1"])
         #expect(resolution.upstream == "https://second.test/dns-query")
@@ -24,8 +24,8 @@ import TestSupport
     }
 
     @Test func slowFirstUpstreamGetsOnlyItsShareOfTheBudget() async throws {
-        let first = FakeUpstream("https://slow.test/dns-query", always: .slow(.seconds(30), then: ["198.18.0.9"]))
-        let second = FakeUpstream("https://second.test/dns-query", always: .answer(["198.18.0.1"]))
+        let first = ScriptedUpstream("https://slow.test/dns-query", .slow(.seconds(30), ["198.18.0.9"]))
+        let second = ScriptedUpstream("https://second.test/dns-query", .addresses(["198.18.0.1"]))
         let clock = ContinuousClock()
         let start = clock.now
         let resolution = try await resolver([first, second], timeout: .seconds(6)).resolve("www.hd.test", type: .a)
@@ -43,8 +43,8 @@ import TestSupport
     }
 
     @Test func nxdomainIsAnAnswerAndStopsFailover() async throws {
-        let first = FakeUpstream("https://first.test/dns-query", always: .nxdomain)
-        let second = FakeUpstream("https://second.test/dns-query", always: .answer(["198.18.0.1"]))
+        let first = ScriptedUpstream("https://first.test/dns-query", .nxdomain())
+        let second = ScriptedUpstream("https://second.test/dns-query", .addresses(["198.18.0.1"]))
         await #expect { try await resolver([first, second]).resolve("nope.hd.test") } throws: {
             ($0 as? DNSError)?.code == .nxdomain
         }
@@ -53,8 +53,8 @@ import TestSupport
 
     @Test func differentFailuresCombineIntoUpstreamFailedListingEach() async throws {
         let upstreams = [
-            FakeUpstream("https://a.test/dns-query", always: .fail(.connectFailed)),
-            FakeUpstream("https://b.test/dns-query", always: .fail(.malformedResponse)),
+            ScriptedUpstream("https://a.test/dns-query", .fail(.connectFailed)),
+            ScriptedUpstream("https://b.test/dns-query", .fail(.malformedResponse)),
         ]
         do {
             _ = try await resolver(upstreams).resolve("www.hd.test", type: .a)
@@ -67,15 +67,15 @@ import TestSupport
     }
 
     @Test func sameFailureEverywhereKeepsItsSpecificCode() async throws {
-        let upstreams = [FakeUpstream("https://a.test/dns-query", always: .fail(.timeout)),
-                         FakeUpstream("https://b.test/dns-query", always: .fail(.timeout))]
+        let upstreams = [ScriptedUpstream("https://a.test/dns-query", .fail(.timeout)),
+                         ScriptedUpstream("https://b.test/dns-query", .fail(.timeout))]
         await #expect { try await resolver(upstreams).resolve("www.hd.test") } throws: { ($0 as? DNSError)?.code == .timeout }
     }
 
     @Test func dualStackAnswerMergesFamiliesIPv6First() async throws {
-        let upstream = FakeUpstream("https://a.test/dns-query") { type in
-            type == .a ? .answer(["198.18.0.1", "198.18.0.2"], ttl: 100) : .answer(["2001:2::1"], ttl: 50)
-        }
+        let upstream = ScriptedUpstream("https://a.test/dns-query", replies: { type in
+            type == .a ? .addresses(["198.18.0.1", "198.18.0.2"], ttl: 100) : .addresses(["2001:2::1"], ttl: 50)
+        })
         let resolution = try await resolver([upstream]).resolve("www.hd.test")
         #expect(resolution.addresses.map(\.ip.description) == ["2001:2::1", "198.18.0.1", "198.18.0.2"])
         #expect(Set(upstream.events.map(\.type)) == [.a, .aaaa])
@@ -84,7 +84,7 @@ import TestSupport
     }
 
     @Test func oneFamilyMissingIsNotAFailure() async throws {
-        let upstream = FakeUpstream("https://a.test/dns-query") { type in type == .a ? .nodata : .answer(["2001:2::30"]) }
+        let upstream = ScriptedUpstream("https://a.test/dns-query", replies: { type in type == .a ? .nodata : .addresses(["2001:2::30"]) })
         let resolution = try await resolver([upstream]).resolve("v6only.hd.test")
         #expect(resolution.addresses.map(\.ip.description) == ["2001:2::30"])
         await #expect { try await resolver([upstream]).resolve("v6only.hd.test", type: .a) } throws: {
@@ -93,16 +93,16 @@ import TestSupport
     }
 
     @Test func nodataForOneTypeAndFailureForTheOtherReportsTheFailure() async throws {
-        let upstream = FakeUpstream("https://a.test/dns-query") { type in type == .a ? .nodata : .fail(.serverFailure) }
+        let upstream = ScriptedUpstream("https://a.test/dns-query", replies: { type in type == .a ? .nodata : .fail(.serverFailure) })
         await #expect { try await resolver([upstream]).resolve("x.hd.test") } throws: { ($0 as? DNSError)?.code == .serverFailure }
     }
 
     @Test func rebindingGuardDropsPrivateAnswers() async throws {
-        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["10.0.0.2", "198.18.0.50"]))
+        let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["10.0.0.2", "198.18.0.50"]))
         let mixed = try await resolver([upstream]).resolve("mixed.hd.test", type: .a)
         #expect(mixed.addresses.map(\.ip.description) == ["198.18.0.50"])
 
-        let onlyPrivate = FakeUpstream("https://a.test/dns-query", always: .answer(["127.0.0.1", "192.168.1.1"]))
+        let onlyPrivate = ScriptedUpstream("https://a.test/dns-query", .addresses(["127.0.0.1", "192.168.1.1"]))
         await #expect { try await resolver([onlyPrivate]).resolve("loopback.hd.test", type: .a) } throws: {
             ($0 as? DNSError)?.code == .rejectedPrivate
         }
@@ -111,7 +111,7 @@ import TestSupport
     }
 
     @Test func ipLiteralsAreReturnedWithoutAsking() async throws {
-        let upstream = FakeUpstream("https://a.test/dns-query", always: .fail(.timeout))
+        let upstream = ScriptedUpstream("https://a.test/dns-query", .fail(.timeout))
         for literal in ["192.0.2.7", "2001:db8::7", "[2001:db8::8]"] {
             let resolution = try await resolver([upstream]).resolve(literal)
             #expect(resolution.source == .literal)
@@ -122,13 +122,13 @@ import TestSupport
 
     @Test(arguments: ["", "bad name", "a..b", String(repeating: "a", count: 64) + ".test", "ünicode.test", "-x.test"])
     func invalidNamesFailBeforeAnyQuery(name: String) async throws {
-        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))
+        let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1"]))
         await #expect { try await resolver([upstream]).resolve(name) } throws: { ($0 as? DNSError)?.code == .invalidName }
         #expect(upstream.events.isEmpty)
     }
 
     @Test func cancellationEndsTheLookupPromptly() async throws {
-        let upstream = FakeUpstream("https://slow.test/dns-query", always: .slow(.seconds(30), then: ["198.18.0.1"]))
+        let upstream = ScriptedUpstream("https://slow.test/dns-query", .slow(.seconds(30), ["198.18.0.1"]))
         let resolver = resolver([upstream], timeout: .seconds(20))
         let task = Task { try await resolver.resolve("www.hd.test") }
         try await Task.sleep(for: .milliseconds(50))
@@ -199,13 +199,13 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("cache.bin").path
 
-        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))
+        let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1"]))
         let first = HTTPDNSResolver(upstreams: [upstream])
         _ = try await first.resolve("www.hd.test", type: .a)
         try first.saveCache(to: path)
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["cache.bin"], "no temporary file left")
 
-        let dead = FakeUpstream("https://a.test/dns-query", always: .fail(.timeout))
+        let dead = ScriptedUpstream("https://a.test/dns-query", .fail(.timeout))
         let second = HTTPDNSResolver(upstreams: [dead])
         #expect(try second.loadCache(from: path) == 1)
         #expect(try await second.resolve("www.hd.test", type: .a).source == .cache)
@@ -217,7 +217,7 @@ import TestSupport
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("httpdns-corrupt-\(UInt64.random(in: 0...UInt64.max)).bin").path
         defer { try? FileManager.default.removeItem(atPath: path) }
         try Data("HDNSC1\0\0garbage".utf8).write(to: URL(fileURLWithPath: path))
-        let resolver = HTTPDNSResolver(upstreams: [FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))])
+        let resolver = HTTPDNSResolver(upstreams: [ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1"]))])
         #expect { try resolver.loadCache(from: path) } throws: {
             ($0 as? DNSError)?.message.contains("truncated") == true
         }
@@ -231,7 +231,7 @@ import TestSupport
     }
 
     @Test func preresolvedNamesAreCachedBeforeTheirFirstLookup() async throws {
-        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1", "2001:2::1"]))
+        let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1", "2001:2::1"]))
         let resolver = HTTPDNSResolver(configuration: .init(upstreams: [], preresolve: ["www.hd.test", "api.hd.test"]),
                                        upstreams: [upstream])
         for _ in 0..<200 where upstream.events.count < 4 { try await Task.sleep(for: .milliseconds(5)) }
@@ -242,7 +242,7 @@ import TestSupport
     }
 
     @Test func warmWaitsForEveryNameAndReportsEach() async throws {
-        let upstream = FakeUpstream("https://a.test/dns-query") { _ in .answer(["198.18.0.1"]) }
+        let upstream = ScriptedUpstream("https://a.test/dns-query", replies: { _ in .addresses(["198.18.0.1"]) })
         let resolver = HTTPDNSResolver(upstreams: [upstream])
         let results = await resolver.warm(["www.hd.test", "bad..name", "api.hd.test"], type: .a)
         #expect(results.map(\.host) == ["www.hd.test", "bad..name", "api.hd.test"])
@@ -254,7 +254,7 @@ import TestSupport
     @Test func periodicSnapshotsAreWrittenAndOnceMoreOnCancel() async throws {
         let path = temporaryPath("periodic")
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))
+        let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1"]))
         let resolver = HTTPDNSResolver(upstreams: [upstream])
         _ = try await resolver.resolve("www.hd.test", type: .a)
         let task = resolver.persistPeriodically(to: path, every: .milliseconds(50))
@@ -271,7 +271,7 @@ import TestSupport
 
     @Test func aFailedSnapshotIsReportedAndTheResolverKeepsServing() async throws {
         let errors = Mutex<[DNSError]>([])
-        let upstream = FakeUpstream("https://a.test/dns-query", always: .answer(["198.18.0.1"]))
+        let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1"]))
         let resolver = HTTPDNSResolver(upstreams: [upstream])
         let task = resolver.persistPeriodically(to: "/nonexistent-dir.test/cache.bin", every: .milliseconds(20)) { error in
             errors.withLock { $0.append(error) }

@@ -16,7 +16,7 @@ struct DaemonFixture {
     let gateway: RequestGateway
     let metrics: TestMetrics
 
-    init(upstream: FakeUpstream = FakeUpstream("https://doh.test/dns-query", always: .answer(["198.18.0.10"], ttl: 300)),
+    init(upstream: ScriptedUpstream = ScriptedUpstream("https://doh.test/dns-query", .addresses(["198.18.0.10"], ttl: 300)),
          extra: String = "") throws {
         let config = try ConfigFile.parse("""
             upstreams: [{doh: "https://doh.test/dns-query", bootstrap: [127.0.0.1]}]

@@ -68,7 +68,7 @@ import Testing
     }
 
     @Test func aLookupIsAnsweredWhenItFinishes() async throws {
-        let fixture = try DaemonFixture(upstream: FakeUpstream("https://doh.test/dns-query", always: .slow(.milliseconds(50), then: ["198.18.0.77"])))
+        let fixture = try DaemonFixture(upstream: ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(50), ["198.18.0.77"])))
         let channel = try await channel(fixture)
         try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: Self.get(try Self.dohPath("slow.hd.test", id: 5)), endStream: true))))
         let headers = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
@@ -131,7 +131,7 @@ import Testing
     }
 
     @Test func quiescingSendsGOAWAYAndClosesOnceAnswered() async throws {
-        let fixture = try DaemonFixture(upstream: FakeUpstream("https://doh.test/dns-query", always: .slow(.milliseconds(50), then: ["198.18.0.77"])))
+        let fixture = try DaemonFixture(upstream: ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(50), ["198.18.0.77"])))
         let channel = try await channel(fixture)
         try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: Self.get(try Self.dohPath("drain.hd.test", id: 1)), endStream: true))))
         channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())

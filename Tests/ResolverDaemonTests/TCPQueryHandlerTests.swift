@@ -45,7 +45,7 @@ import Testing
     }
 
     @Test func atMostSixteenLookupsRunForOneConnection() async throws {
-        let upstream = FakeUpstream("https://doh.test/dns-query", always: .slow(.milliseconds(300), then: ["198.18.0.9"]))
+        let upstream = ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(300), ["198.18.0.9"]))
         let fixture = try DaemonFixture(upstream: upstream)
         let channel = try await channel(fixture)
         var burst = ByteBuffer()

@@ -12,11 +12,27 @@ public enum TestEnvironment {
     public static let caFile = root + "/.testenv/ca/ca.pem"
     public static let otherCAFile = root + "/.testenv/ca/other-ca.pem"
 
-    public static let dohPort = 18443
-    public static let dohPortB = 18444
-    public static let dnsPort = 18053
+    /// Scripts/ports.env, the one list of the environment's ports (Scripts/lib.sh sources it).
+    static let ports: [String: Int] = {
+        let text = (try? String(contentsOfFile: root + "/Scripts/ports.env", encoding: .utf8)) ?? ""
+        var ports: [String: Int] = [:]
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            let parts = line.split(separator: "=", maxSplits: 1)
+            if parts.count == 2, let port = Int(parts[1]) { ports[String(parts[0])] = port }
+        }
+        return ports
+    }()
+
+    static func port(_ name: String) -> Int {
+        guard let port = ports[name] else { fatalError("Scripts/ports.env has no \(name)") }
+        return port
+    }
+
+    public static let dohPort = port("DOH_PORT")
+    public static let dohPortB = port("DOH_PORT_B")
+    public static let dnsPort = port("DNS_PORT")
     /// dnsmasq, the "system" DNS: honest for hd.test, lying for hijacked.hd.test.
-    public static let systemDNSPort = 18055
+    public static let systemDNSPort = port("SYSTEM_DNS_PORT")
 
     public static let dohA = "https://doh-a.test:\(dohPort)/dns-query"
     public static let dohB = "https://doh-b.test:\(dohPortB)/dns-query"
@@ -29,17 +45,17 @@ public enum TestEnvironment {
     /// nginx HTTPS origins (interceptor tests): origin/origin2.hd.test on 127.0.0.4, mismatch.hd.test
     /// on 127.0.0.5 (presents origin2's certificate), untrusted.hd.test on 127.0.0.6 (another CA),
     /// dead.hd.test on 127.0.0.7 (nothing listens), failover.hd.test (AAAA ::1 refused, A 127.0.0.4).
-    public static let originPort = 18480
+    public static let originPort = port("ORIGIN_PORT")
     /// Plain HTTP on the origin's addresses: the genuine site answers with the marker below in a
     /// header, the impostor (127.0.0.8) without it.
-    public static let originPlainPort = 18481
+    public static let originPlainPort = port("ORIGIN_PLAIN_PORT")
     public static let genuineMarker = "hd-origin-7f3a"
     /// The impostor the lying system DNS sends bank.hd.test to: same name, another CA's certificate.
     public static let impostorAddress = "127.0.0.8"
     /// A second genuine node (cdn.hd.test and *.cmp.hd.test on the system side).
     public static let secondOriginAddress = "127.0.0.10"
     /// The origin over HTTP/1.1 only (chunked responses).
-    public static let originH1Port = 18482
+    public static let originH1Port = port("ORIGIN_H1_PORT")
     /// Where nginx keeps request bodies of `/upload-file`.
     public static let bodiesDirectory = root + "/.testenv/nginx/bodies"
     public static func origin(_ path: String, host: String = "origin.hd.test") -> String {

@@ -1,0 +1,85 @@
+import DNSCore
+import Synchronization
+
+/// The one scripted upstream of the test suites: answers what it is told, records every question.
+///
+/// ```swift
+/// let upstream = ScriptedUpstream(.addresses(["198.18.0.1", "2001:2::1"], ttl: 300))
+/// upstream.reply(.fail(.timeout))          // from now on
+/// #expect(upstream.queries == 2)
+/// ```
+public final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
+    // Safety: the mutable state (the reply and the log) is behind one Mutex; the rest is immutable.
+    public enum Reply: Sendable {
+        /// The addresses of the asked family (A: the IPv4 ones, AAAA: the IPv6 ones); NODATA when
+        /// there are none.
+        case addresses([String], ttl: UInt32 = 300)
+        case nxdomain(soaMinimum: UInt32? = 60)
+        case nodata
+        case fail(DNSError.Code)
+        /// Waits this long (bounded by the granted timeout, which then fails as `timeout`), then
+        /// answers with the addresses.
+        case slow(Duration, [String])
+    }
+
+    public struct Event: Sendable, Equatable {
+        public var name: String
+        public var type: RecordType
+        public var timeout: Duration
+    }
+
+    public let identifier: String
+    public let source: Resolution.Source
+    private let state: Mutex<(script: @Sendable (RecordType) -> Reply, log: [Event])>
+
+    public init(_ identifier: String, source: Resolution.Source = .doh, _ reply: Reply) {
+        self.identifier = identifier
+        self.source = source
+        state = Mutex(({ _ in reply }, []))
+    }
+
+    /// An upstream named `https://fake.test/dns-query`.
+    public convenience init(_ reply: Reply) {
+        self.init("https://fake.test/dns-query", reply)
+    }
+
+    /// Answers by record type.
+    public init(_ identifier: String, source: Resolution.Source = .doh, replies: @escaping @Sendable (RecordType) -> Reply) {
+        self.identifier = identifier
+        self.source = source
+        state = Mutex((replies, []))
+    }
+
+    /// Answers every later question with `reply`.
+    public func reply(_ reply: Reply) { state.withLock { $0.script = { _ in reply } } }
+
+    public var events: [Event] { state.withLock { $0.log } }
+    public var queries: Int { state.withLock { $0.log.count } }
+
+    public func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        let reply = state.withLock { state -> Reply in
+            state.log.append(Event(name: question.name.description, type: question.type, timeout: timeout))
+            return state.script(question.type)
+        }
+        switch reply {
+        case let .addresses(ips, ttl):
+            return Self.answer(ips, ttl: ttl, question: question)
+        case let .nxdomain(minimum):
+            return .nxdomain(negativeTTL: minimum)
+        case .nodata:
+            return .nodata(negativeTTL: nil)
+        case let .fail(code):
+            throw DNSError(code, "scripted \(code.rawValue)")
+        case let .slow(delay, ips):
+            do { try await Task.sleep(for: min(delay, timeout)) } catch { throw DNSError(.cancelled, "cancelled") }
+            if delay > timeout { throw DNSError(.timeout, "no answer within \(timeout)") }
+            return Self.answer(ips, ttl: 300, question: question)
+        }
+    }
+
+    private static func answer(_ ips: [String], ttl: UInt32, question: DNSMessage.Question) -> AddressAnswer {
+        let wanted = ips.compactMap(IPAddress.init).filter { ($0.family == .ipv4) == (question.type == .a) }
+        if wanted.isEmpty { return .nodata(negativeTTL: 60) }
+        return .addresses(wanted.map { ResolvedAddress(ip: $0, ttl: ttl) }, canonicalName: question.name)
+    }
+}
