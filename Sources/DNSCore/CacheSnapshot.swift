@@ -56,12 +56,12 @@ enum CacheSnapshot {
     }
 
     /// Decodes a snapshot into entries anchored at `monotonicNow`.
-    /// - Throws: ``DNSError`` with ``DNSError/Code/malformedResponse`` naming what is wrong.
+    /// - Throws: ``DNSError`` with ``DNSError/Code/corruptCacheFile`` naming what is wrong.
     static func decode(_ bytes: [UInt8], monotonicNow: ContinuousClock.Instant,
                        wallMilliseconds: UInt64) throws(DNSError) -> [(CacheKey, CacheEntry)] {
         var reader = SnapshotReader(bytes: bytes)
         guard try reader.take(magic.count) == magic else {
-            throw DNSError(.malformedResponse, "not a swift-httpdns cache file (bad magic)")
+            throw DNSError(.corruptCacheFile, "not a swift-httpdns cache file (bad magic)")
         }
         let savedAt = try reader.u64()
         let age = Duration.milliseconds(Int64(wallMilliseconds > savedAt ? min(wallMilliseconds - savedAt, UInt64(Int64.max)) : 0))
@@ -73,7 +73,7 @@ enum CacheSnapshot {
             let type = RecordType(rawValue: try reader.u16())
             let kind = try reader.u8()
             let sourceIndex = Int(try reader.u8())
-            guard sourceIndex < sources.count else { throw DNSError(.malformedResponse, "cache file: bad source") }
+            guard sourceIndex < sources.count else { throw DNSError(.corruptCacheFile, "cache file: bad source") }
             let upstreamBytes = try reader.take(Int(try reader.u16()))
             let fresh = Duration.milliseconds(Int64(min(try reader.u64(), UInt64(Int64.max) / 2)))
             let stale = Duration.milliseconds(Int64(min(try reader.u64(), UInt64(Int64.max) / 2)))
@@ -86,14 +86,14 @@ enum CacheSnapshot {
                 for _ in 0..<(try reader.u16()) {
                     let family = try reader.u8()
                     guard family == 4 || family == 6, let ip = IPAddress(bytes: try reader.take(family == 4 ? 4 : 16)) else {
-                        throw DNSError(.malformedResponse, "cache file: bad address family")
+                        throw DNSError(.corruptCacheFile, "cache file: bad address family")
                     }
                     addresses.append(ResolvedAddress(ip: ip, ttl: try reader.u32()))
                 }
                 payload = .addresses(addresses, canonicalName: canonical)
             case 1: payload = .negative(.nxdomain)
             case 2: payload = .negative(.nodata)
-            default: throw DNSError(.malformedResponse, "cache file: bad entry kind \(kind)")
+            default: throw DNSError(.corruptCacheFile, "cache file: bad entry kind \(kind)")
             }
             guard stale > age else { continue }   // past its stale window: dropped
             let expiresAt = monotonicNow + (fresh > age ? fresh - age : .zero)
@@ -103,7 +103,7 @@ enum CacheSnapshot {
                 storedAt: monotonicNow, expiresAt: expiresAt, staleUntil: monotonicNow + (stale - age))))
         }
         guard reader.remaining == 0 else {
-            throw DNSError(.malformedResponse, "cache file: \(reader.remaining) bytes of trailing data")
+            throw DNSError(.corruptCacheFile, "cache file: \(reader.remaining) bytes of trailing data")
         }
         return entries
     }
@@ -121,7 +121,7 @@ private struct SnapshotReader {
 
     mutating func take(_ count: Int) throws(DNSError) -> [UInt8] {
         guard count >= 0, count <= remaining else {
-            throw DNSError(.malformedResponse, "cache file truncated at offset \(offset)")
+            throw DNSError(.corruptCacheFile, "cache file truncated at offset \(offset)")
         }
         defer { offset += count }
         return Array(bytes[offset..<(offset + count)])
@@ -140,7 +140,7 @@ private struct SnapshotReader {
         var probe: [UInt8] = [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0] + wire + [0, 1, 0, 1]
         probe[2] = 0x81
         guard let message = try? DNSMessage(decoding: probe), let name = message.questions.first?.name, name.wire == wire else {
-            throw DNSError(.malformedResponse, "cache file: invalid name")
+            throw DNSError(.corruptCacheFile, "cache file: invalid name")
         }
         return name
     }

@@ -39,6 +39,15 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
         case cancelled
         /// The configuration cannot be used (no upstreams, bad URL, missing bootstrap).
         case invalidConfiguration = "invalid_configuration"
+        /// A message handed over to be forwarded is not a DNS query with one question.
+        case invalidQuery = "invalid_query"
+        /// A cache file cannot be used: not this library's format, truncated, or corrupt.
+        case corruptCacheFile = "corrupt_cache_file"
+        /// The cache could not be written (the directory is missing, read-only or full).
+        case cacheWriteFailed = "cache_write_failed"
+        /// Something failed that is none of the above (a defect, or a failure of the system);
+        /// the message says what.
+        case internalError = "internal_error"
     }
 
     /// One upstream's failure inside a lookup that asked several.

@@ -19,12 +19,12 @@ extension HTTPDNSResolver {
         let question: DNSMessage.Question
         do {
             let message = try DNSMessage(decoding: query)
-            guard !message.isResponse, message.questions.count == 1 else { throw DNSError(.invalidName, "not a query with one question") }
+            guard !message.isResponse, message.questions.count == 1 else { throw DNSError(.invalidQuery, "not a query with one question") }
             question = message.questions[0]
         } catch let error as DNSError {
             throw error
         } catch {
-            throw DNSError(.invalidName, "not a DNS message: \(error)")
+            throw DNSError(.invalidQuery, "not a DNS message: \(error)")
         }
         let id = UInt16(query[0]) << 8 | UInt16(query[1])
         var wire = query

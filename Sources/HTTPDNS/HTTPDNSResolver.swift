@@ -126,16 +126,16 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     }
 
     /// Writes the cache to `path` atomically (a temporary file in the same directory, then rename).
-    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` when the file cannot be written.
+    /// - Throws: ``DNSError`` with ``DNSError/Code/cacheWriteFailed`` when the file cannot be written.
     public func saveCache(to path: String) throws(DNSError) {
         let bytes = engine.snapshot(wallMilliseconds: Self.wallMilliseconds())
         let temporary = path + ".tmp-\(getpid())"
         guard FileManager.default.createFile(atPath: temporary, contents: Data(bytes)) else {
-            throw DNSError(.invalidConfiguration, "cannot write the cache file '\(temporary)'")
+            throw DNSError(.cacheWriteFailed, "cannot write the cache file '\(temporary)'")
         }
         guard rename(temporary, path) == 0 else {
             try? FileManager.default.removeItem(atPath: temporary)
-            throw DNSError(.invalidConfiguration, "cannot move the cache file into place at '\(path)'")
+            throw DNSError(.cacheWriteFailed, "cannot move the cache file into place at '\(path)'")
         }
     }
 
@@ -146,7 +146,7 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     public func loadCache(from path: String) throws(DNSError) -> Int {
         guard FileManager.default.fileExists(atPath: path) else { return 0 }
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw DNSError(.invalidConfiguration, "cannot read the cache file '\(path)'")
+            throw DNSError(.corruptCacheFile, "cannot read the cache file '\(path)'")
         }
         do {
             return try engine.restore(Array(data), wallMilliseconds: Self.wallMilliseconds())

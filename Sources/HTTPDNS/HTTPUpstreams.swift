@@ -198,8 +198,10 @@ struct HTTPTransport: Sendable {
             return try await engine.perform(request)
         } catch let error as CurlError {
             throw DNSError(Self.code(for: error.code), error.message)
-        } catch {
+        } catch is CancellationError {
             throw DNSError(.cancelled, "cancelled")
+        } catch {
+            throw DNSError(.internalError, "the transfer failed: \(error)")
         }
     }
 

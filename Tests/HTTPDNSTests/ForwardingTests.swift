@@ -50,6 +50,6 @@ import Testing
         await #expect { try await resolver.forward(try query("hd.test", .mx, id: 3)) } throws: {
             ($0 as? DNSError)?.code == .invalidConfiguration
         }
-        await #expect { try await resolver.forward([1, 2, 3]) } throws: { ($0 as? DNSError)?.code == .invalidName }
+        await #expect { try await resolver.forward([1, 2, 3]) } throws: { ($0 as? DNSError)?.code == .invalidQuery }
     }
 }

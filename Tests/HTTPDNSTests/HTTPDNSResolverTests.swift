@@ -219,9 +219,16 @@ import TestSupport
         try Data("HDNSC1\0\0garbage".utf8).write(to: URL(fileURLWithPath: path))
         let resolver = HTTPDNSResolver(upstreams: [ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1"]))])
         #expect { try resolver.loadCache(from: path) } throws: {
-            ($0 as? DNSError)?.message.contains("truncated") == true
+            ($0 as? DNSError)?.code == .corruptCacheFile && ($0 as? DNSError)?.message.contains("truncated") == true
         }
         #expect(try await resolver.resolve("www.hd.test", type: .a).source == .doh, "the resolver keeps serving")
+    }
+
+    @Test func aCacheThatCannotBeWrittenSaysSo() throws {
+        let resolver = HTTPDNSResolver(upstreams: [ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1"]))])
+        #expect { try resolver.saveCache(to: "/nonexistent-directory/cache.bin") } throws: {
+            ($0 as? DNSError)?.code == .cacheWriteFailed
+        }
     }
 }
 
