@@ -12,15 +12,21 @@ package final class ResolverEngine: Sendable {
     package let cache: ResolutionCache
     private let fallback: (any DNSUpstream)?
     package let clock: any ResolverClock
-    private let flights = SingleFlight<CacheKey, Fetched>()
+    private let flights = SingleFlight<CacheKey, FetchOutcome>()
     private let memo = ResolutionMemo()
     package let metrics: ResolverMetrics
     private let logger: Logger
 
-    /// What one upstream round produced: the entry now cached, and the upstreams that failed first.
-    struct Fetched: Sendable {
-        var entry: CacheEntry
-        var failures: [DNSError.Attempt]
+    /// How an upstream round for one (name, type) ended.
+    enum FetchOutcome: Sendable {
+        /// An upstream answered (addresses, NXDOMAIN or NODATA); `entry` is now in the cache, and
+        /// `failures` are the upstreams that failed before it.
+        case answered(CacheEntry, failures: [DNSError.Attempt])
+        /// Every upstream failed. `stale` is the answer left in place, still within its stale
+        /// window (RFC 8767: served); without one, the failure is remembered for `failureTTL`.
+        case failed(DNSError, stale: CacheEntry?)
+        /// The round was cancelled: it says nothing about the upstreams, and nothing was stored.
+        case cancelled
     }
 
     /// - Parameters:
@@ -162,7 +168,8 @@ package final class ResolverEngine: Sendable {
     struct TypeOutcome: Sendable {
         var type: RecordType
         var payload: CacheEntry.Payload
-        var source: Resolution.Source
+        /// Where the answer came from; nil for a failure, which came from nowhere.
+        var source: Resolution.Source?
         var upstream: String?
         var expiresAt: ContinuousClock.Instant
         var stale = false
@@ -172,60 +179,80 @@ package final class ResolverEngine: Sendable {
     func lookup(_ name: DomainName, _ type: RecordType) async -> TypeOutcome {
         let key = CacheKey(name, type)
         let now = clock.now
-        if let entry = cache.entry(for: key) {
-            if now < entry.expiresAt {
-                if options.prefetch, case .addresses = entry.payload, entry.isNearExpiry(at: now) {
-                    if refreshInBackground(key) { metrics.nearExpiryPrefetches.increment() }
-                }
-                if case .failure = entry.payload, options.fallback == .system, let fallback {
-                    metrics.misses.increment()
-                    return await askFallback(fallback, key, failures: [])
-                }
-                metrics.hits.increment()
-                return outcome(from: entry, type: type, now: now, allowStale: false)!
+        let entry = cache.entry(for: key)
+        switch CacheDecision(entry, at: now, options: options, hasFallback: fallback != nil) {
+        case let .fresh(prefetch):
+            if prefetch, refreshInBackground(key) { metrics.nearExpiryPrefetches.increment() }
+            metrics.hits.increment()
+            if let entry, let fresh = outcome(from: entry, type: type, now: now, allowStale: false) { return fresh }
+        case .rememberedFailureWithFallback:
+            metrics.misses.increment()
+            if let fallback { return await askFallback(fallback, key, failures: []) }
+        case let .stale(waitFirst):
+            // RFC 8767: answer from stale, at once or when no fresh answer came within the delay,
+            // and refresh behind the caller's back.
+            if let delay = waitFirst, let fetched = await refresh(key, waitingAtMost: delay) {
+                return await finish(key, type, fetched, startedAt: now)
             }
-            if case .addresses = entry.payload, now < entry.staleUntil {
-                // RFC 8767: answer from stale, at once or when no fresh answer came within the
-                // delay, and refresh behind the caller's back.
-                if options.staleAnswerDelay > .zero,
-                   let fetched = await refresh(key, waitingAtMost: options.staleAnswerDelay) {
-                    return await finish(key, type, fetched, startedAt: now)
-                }
-                if refreshInBackground(key) { metrics.stalePrefetches.increment() }
-                metrics.staleServed.increment()
-                logger.debug("serving stale", metadata: ["name": "\(name)", "type": "\(type)"])
-                return outcome(from: entry, type: type, now: clock.now, allowStale: true)!
-            }
+            if refreshInBackground(key) { metrics.stalePrefetches.increment() }
+            metrics.staleServed.increment()
+            logger.debug("serving stale", metadata: ["name": "\(name)", "type": "\(type)"])
+            if let entry, let stale = outcome(from: entry, type: type, now: clock.now, allowStale: true) { return stale }
+        case .miss:
+            break
         }
         metrics.misses.increment()
-        return await finish(key, type, await flights.run(key, { await self.fetch(key) }), startedAt: now)
+        return await finish(key, type, await round(key), startedAt: now)
+    }
+
+    /// One upstream round for `key`, shared by concurrent callers; a cancelled wait is `.cancelled`.
+    private func round(_ key: CacheKey) async -> FetchOutcome {
+        // SingleFlight restarts the work for the followers when its leader is cancelled: it must see
+        // a cancelled round as its failure.
+        let work: @Sendable () async -> Result<FetchOutcome, DNSError> = {
+            let outcome = await self.fetch(key)
+            if case .cancelled = outcome { return .failure(DNSError(.cancelled, "cancelled")) }
+            return .success(outcome)
+        }
+        switch await flights.run(key, work) {
+        case let .success(outcome): return outcome
+        case .failure: return .cancelled
+        }
     }
 
     /// The outcome of a finished upstream round for `key`.
-    private func finish(_ key: CacheKey, _ type: RecordType, _ result: Result<Fetched, DNSError>,
+    private func finish(_ key: CacheKey, _ type: RecordType, _ result: FetchOutcome,
                         startedAt now: ContinuousClock.Instant) async -> TypeOutcome {
         switch result {
-        case let .success(fetched):
-            let entry = fetched.entry
-            if case let .failure(error) = entry.payload, options.fallback == .system, let fallback {
-                return await askFallback(fallback, key, failures: error.attempts)
-            }
+        case let .answered(entry, failures):
             var result = outcome(from: entry, type: type, now: clock.now, allowStale: true, fetched: true)
                 ?? TypeOutcome(type: type, payload: entry.payload, source: entry.source, upstream: entry.upstream,
                                expiresAt: entry.expiresAt)
-            if case .failure = entry.payload {} else { result.failures = fetched.failures }
+            result.failures = failures
             if result.stale { metrics.staleServed.increment() }
             return result
-        case let .failure(error):
-            return TypeOutcome(type: type, payload: .failure(error), source: .doh, upstream: nil, expiresAt: now,
-                               failures: [.init(upstream: "-", code: error.code, message: error.message)])
+        case let .failed(error, stale):
+            if let stale, var result = outcome(from: stale, type: type, now: clock.now, allowStale: true) {
+                result.failures = error.attempts
+                if result.stale { metrics.staleServed.increment() }
+                return result
+            }
+            if options.fallback == .system, let fallback {
+                return await askFallback(fallback, key, failures: error.attempts)
+            }
+            return TypeOutcome(type: type, payload: .failure(error), source: nil, upstream: nil, expiresAt: now,
+                               failures: error.attempts)
+        case .cancelled:
+            let error = DNSError(.cancelled, "cancelled")
+            return TypeOutcome(type: type, payload: .failure(error), source: nil, upstream: nil, expiresAt: now,
+                               failures: [])
         }
     }
 
     /// Waits for a refresh of `key` for at most `delay`; nil when it takes longer, in which case it
     /// goes on in the background and lands in the cache.
-    private func refresh(_ key: CacheKey, waitingAtMost delay: Duration) async -> Result<Fetched, DNSError>? {
-        let first = FirstOf<Result<Fetched, DNSError>?>()
+    private func refresh(_ key: CacheKey, waitingAtMost delay: Duration) async -> FetchOutcome? {
+        let first = FirstOf<FetchOutcome?>()
         return await withCheckedContinuation { continuation in
             first.arm(continuation)
             let timer = Task {
@@ -233,7 +260,7 @@ package final class ResolverEngine: Sendable {
                 first.resume(with: nil)
             }
             Task {
-                let result = await self.flights.run(key, { await self.fetch(key) })
+                let result = await self.round(key)
                 first.resume(with: result)
                 timer.cancel()
             }
@@ -244,7 +271,7 @@ package final class ResolverEngine: Sendable {
     @discardableResult
     private func refreshInBackground(_ key: CacheKey) -> Bool {
         guard !flights.isRunning(key) else { return false }
-        Task { _ = await self.flights.run(key, { await self.fetch(key) }) }
+        Task { _ = await self.round(key) }
         return true
     }
 
@@ -255,20 +282,19 @@ package final class ResolverEngine: Sendable {
 
     /// Asks the pool and stores what it learns. A total failure keeps a stale answer in place (so it
     /// goes on being served until its window ends) and is otherwise remembered for `failureTTL`.
-    private func fetch(_ key: CacheKey) async -> Result<Fetched, DNSError> {
+    private func fetch(_ key: CacheKey) async -> FetchOutcome {
         let outcome = await pool.query(DNSMessage.Question(name: key.name, type: key.type), deadline: .now + options.timeout)
         let now = clock.now
         guard let answer = outcome.answer, let upstream = outcome.upstream else {
             let error = DNSError.combining(outcome.failures)
             // A cancelled query says nothing about the upstreams: remember nothing.
-            if error.code == .cancelled || Task.isCancelled { return .failure(DNSError(.cancelled, "cancelled")) }
+            if error.code == .cancelled || Task.isCancelled { return .cancelled }
             if let existing = cache.entry(for: key), case .addresses = existing.payload, now < existing.staleUntil {
-                return .success(Fetched(entry: existing, failures: outcome.failures))
+                return .failed(error, stale: existing)
             }
-            let entry = CacheEntry(payload: .failure(error), source: .doh, upstream: nil, storedAt: now,
-                                   expiresAt: now + options.failureTTL, staleUntil: now + options.failureTTL)
-            store(entry, for: key)
-            return .success(Fetched(entry: entry, failures: outcome.failures))
+            store(CacheEntry(payload: .failure(error), source: .doh, upstream: nil, storedAt: now,
+                             expiresAt: now + options.failureTTL, staleUntil: now + options.failureTTL), for: key)
+            return .failed(error, stale: nil)
         }
         let entry: CacheEntry
         switch answer {
@@ -287,7 +313,7 @@ package final class ResolverEngine: Sendable {
                                storedAt: now, expiresAt: now + ttl, staleUntil: now + ttl)
         }
         store(entry, for: key)
-        return .success(Fetched(entry: entry, failures: outcome.failures))
+        return .answered(entry, failures: outcome.failures)
     }
 
     private func askFallback(_ fallback: any DNSUpstream, _ key: CacheKey, failures: [DNSError.Attempt]) async -> TypeOutcome {
@@ -342,6 +368,7 @@ package final class ResolverEngine: Sendable {
 
     // MARK: Merging the record types
 
+
     private func merge(host: String, name: DomainName, outcomes: [TypeOutcome], elapsed: Duration) throws(DNSError) -> Resolution {
         var addresses: [ResolvedAddress] = []
         var rejected: [String] = []
@@ -379,7 +406,7 @@ package final class ResolverEngine: Sendable {
             return Resolution(
                 host: host, addresses: addresses,
                 canonicalName: canonical.flatMap { $0 == name ? nil : $0.description },
-                source: outcomes.contains { $0.stale } ? .stale : answering.source,
+                source: outcomes.contains { $0.stale } ? .stale : answering.source ?? .cache,
                 upstream: answering.upstream, elapsed: elapsed,
                 expiresAt: expiresAt ?? clock.now, failedAttempts: failures)
         }
