@@ -42,10 +42,12 @@ let package = Package(
 
         // Pure Swift: wire codec, names, addresses, errors, the engine. No C, no Foundation.
         // swift-log and swift-metrics are API packages only: the application picks the backends.
-        .target(name: "DNSCore", dependencies: [
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "CoreMetrics", package: "swift-metrics"),
-        ]),
+        .target(
+            name: "DNSCore",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+            ]),
 
         // One libcurl multi handle driven on its own thread.
         .target(name: "CurlSupport", dependencies: ["CCurl"]),
@@ -54,11 +56,13 @@ let package = Package(
         .target(name: "SystemResolver", dependencies: ["CCares", "DNSCore"]),
 
         // Public façade: trusted DoH / JSON upstreams, bootstrap, presets, system fallback.
-        .target(name: "HTTPDNS", dependencies: [
-            "DNSCore", "CurlSupport", "SystemResolver",
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "CoreMetrics", package: "swift-metrics"),
-        ]),
+        .target(
+            name: "HTTPDNS",
+            dependencies: [
+                "DNSCore", "CurlSupport", "SystemResolver",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+            ]),
 
         // Probes of an address (TCP, TLS with the host's name, plain HTTP with a marker) and the
         // ranking of a host's addresses by them.
@@ -73,23 +77,25 @@ let package = Package(
 
         // The daemon: listeners (HTTP/1.1, HTTP/2, DNS stub), watch list, health checks, HTTP API,
         // DoH endpoint, metrics. The only target with SwiftNIO / Hummingbird.
-        .target(name: "ResolverDaemon", dependencies: [
-            "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
-            .product(name: "Hummingbird", package: "hummingbird"),
-            .product(name: "NIOSSL", package: "swift-nio-ssl"),
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "NIOHTTP1", package: "swift-nio"),
-            .product(name: "NIOTLS", package: "swift-nio"),
-            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-            .product(name: "NIOHPACK", package: "swift-nio-http2"),
-            .product(name: "HTTPTypes", package: "swift-http-types"),
-            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-            .product(name: "Prometheus", package: "swift-prometheus"),
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "Metrics", package: "swift-metrics"),
-        ]),
+        .target(
+            name: "ResolverDaemon",
+            dependencies: [
+                "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]),
 
         // Lookup results as JSON Lines and as text: the CLI's output and the daemon's /v1/resolve.
         .target(name: "ResultFormatting", dependencies: ["DNSCore"]),
@@ -116,36 +122,44 @@ let package = Package(
         // Benchmarks live apart from tests; Scripts/bench-*.sh run them against named peers.
         .executableTarget(name: "DoHBenchmark", dependencies: ["HTTPDNS"], path: "Benchmarks/DoHBenchmark"),
         .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "CCares"], path: "Benchmarks/CacheBenchmark"),
-        .executableTarget(name: "InterceptorBenchmark", dependencies: ["DNSInterceptor", "HTTPDNS", "CCurl"],
-                          path: "Benchmarks/InterceptorBenchmark"),
-        .executableTarget(name: "CompareBenchmark", dependencies: ["HijackDetection", "AddressProbing", "HTTPDNS", "SystemResolver", "CurlSupport"],
-                          path: "Benchmarks/CompareBenchmark"),
+        .executableTarget(
+            name: "InterceptorBenchmark", dependencies: ["DNSInterceptor", "HTTPDNS", "CCurl"],
+            path: "Benchmarks/InterceptorBenchmark"),
+        .executableTarget(
+            name: "CompareBenchmark", dependencies: ["HijackDetection", "AddressProbing", "HTTPDNS", "SystemResolver", "CurlSupport"],
+            path: "Benchmarks/CompareBenchmark"),
 
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
         .target(name: "TestSupport", dependencies: ["DNSCore"], path: "Tests/TestSupport"),
         .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection", "AddressProbing", "HTTPDNS", "DNSCore", "TestSupport"]),
-        .testTarget(name: "DNSCoreTests", dependencies: [
-            "DNSCore", "TestSupport", .product(name: "MetricsTestKit", package: "swift-metrics"),
-            .product(name: "InMemoryLogging", package: "swift-log"),
-        ]),
+        .testTarget(
+            name: "DNSCoreTests",
+            dependencies: [
+                "DNSCore", "TestSupport", .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+            ]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
         .testTarget(name: "SystemResolverTests", dependencies: ["SystemResolver", "TestSupport"]),
         .testTarget(name: "ResolverConfigTests", dependencies: ["ResolverConfig"]),
-        .testTarget(name: "HTTPDNSTests", dependencies: [
-            "HTTPDNS", "CurlSupport", "DNSCore", "TestSupport",
-            .product(name: "MetricsTestKit", package: "swift-metrics"),
-        ]),
+        .testTarget(
+            name: "HTTPDNSTests",
+            dependencies: [
+                "HTTPDNS", "CurlSupport", "DNSCore", "TestSupport",
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
         .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "AddressProbing", "HTTPDNS", "DNSCore", "TestSupport"]),
-        .testTarget(name: "ResolverDaemonTests", dependencies: [
-            "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport", "CurlSupport",
-            .product(name: "Hummingbird", package: "hummingbird"),
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOEmbedded", package: "swift-nio"),
-            .product(name: "NIOHTTP1", package: "swift-nio"),
-            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-            .product(name: "NIOHPACK", package: "swift-nio-http2"),
-            .product(name: "MetricsTestKit", package: "swift-metrics"),
-        ]),
+        .testTarget(
+            name: "ResolverDaemonTests",
+            dependencies: [
+                "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport", "CurlSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport", "CurlSupport", "DNSCore"]),
     ]
 )

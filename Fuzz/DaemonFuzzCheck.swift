@@ -6,15 +6,17 @@ func syntheticAnswer(for query: DNSQuery, seed: [UInt8]) -> DNSAnswers.Answer {
     let count = (seed.last.map(Int.init) ?? 0) % 50
     var addresses: [ResolvedAddress] = []
     for index in 0..<count {
-        let ip = query.question.type == .aaaa
+        let ip =
+            query.question.type == .aaaa
             ? IPAddress(bytes: [0x20, 0x01, 0, 2] + Array(repeating: 0, count: 11) + [UInt8(index)])!
             : IPAddress(bytes: [198, 18, 3, UInt8(index)])!
         addresses.append(ResolvedAddress(ip: ip, ttl: UInt32(seed.count)))
     }
     let canonical = (seed.first ?? 0) & 1 == 1 ? "target.hd.test" : nil
     let now = ContinuousClock.now
-    let resolution = Resolution(host: query.question.name.description, addresses: addresses, canonicalName: canonical, source: .cache,
-                                upstream: nil, elapsed: .zero, expiresAt: now + .seconds(300))
+    let resolution = Resolution(
+        host: query.question.name.description, addresses: addresses, canonicalName: canonical, source: .cache,
+        upstream: nil, elapsed: .zero, expiresAt: now + .seconds(300))
     return DNSAnswers.response(to: query, resolution, now: now)
 }
 

@@ -7,6 +7,8 @@ cd "$root"
 . Scripts/lib.sh
 
 need_build_packages
+# The code's layout is swift-format's (the toolchain's own), with the project's .swift-format.
+swift-format lint --strict --recursive --parallel Sources Tests Benchmarks Fuzz Package.swift
 # The real clients the daemon's tests query it with: dig, kdig (DoH over HTTP/2), curl (--doh-url),
 # and for the adversarial suite Debian's python3-h2 (hyperframe, hpack) and python3-dnspython.
 need_packages bind9-dnsutils knot-dnsutils curl python3-h2 python3-dnspython iproute2

@@ -43,8 +43,10 @@ final class Counter: Sendable {
 
 /// Runs `operation` on `threads` threads for `seconds`, timing each call. `operation(thread, i)`
 /// returns false on a failed lookup (counted, and the run aborts: a benchmark of failures is void).
-func measure(_ label: String, threads: Int, seconds: Double,
-             _ operation: @escaping @Sendable (Int, Int) -> Bool) -> [String: Any] {
+func measure(
+    _ label: String, threads: Int, seconds: Double,
+    _ operation: @escaping @Sendable (Int, Int) -> Bool
+) -> [String: Any] {
     let samples = Mutex<[UInt64]>([])
     let operations = Atomic<Int>(0)
     let failures = Atomic<Int>(0)
@@ -74,9 +76,11 @@ func measure(_ label: String, threads: Int, seconds: Double,
     var sorted = samples.withLock { $0 }
     sorted.sort()
     func percentile(_ p: Double) -> UInt64 { sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
-    return ["what": label, "threads": threads, "operations": operations.load(ordering: .relaxed),
-            "failures": failures.load(ordering: .relaxed), "p50_ns": percentile(0.5), "p99_ns": percentile(0.99),
-            "ops_per_s": Double(operations.load(ordering: .relaxed)) / elapsed]
+    return [
+        "what": label, "threads": threads, "operations": operations.load(ordering: .relaxed),
+        "failures": failures.load(ordering: .relaxed), "p50_ns": percentile(0.5), "p99_ns": percentile(0.99),
+        "ops_per_s": Double(operations.load(ordering: .relaxed)) / elapsed,
+    ]
 }
 
 /// The overhead of the timing itself (two clock reads), reported so the smallest figures can be read.
@@ -117,10 +121,12 @@ final class AresClient {
         options.flags = ARES_FLAG_NOSEARCH
         options.timeout = 2000
         options.tries = 1
-        let lookups = strdup("b")   // DNS only: no /etc/hosts, so every call is a real query
+        let lookups = strdup("b")  // DNS only: no /etc/hosts, so every call is a real query
         options.lookups = lookups
-        precondition(ares_init_options(&channel, &options,
-                                       Int32(ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_LOOKUPS)) == ARES_SUCCESS)
+        precondition(
+            ares_init_options(
+                &channel, &options,
+                Int32(ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_LOOKUPS)) == ARES_SUCCESS)
         free(lookups)
         precondition(ares_set_servers_ports_csv(channel, server) == ARES_SUCCESS, "bad server \(server)")
     }
@@ -132,10 +138,12 @@ final class AresClient {
         var hints = ares_addrinfo_hints()
         hints.ai_family = AF_INET
         withUnsafeMutablePointer(to: &status) { pointer in
-            ares_getaddrinfo(channel, name, nil, &hints, { argument, status, _, result in
-                argument!.assumingMemoryBound(to: Int32.self).pointee = status
-                if let result { ares_freeaddrinfo(result) }
-            }, pointer)
+            ares_getaddrinfo(
+                channel, name, nil, &hints,
+                { argument, status, _, result in
+                    argument!.assumingMemoryBound(to: Int32.self).pointee = status
+                    if let result { ares_freeaddrinfo(result) }
+                }, pointer)
             drive()
         }
         return status == ARES_SUCCESS
@@ -158,8 +166,9 @@ final class AresClient {
                 continue
             }
             for fd in fds where fd.revents != 0 {
-                ares_process_fd(channel, fd.revents & Int16(POLLIN | POLLERR | POLLHUP) != 0 ? fd.fd : ARES_SOCKET_BAD,
-                                fd.revents & Int16(POLLOUT) != 0 ? fd.fd : ARES_SOCKET_BAD)
+                ares_process_fd(
+                    channel, fd.revents & Int16(POLLIN | POLLERR | POLLHUP) != 0 ? fd.fd : ARES_SOCKET_BAD,
+                    fd.revents & Int16(POLLOUT) != 0 ? fd.fd : ARES_SOCKET_BAD)
             }
         }
     }
@@ -176,41 +185,45 @@ func hits(seconds: Double, server: String?) async throws {
     emit(["what": "timer_overhead", "p50_ns": timerOverhead()])
     let order = (0..<4096).map { _ in Int.random(in: 0..<names.count) }
     for threads in [1, 2] {
-        emit(measure("swift-httpdns cachedResolution", threads: threads, seconds: seconds) { _, index in
-            engine.cachedResolution(for: names[order[index & 4095]], type: .a)?.addresses.isEmpty == false
-        })
+        emit(
+            measure("swift-httpdns cachedResolution", threads: threads, seconds: seconds) { _, index in
+                engine.cachedResolution(for: names[order[index & 4095]], type: .a)?.addresses.isEmpty == false
+            })
     }
     guard let server else { return }
     for threads in [1, 2] {
-        emit(measure("swift-httpdns resolve (async, hit)", threads: threads, seconds: seconds) { _, index in
-            // The async API from synchronous code: the cost of a hop onto the concurrency runtime included.
-            let done = DispatchSemaphore(value: 0)
-            let result = Mutex(false)
-            Task {
-                let ok = (try? await engine.resolve(names[order[index & 4095]], type: .a)) != nil
-                result.withLock { $0 = ok }
-                done.signal()
-            }
-            done.wait()
-            return result.withLock { $0 }
-        })
+        emit(
+            measure("swift-httpdns resolve (async, hit)", threads: threads, seconds: seconds) { _, index in
+                // The async API from synchronous code: the cost of a hop onto the concurrency runtime included.
+                let done = DispatchSemaphore(value: 0)
+                let result = Mutex(false)
+                Task {
+                    let ok = (try? await engine.resolve(names[order[index & 4095]], type: .a)) != nil
+                    result.withLock { $0 = ok }
+                    done.signal()
+                }
+                done.wait()
+                return result.withLock { $0 }
+            })
     }
     for threads in [1, 2] {
-        emit(measure("glibc getaddrinfo (/etc/hosts)", threads: threads, seconds: seconds) { _, _ in
-            getaddrinfoLookup("localhost")
-        })
+        emit(
+            measure("glibc getaddrinfo (/etc/hosts)", threads: threads, seconds: seconds) { _, _ in
+                getaddrinfoLookup("localhost")
+            })
     }
     let clients = Mutex<[Int: AresClient]>([:])
     for threads in [1, 2] {
-        emit(measure("c-ares ares_getaddrinfo (dnsmasq)", threads: threads, seconds: seconds) { thread, _ in
-            let client = clients.withLock { all in
-                if let client = all[thread] { return client }
-                let client = AresClient(server: server)
-                all[thread] = client
-                return client
-            }
-            return client.lookup("www.hd.test")
-        })
+        emit(
+            measure("c-ares ares_getaddrinfo (dnsmasq)", threads: threads, seconds: seconds) { thread, _ in
+                let client = clients.withLock { all in
+                    if let client = all[thread] { return client }
+                    let client = AresClient(server: server)
+                    all[thread] = client
+                    return client
+                }
+                return client.lookup("www.hd.test")
+            })
     }
 }
 
@@ -233,9 +246,11 @@ func asyncHits(seconds: Double) async throws {
     }
     let elapsed = Double(nanoseconds() - start) / 1e9
     samples.sort()
-    emit(["what": "swift-httpdns await resolve (in a task, hit)", "threads": 1, "operations": index,
-          "p50_ns": samples[samples.count / 2], "p99_ns": samples[samples.count * 99 / 100],
-          "ops_per_s": Double(index) / elapsed])
+    emit([
+        "what": "swift-httpdns await resolve (in a task, hit)", "threads": 1, "operations": index,
+        "p50_ns": samples[samples.count / 2], "p99_ns": samples[samples.count * 99 / 100],
+        "ops_per_s": Double(index) / elapsed,
+    ])
 }
 
 func residentBytes() -> Int {
@@ -246,24 +261,28 @@ func residentBytes() -> Int {
 
 func memory(names count: Int) async throws {
     var options = ResolverOptions()
-    options.cacheCapacity = count * 4   // room in every shard: no eviction during the measurement
+    options.cacheCapacity = count * 4  // room in every shard: no eviction during the measurement
     options.prefetch = false
     let engine = ResolverEngine(upstreams: [FakeUpstream(delay: .zero, ttl: { _ in 86_400 })], options: options)
     let names = (0..<count).map { "host-\($0).example-\($0 % 97).bench.hd.test" }
-    _ = try await engine.resolve("warm.bench.hd.test")   // runtime and first allocations outside the delta
+    _ = try await engine.resolve("warm.bench.hd.test")  // runtime and first allocations outside the delta
     let before = residentBytes()
     for name in names { _ = try await engine.resolve(name, type: .both) }
     let after = residentBytes()
-    emit(["what": "memory", "names": count, "entries": engine.cachedEntryCount,
-          "rss_delta_bytes": after - before, "bytes_per_name": Double(after - before) / Double(count),
-          "bytes_per_entry": Double(after - before) / Double(engine.cachedEntryCount)])
+    emit([
+        "what": "memory", "names": count, "entries": engine.cachedEntryCount,
+        "rss_delta_bytes": after - before, "bytes_per_name": Double(after - before) / Double(count),
+        "bytes_per_entry": Double(after - before) / Double(engine.cachedEntryCount),
+    ])
 }
 
 func zipf(seconds: Double, names count: Int) async throws {
     // TTLs 2-300 s, fixed per name; the fake upstream takes 1 ms like a near resolver.
-    let upstream = FakeUpstream(delay: .milliseconds(1), ttl: { name in
-        UInt32(2 + (UInt32(truncatingIfNeeded: name.description.hashValue) & 0x7fff_ffff) % 299)
-    })
+    let upstream = FakeUpstream(
+        delay: .milliseconds(1),
+        ttl: { name in
+            UInt32(2 + (UInt32(truncatingIfNeeded: name.description.hashValue) & 0x7fff_ffff) % 299)
+        })
     var options = ResolverOptions()
     options.minTTL = .zero
     let engine = ResolverEngine(upstreams: [upstream], options: options)
@@ -271,7 +290,10 @@ func zipf(seconds: Double, names count: Int) async throws {
     // Zipf(s = 1): cumulative weights 1/k, sampled by binary search.
     var cumulative: [Double] = []
     var sum = 0.0
-    for rank in 1...count { sum += 1 / Double(rank); cumulative.append(sum) }
+    for rank in 1...count {
+        sum += 1 / Double(rank)
+        cumulative.append(sum)
+    }
     func sample() -> Int {
         let target = Double.random(in: 0..<sum)
         var low = 0, high = count - 1
@@ -307,10 +329,12 @@ func zipf(seconds: Double, names count: Int) async throws {
     }
     let measured = ContinuousClock.now - warmUntil
     let measuredSeconds = Double(measured.components.seconds) + Double(measured.components.attoseconds) / 1e18
-    emit(["what": "zipf", "names": count, "seconds_after_warmup": measuredSeconds, "lookups": lookups,
-          "hit_ratio": Double(answeredFromCache) / Double(max(1, lookups)), "by_source": bySource,
-          "upstream_queries_per_s": Double(upstream.queries.count - queriesAtWarm) / measuredSeconds,
-          "lookups_per_s": Double(lookups) / measuredSeconds])
+    emit([
+        "what": "zipf", "names": count, "seconds_after_warmup": measuredSeconds, "lookups": lookups,
+        "hit_ratio": Double(answeredFromCache) / Double(max(1, lookups)), "by_source": bySource,
+        "upstream_queries_per_s": Double(upstream.queries.count - queriesAtWarm) / measuredSeconds,
+        "lookups_per_s": Double(lookups) / measuredSeconds,
+    ])
 }
 
 let arguments = CommandLine.arguments
@@ -318,7 +342,7 @@ switch arguments.count > 1 ? arguments[1] : "" {
 case "hits" where arguments.count == 4:
     try await hits(seconds: Double(arguments[2]) ?? 3, server: arguments[3])
     try await asyncHits(seconds: Double(arguments[2]) ?? 3)
-case "peek" where arguments.count == 3:   // only our synchronous hit path, for profiling
+case "peek" where arguments.count == 3:  // only our synchronous hit path, for profiling
     try await hits(seconds: Double(arguments[2]) ?? 3, server: nil)
 case "memory" where arguments.count == 3:
     try await memory(names: Int(arguments[2]) ?? 100_000)

@@ -14,8 +14,8 @@ import AddressProbing
 import CurlSupport
 import DNSCore
 import Foundation
-import HijackDetection
 import HTTPDNS
+import HijackDetection
 import Synchronization
 import SystemResolver
 
@@ -57,11 +57,14 @@ let (doh, caFile, systemServer) = (arguments[1], arguments[2], arguments[3])
 func makeComparator(_ prober: TimingProber) throws -> (HijackDetector, HTTPDNSResolver, SystemResolver) {
     var options = HTTPDNSOptions(timeout: .seconds(5), allowPrivate: true)
     options.minTTL = .zero
-    let resolver = try HTTPDNSResolver(configuration: .init(upstreams: [try .doh(doh, bootstrap: ["127.0.0.1"])], caFile: caFile),
-                                       options: options)
+    let resolver = try HTTPDNSResolver(
+        configuration: .init(upstreams: [try .doh(doh, bootstrap: ["127.0.0.1"])], caFile: caFile),
+        options: options)
     let system = try SystemResolver(servers: [systemServer])
-    return (HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system), prober: prober, probePort: probePort),
-            resolver, system)
+    return (
+        HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system), prober: prober, probePort: probePort),
+        resolver, system
+    )
 }
 
 func line(_ fields: [String: Any]) {
@@ -82,9 +85,11 @@ for round in 1...rounds {
         let probes = prober.take()
         let verdicts = Dictionary(grouping: results, by: \.verdict.kind.rawValue).mapValues(\.count)
         let setups = results.flatMap(\.probes).compactMap(\.setupSeconds)
-        line(["mode": "concurrent", "round": round, "hosts": hostCount, "wall_s": wall, "probes": probes.count,
-              "slowest_probe_s": probes.max() ?? 0, "slowest_setup_s": setups.max() ?? 0,
-              "connections": CurlEngine.shared.connectionsOpened - connectionsBefore, "verdicts": verdicts])
+        line([
+            "mode": "concurrent", "round": round, "hosts": hostCount, "wall_s": wall, "probes": probes.count,
+            "slowest_probe_s": probes.max() ?? 0, "slowest_setup_s": setups.max() ?? 0,
+            "connections": CurlEngine.shared.connectionsOpened - connectionsBefore, "verdicts": verdicts,
+        ])
         system.shutdown()
         _ = resolver
     }

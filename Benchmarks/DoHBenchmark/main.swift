@@ -19,8 +19,9 @@ struct DoHBenchmark {
         }
         let method = UpstreamEndpoint.DoHMethod(rawValue: args.count > 7 ? args[7] : "get") ?? .get
         let upstream = try UpstreamEndpoint.doh(args[2], bootstrap: [args[3]], method: method)
-        let resolver = try HTTPDNSResolver(configuration: .init(upstreams: [upstream], caFile: args[4]),
-                                           options: .init(timeout: .seconds(5)))
+        let resolver = try HTTPDNSResolver(
+            configuration: .init(upstreams: [upstream], caFile: args[4]),
+            options: .init(timeout: .seconds(5)))
         // Warm the connection (TLS + HTTP/2) outside the measurement.
         _ = try await resolver.resolve("warm.bench.hd.test", type: .a)
         let clock = ContinuousClock()
@@ -36,7 +37,9 @@ struct DoHBenchmark {
             }
             samples.sort()
             let mean = samples.reduce(0, +) / Double(samples.count)
-            print(#"{"mode":"latency","queries":\#(count),"median_s":\#(samples[samples.count / 2]),"mean_s":\#(mean),"p99_s":\#(samples[samples.count * 99 / 100])}"#)
+            print(
+                #"{"mode":"latency","queries":\#(count),"median_s":\#(samples[samples.count / 2]),"mean_s":\#(mean),"p99_s":\#(samples[samples.count * 99 / 100])}"#
+            )
         case "throughput":
             let inFlight = args.count > 6 ? Int(args[6]) ?? 64 : 64
             let start = clock.now
@@ -55,7 +58,9 @@ struct DoHBenchmark {
                 }
             }
             let elapsed = seconds(clock.now - start)
-            print(#"{"mode":"throughput","queries":\#(count),"in_flight":\#(inFlight),"seconds":\#(elapsed),"qps":\#(Double(count) / elapsed),"failures":\#(failures)}"#)
+            print(
+                #"{"mode":"throughput","queries":\#(count),"in_flight":\#(inFlight),"seconds":\#(elapsed),"qps":\#(Double(count) / elapsed),"failures":\#(failures)}"#
+            )
         default:
             FileHandle.standardError.write(Data("unknown mode \(args[1])\n".utf8))
             exit(2)

@@ -1,3 +1,4 @@
+import CCurl
 // Interceptor benchmark: sequential small GETs to the local nginx origin, and peak memory of a
 // large download.
 //
@@ -10,22 +11,23 @@
 // Every request goes to loopback: the origin (127.0.0.4) and the DoH server the script started.
 // Prints JSON lines. Run by Scripts/bench-interceptor.sh.
 import DNSCore
-import CCurl
 import DNSInterceptor
 import Foundation
+import HTTPDNS
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import HTTPDNS
 
 let plainPort = 18481
 let tlsPort = 18480
 
 func makeClient(doh: String, ca: String) throws -> HTTPDNSClient {
-    var options = HTTPDNSOptions(timeout: .seconds(5), allowPrivate: true)   // the origin is on loopback
+    var options = HTTPDNSOptions(timeout: .seconds(5), allowPrivate: true)  // the origin is on loopback
     options.minTTL = .seconds(60)
-    let resolver = try HTTPDNSResolver(configuration: .init(upstreams: [try .doh(doh, bootstrap: ["127.0.0.1"])], caFile: ca),
-                                       options: options)
+    let resolver = try HTTPDNSResolver(
+        configuration: .init(upstreams: [try .doh(doh, bootstrap: ["127.0.0.1"])], caFile: ca),
+        options: options)
     var clientOptions = HTTPDNSClient.Options()
     clientOptions.caFile = ca
     return HTTPDNSClient(resolver: resolver, options: clientOptions)
@@ -98,13 +100,15 @@ final class EasyHandle {
 func summary(_ name: String, _ samples: [Double]) -> String {
     let sorted = samples.sorted()
     let mean = samples.reduce(0, +) / Double(samples.count)
-    return #"{"mode":"gets","stack":"\#(name)","requests":\#(samples.count),"mean_s":\#(mean),"p50_s":\#(sorted[sorted.count / 2]),"p99_s":\#(sorted[sorted.count * 99 / 100])}"#
+    return
+        #"{"mode":"gets","stack":"\#(name)","requests":\#(samples.count),"mean_s":\#(mean),"p50_s":\#(sorted[sorted.count / 2]),"p99_s":\#(sorted[sorted.count * 99 / 100])}"#
 }
 
 func peakResident() -> Int {
     guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-          let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+        let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "")
+    else { return 0 }
     return kilobytes * 1024
 }
 
@@ -174,7 +178,10 @@ case "memory":
         let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
         session.dataTask(with: url).resume()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async { delegate.done.wait(); done.resume() }
+            DispatchQueue.global().async {
+                delegate.done.wait()
+                done.resume()
+            }
         }
         if let failure = delegate.failure { fatalError("download failed: \(failure)") }
         received = delegate.bytes
@@ -183,7 +190,9 @@ case "memory":
         exit(2)
     }
     let after = peakResident()
-    print(#"{"mode":"memory","how":"\#(args[4])","bytes":\#(received),"peak_rss_before":\#(before),"peak_rss_after":\#(after),"peak_growth":\#(after - before)}"#)
+    print(
+        #"{"mode":"memory","how":"\#(args[4])","bytes":\#(received),"peak_rss_before":\#(before),"peak_rss_after":\#(after),"peak_growth":\#(after - before)}"#
+    )
 default:
     FileHandle.standardError.write(Data("unknown mode \(args[1])\n".utf8))
     exit(2)

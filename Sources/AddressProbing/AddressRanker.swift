@@ -53,8 +53,10 @@ public actor AddressRanker {
     ///   - prober: how an address is measured; default TCP connect within 1 s (TLS proves more
     ///     and costs a handshake: `ConnectionProber(mode: .tls)`).
     ///   - memory: how long a measurement is reused. Default 60 s.
-    public init(resolver: any HostResolving, prober: any AddressProbing = ConnectionProber(mode: .tcp, timeout: .seconds(1)),
-                memory: Duration = .seconds(60), clock: any ResolverClock = MonotonicClock()) {
+    public init(
+        resolver: any HostResolving, prober: any AddressProbing = ConnectionProber(mode: .tcp, timeout: .seconds(1)),
+        memory: Duration = .seconds(60), clock: any ResolverClock = MonotonicClock()
+    ) {
         self.resolver = resolver
         self.prober = prober
         self.memory = memory

@@ -45,8 +45,10 @@ public struct AddressProbe: Sendable, Hashable {
     /// What went wrong, in the TLS library's or libcurl's words; nil when `ok`.
     public var detail: String?
 
-    public init(ip: IPAddress, port: Int, kind: Kind = .tls, outcome: Outcome, connectSeconds: Double? = nil,
-                handshakeSeconds: Double? = nil, detail: String? = nil) {
+    public init(
+        ip: IPAddress, port: Int, kind: Kind = .tls, outcome: Outcome, connectSeconds: Double? = nil,
+        handshakeSeconds: Double? = nil, detail: String? = nil
+    ) {
         self.ip = ip
         self.port = port
         self.kind = kind
@@ -108,8 +110,9 @@ public struct ConnectionProber: AddressProbing {
             return result
         }
         let pin = Pinning.pin(host: host, port: port, to: [ip.urlHost])
-        var request = CurlRequest(url: "", resolve: pin.resolve, connectTo: pin.connectTo, timeout: timeout,
-                                  trust: TLSTrust(caFile: caFile), maxResponseBytes: Self.markerWindow)
+        var request = CurlRequest(
+            url: "", resolve: pin.resolve, connectTo: pin.connectTo, timeout: timeout,
+            trust: TLSTrust(caFile: caFile), maxResponseBytes: Self.markerWindow)
         request.freshConnection = true
         request.allowsHTTP2 = false
         var sink: MarkerSink?
@@ -192,7 +195,10 @@ private final class MarkerSink: CurlBodySink {
         state.withLock {
             $0.headed = true
             $0.status = head.status
-            if Self.search(text, for: marker) { $0.found = true; $0.done = true }
+            if Self.search(text, for: marker) {
+                $0.found = true
+                $0.done = true
+            }
         }
     }
 
@@ -201,8 +207,15 @@ private final class MarkerSink: CurlBodySink {
             if state.done { return .abort }
             // Everything up to the window is kept, so a marker split across writes is found.
             state.seen.append(contentsOf: bytes.prefix(window - state.seen.count))
-            if Self.search(state.seen, for: marker) { state.found = true; state.done = true; return .abort }
-            if state.seen.count >= window { state.done = true; return .abort }
+            if Self.search(state.seen, for: marker) {
+                state.found = true
+                state.done = true
+                return .abort
+            }
+            if state.seen.count >= window {
+                state.done = true
+                return .abort
+            }
             return .accepted
         }
     }

@@ -95,7 +95,11 @@ package final class CurlEngine: @unchecked Sendable {
         var stillRunning: Int32 = 0
         while true {
             let (adds, cancels, resumes, running) = queue.withLock { state in
-                defer { state.adds.removeAll(); state.cancels.removeAll(); state.resumes.removeAll() }
+                defer {
+                    state.adds.removeAll()
+                    state.cancels.removeAll()
+                    state.resumes.removeAll()
+                }
                 return (state.adds, state.cancels, state.resumes, state.running)
             }
             for transfer in adds { start(transfer) }

@@ -47,10 +47,12 @@ package struct CurlRequest: Sendable {
     /// `CURLOPT_FORBID_REUSE`), so that what is measured is this connection and nothing is pooled.
     package var freshConnection = false
 
-    package init(url: String, method: String = "GET", headers: [String] = [], body: [UInt8]? = nil,
-                 resolve: [String] = [], connectTo: [String] = [], timeout: Duration = .seconds(5),
-                 connectTimeout: Duration? = nil, trust: TLSTrust = TLSTrust(),
-                 maxResponseBytes: Int = 64 * 1024, protocols: String = "https") {
+    package init(
+        url: String, method: String = "GET", headers: [String] = [], body: [UInt8]? = nil,
+        resolve: [String] = [], connectTo: [String] = [], timeout: Duration = .seconds(5),
+        connectTimeout: Duration? = nil, trust: TLSTrust = TLSTrust(),
+        maxResponseBytes: Int = 64 * 1024, protocols: String = "https"
+    ) {
         self.url = url
         self.method = method
         self.headers = headers
@@ -130,8 +132,10 @@ package struct TLSTrust: Sendable, Hashable {
     /// `sha256//BASE64` SPKI pins (`CURLOPT_PINNEDPUBLICKEY`), `;`-separated.
     package var pinnedPublicKey: String?
 
-    package init(caFile: String? = nil, pinnedPublicKey: String? = nil,
-                 systemCAPath: String? = "/etc/ssl/certs") {
+    package init(
+        caFile: String? = nil, pinnedPublicKey: String? = nil,
+        systemCAPath: String? = "/etc/ssl/certs"
+    ) {
         self.caFile = caFile
         self.pinnedPublicKey = pinnedPublicKey
         self.systemCAPath = systemCAPath

@@ -68,9 +68,13 @@ package final class CurlStream: CurlBodySink, Sendable {
                 switch state.end {
                 case .failure(let error): return (.failure(error), state.version)
                 case .success(let response):
-                    return (.success(CurlResponseHead(status: response.status, headers: response.headers,
-                                                      remoteIP: response.remoteIP, httpVersion: response.httpVersion)),
-                            state.version)
+                    return (
+                        .success(
+                            CurlResponseHead(
+                                status: response.status, headers: response.headers,
+                                remoteIP: response.remoteIP, httpVersion: response.httpVersion)),
+                        state.version
+                    )
                 case nil: return (nil, state.version)
                 }
             }
@@ -155,10 +159,11 @@ package final class CurlStream: CurlBodySink, Sendable {
                 state.paused = true
                 return (.pause, nil)
             }
-            state.chunks.append([UInt8](unsafeUninitializedCapacity: bytes.count) { buffer, count in
-                buffer.baseAddress!.initialize(from: bytes.bindMemory(to: UInt8.self).baseAddress!, count: bytes.count)
-                count = bytes.count
-            })
+            state.chunks.append(
+                [UInt8](unsafeUninitializedCapacity: bytes.count) { buffer, count in
+                    buffer.baseAddress!.initialize(from: bytes.bindMemory(to: UInt8.self).baseAddress!, count: bytes.count)
+                    count = bytes.count
+                })
             state.buffered += bytes.count
             return (.accepted, state.takeWaiter())
         }

@@ -175,8 +175,9 @@ final class Transfer: @unchecked Sendable {
         var connect = 0.0, appConnect = 0.0
         _ = httpdns_easy_getinfo_double(easy, CURLINFO_CONNECT_TIME, &connect)
         _ = httpdns_easy_getinfo_double(easy, CURLINFO_APPCONNECT_TIME, &appConnect)
-        return CurlTimings(connect: connect > 0 ? connect : nil,
-                           handshake: appConnect > 0 && appConnect >= connect ? appConnect - connect : nil)
+        return CurlTimings(
+            connect: connect > 0 ? connect : nil,
+            handshake: appConnect > 0 && appConnect >= connect ? appConnect - connect : nil)
     }
 
     private func error(for code: CURLcode) -> CurlError {
@@ -185,8 +186,9 @@ final class Transfer: @unchecked Sendable {
         let raw = Int32(code.rawValue)
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST where !request.allowsNameResolution:
-            return CurlError(.invalidRequest, "the transfer needed a DNS lookup of its own, which is never made: its host must be pinned",
-                             curlCode: raw)
+            return CurlError(
+                .invalidRequest, "the transfer needed a DNS lookup of its own, which is never made: its host must be pinned",
+                curlCode: raw)
         case CURLE_ABORTED_BY_CALLBACK where sourceFailed, CURLE_READ_ERROR where sourceFailed:
             return CurlError(.bodySourceFailed, "the request body could not be read", curlCode: raw)
         case CURLE_SEND_FAIL_REWIND:
@@ -208,7 +210,7 @@ final class Transfer: @unchecked Sendable {
         case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
             return CurlError(.pinMismatch, message, curlCode: raw)
         case CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE,
-             CURLE_SSL_ISSUER_ERROR, CURLE_SSL_CRL_BADFILE:
+            CURLE_SSL_ISSUER_ERROR, CURLE_SSL_CRL_BADFILE:
             return CurlError(.tlsFailed, message, curlCode: raw)
         case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, CURLE_BAD_FUNCTION_ARGUMENT:
             return CurlError(.invalidRequest, message, curlCode: raw)
@@ -249,8 +251,10 @@ final class Transfer: @unchecked Sendable {
         headDelivered = true
         var version = 0
         _ = httpdns_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
-        sink.receive(head: CurlResponseHead(status: status, headers: headers, remoteIP: string(CURLINFO_PRIMARY_IP),
-                                            httpVersion: Self.httpVersion(version)))
+        sink.receive(
+            head: CurlResponseHead(
+                status: status, headers: headers, remoteIP: string(CURLINFO_PRIMARY_IP),
+                httpVersion: Self.httpVersion(version)))
     }
 
     // MARK: Helpers
@@ -284,8 +288,9 @@ final class Transfer: @unchecked Sendable {
 
     private func check(_ code: CURLcode, _ option: CURLoption) throws {
         guard code == CURLE_OK else {
-            throw CurlError(.invalidRequest, "libcurl refused option \(option.rawValue): \(String(cString: curl_easy_strerror(code)))",
-                            curlCode: Int32(code.rawValue))
+            throw CurlError(
+                .invalidRequest, "libcurl refused option \(option.rawValue): \(String(cString: curl_easy_strerror(code)))",
+                curlCode: Int32(code.rawValue))
         }
     }
 
@@ -308,7 +313,8 @@ final class Transfer: @unchecked Sendable {
 // libcurl's C callbacks; the user pointer is the unretained Transfer, alive while its handle is.
 /// `CURLOPT_RESOLVER_START_FUNCTION`: libcurl is about to ask the system's DNS for a name no pin
 /// covers. Refused: nothing this library sends may depend on the hijackable path.
-private let refuseNameResolution: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32 = { _, _, _ in
+private let refuseNameResolution: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32 = {
+    _, _, _ in
     1
 }
 

@@ -14,8 +14,10 @@ enum CacheSnapshot {
     static let magic: [UInt8] = Array("HDNSC1".utf8) + [0, 0]
     static let sources: [Resolution.Source] = [.doh, .json, .cache, .stale, .system, .literal]
 
-    static func encode(_ entries: [(CacheKey, CacheEntry)], monotonicNow: ContinuousClock.Instant,
-                       wallMilliseconds: UInt64) -> [UInt8] {
+    static func encode(
+        _ entries: [(CacheKey, CacheEntry)], monotonicNow: ContinuousClock.Instant,
+        wallMilliseconds: UInt64
+    ) -> [UInt8] {
         var out = magic
         out.append64(wallMilliseconds)
         var body: [UInt8] = []
@@ -57,8 +59,10 @@ enum CacheSnapshot {
 
     /// Decodes a snapshot into entries anchored at `monotonicNow`.
     /// - Throws: ``DNSError`` with ``DNSError/Code/corruptCacheFile`` naming what is wrong.
-    static func decode(_ bytes: [UInt8], monotonicNow: ContinuousClock.Instant,
-                       wallMilliseconds: UInt64) throws(DNSError) -> [(CacheKey, CacheEntry)] {
+    static func decode(
+        _ bytes: [UInt8], monotonicNow: ContinuousClock.Instant,
+        wallMilliseconds: UInt64
+    ) throws(DNSError) -> [(CacheKey, CacheEntry)] {
         var reader = SnapshotReader(bytes: bytes)
         guard try reader.take(magic.count) == magic else {
             throw DNSError(.corruptCacheFile, "not a swift-httpdns cache file (bad magic)")
@@ -95,12 +99,16 @@ enum CacheSnapshot {
             case 2: payload = .negative(.nodata)
             default: throw DNSError(.corruptCacheFile, "cache file: bad entry kind \(kind)")
             }
-            guard stale > age else { continue }   // past its stale window: dropped
+            guard stale > age else { continue }  // past its stale window: dropped
             let expiresAt = monotonicNow + (fresh > age ? fresh - age : .zero)
-            entries.append((CacheKey(name, type), CacheEntry(
-                payload: payload, source: sources[sourceIndex],
-                upstream: upstreamBytes.isEmpty ? nil : String(decoding: upstreamBytes, as: UTF8.self),
-                storedAt: monotonicNow, expiresAt: expiresAt, staleUntil: monotonicNow + (stale - age))))
+            entries.append(
+                (
+                    CacheKey(name, type),
+                    CacheEntry(
+                        payload: payload, source: sources[sourceIndex],
+                        upstream: upstreamBytes.isEmpty ? nil : String(decoding: upstreamBytes, as: UTF8.self),
+                        storedAt: monotonicNow, expiresAt: expiresAt, staleUntil: monotonicNow + (stale - age))
+                ))
         }
         guard reader.remaining == 0 else {
             throw DNSError(.corruptCacheFile, "cache file: \(reader.remaining) bytes of trailing data")

@@ -48,7 +48,10 @@ package enum DoHWire {
         values.reserveCapacity(text.utf8.count)
         var padding = 0
         for byte in text.utf8 {
-            if byte == UInt8(ascii: "=") { padding += 1; continue }
+            if byte == UInt8(ascii: "=") {
+                padding += 1
+                continue
+            }
             guard padding == 0 else { return nil }
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"): values.append(byte - 65)

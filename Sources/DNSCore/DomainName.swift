@@ -28,7 +28,10 @@ public struct DomainName: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``DNSError`` with code ``DNSError/Code/invalidName``.
     public init(_ text: String) throws(DNSError) {
         var utf8 = Array(text.utf8)
-        if utf8 == [UInt8(ascii: ".")] { self = .root; return }
+        if utf8 == [UInt8(ascii: ".")] {
+            self = .root
+            return
+        }
         if utf8.last == UInt8(ascii: ".") { utf8.removeLast() }
         guard !utf8.isEmpty else { throw DNSError(.invalidName, "the host name is empty") }
         guard utf8.count <= 253 else {
@@ -67,7 +70,7 @@ public struct DomainName: Sendable, Hashable, CustomStringConvertible {
         for byte in label {
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
                 continue
             case 0x80...:
                 throw DNSError(.invalidName, "'\(text)' is not ASCII; give internationalised names in xn-- form")

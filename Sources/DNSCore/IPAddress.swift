@@ -74,7 +74,8 @@ public enum IPAddress: Sendable, Hashable, CustomStringConvertible, Comparable {
             // IPv4-mapped: the dotted form RFC 5952 §5 recommends.
             return "::ffff:" + IPAddress.v4(UInt32(truncatingIfNeeded: low)).description
         case let .v6(high, low):
-            let groups = (0..<4).map { UInt16(truncatingIfNeeded: high >> (48 - 16 * $0)) }
+            let groups =
+                (0..<4).map { UInt16(truncatingIfNeeded: high >> (48 - 16 * $0)) }
                 + (0..<4).map { UInt16(truncatingIfNeeded: low >> (48 - 16 * $0)) }
             return Self.formatV6(groups)
         }
@@ -151,7 +152,7 @@ public enum IPAddress: Sendable, Hashable, CustomStringConvertible, Comparable {
                     sawGap = true
                     index += 1
                 } else if index == bytes.count {
-                    return nil // trailing single ':'
+                    return nil  // trailing single ':'
                 }
             }
         }
@@ -175,7 +176,10 @@ public enum IPAddress: Sendable, Hashable, CustomStringConvertible, Comparable {
                 if runStart < 0 { runStart = index }
             } else if runStart >= 0 {
                 let length = index - runStart
-                if length > bestLength && length >= 2 { bestStart = runStart; bestLength = length }
+                if length > bestLength && length >= 2 {
+                    bestStart = runStart
+                    bestLength = length
+                }
                 runStart = -1
             }
         }

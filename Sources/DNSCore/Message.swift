@@ -25,8 +25,10 @@ public struct DNSMessage: Sendable, Hashable {
         /// The negative-caching TTL (RFC 2308 §4).
         public var minimum: UInt32
 
-        public init(primary: DomainName, mailbox: DomainName, serial: UInt32, refresh: UInt32,
-                    retry: UInt32, expire: UInt32, minimum: UInt32) {
+        public init(
+            primary: DomainName, mailbox: DomainName, serial: UInt32, refresh: UInt32,
+            retry: UInt32, expire: UInt32, minimum: UInt32
+        ) {
             self.primary = primary
             self.mailbox = mailbox
             self.serial = serial
@@ -53,8 +55,10 @@ public struct DNSMessage: Sendable, Hashable {
         public var ttl: UInt32
         public var data: RecordData
 
-        public init(name: DomainName, type: RecordType, recordClass: UInt16 = DNSMessage.classIN,
-                    ttl: UInt32, data: RecordData) {
+        public init(
+            name: DomainName, type: RecordType, recordClass: UInt16 = DNSMessage.classIN,
+            ttl: UInt32, data: RecordData
+        ) {
             self.name = name
             self.type = type
             self.recordClass = recordClass
@@ -75,8 +79,10 @@ public struct DNSMessage: Sendable, Hashable {
     public var authorities: [Record]
     public var additionals: [Record]
 
-    public init(id: UInt16, flags: UInt16, questions: [Question], answers: [Record] = [],
-                authorities: [Record] = [], additionals: [Record] = []) {
+    public init(
+        id: UInt16, flags: UInt16, questions: [Question], answers: [Record] = [],
+        authorities: [Record] = [], additionals: [Record] = []
+    ) {
         self.id = id
         self.flags = flags
         self.questions = questions
@@ -114,7 +120,7 @@ extension DNSMessage {
         var out: [UInt8] = []
         out.reserveCapacity(128)
         out.append16(id)
-        out.append16(0x0100) // RD
+        out.append16(0x0100)  // RD
         out.append16(1)
         out.append16(0)
         out.append16(0)
@@ -128,10 +134,10 @@ extension DNSMessage {
         out.append16(advertisedPayloadSize)
         out.append32(0)
         if padded {
-            let unpadded = out.count + 2 + 4 // RDLENGTH + padding option header
+            let unpadded = out.count + 2 + 4  // RDLENGTH + padding option header
             let padding = (queryPaddingBlock - unpadded % queryPaddingBlock) % queryPaddingBlock
             out.append16(UInt16(4 + padding))
-            out.append16(12) // EDNS(0) Padding option (RFC 7830)
+            out.append16(12)  // EDNS(0) Padding option (RFC 7830)
             out.append16(UInt16(padding))
             out.append(contentsOf: repeatElement(0, count: padding))
         } else {
@@ -211,8 +217,9 @@ extension DNSMessage {
         guard reader.remaining == 0 else {
             throw .trailingData(offset: reader.offset, count: reader.remaining)
         }
-        self.init(id: id, flags: flags, questions: questions,
-                  answers: sections[0], authorities: sections[1], additionals: sections[2])
+        self.init(
+            id: id, flags: flags, questions: questions,
+            answers: sections[0], authorities: sections[1], additionals: sections[2])
     }
 }
 
@@ -305,8 +312,10 @@ struct WireReader {
         case .soa:
             let primary = try readName()
             let mailbox = try readName()
-            data = .soa(.init(primary: primary, mailbox: mailbox, serial: try read32(), refresh: try read32(),
-                              retry: try read32(), expire: try read32(), minimum: try read32()))
+            data = .soa(
+                .init(
+                    primary: primary, mailbox: mailbox, serial: try read32(), refresh: try read32(),
+                    retry: try read32(), expire: try read32(), minimum: try read32()))
         default:
             data = .opaque(Array(bytes[start..<(start + length)]))
             offset += length

@@ -38,9 +38,11 @@ public struct Resolution: Sendable, Hashable {
     /// Upstreams that failed before one answered, in order.
     public var failedAttempts: [DNSError.Attempt]
 
-    public init(host: String, addresses: [ResolvedAddress], canonicalName: String? = nil, source: Source,
-                upstream: String?, elapsed: Duration, expiresAt: ContinuousClock.Instant,
-                failedAttempts: [DNSError.Attempt] = []) {
+    public init(
+        host: String, addresses: [ResolvedAddress], canonicalName: String? = nil, source: Source,
+        upstream: String?, elapsed: Duration, expiresAt: ContinuousClock.Instant,
+        failedAttempts: [DNSError.Attempt] = []
+    ) {
         self.host = host
         self.addresses = addresses
         self.canonicalName = canonicalName

@@ -71,12 +71,15 @@ package final class ResolutionMemo: Sendable {
         let key = Key(host: host, type: type)
         let current = currentGeneration
         guard let item = shard(host).items.withLock({ $0[key] }),
-              item.generation == current, now < item.validUntil else { return nil }
+            item.generation == current, now < item.validUntil
+        else { return nil }
         return item.resolution
     }
 
-    package func store(_ resolution: Resolution, for host: String, type: AddressQuery,
-                       validUntil: ContinuousClock.Instant, generation: UInt64) {
+    package func store(
+        _ resolution: Resolution, for host: String, type: AddressQuery,
+        validUntil: ContinuousClock.Instant, generation: UInt64
+    ) {
         let key = Key(host: host, type: type)
         shard(host).items.withLock { items in
             if items.count >= shardLimit, items[key] == nil { items.removeAll(keepingCapacity: true) }

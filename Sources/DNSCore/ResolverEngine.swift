@@ -37,9 +37,11 @@ package final class ResolverEngine: Sendable {
     ///     the application bootstrapped (`MetricsSystem.factory`). The engine never bootstraps one.
     ///   - logger: upstream failures (debug), circuit-breaker changes (warning, notice) and serve-stale
     ///     events (debug); by default nothing is logged.
-    package init(upstreams: [any DNSUpstream], options: ResolverOptions = .init(),
-                fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),
-                metrics: (any MetricsFactory)? = nil, logger: Logger? = nil) {
+    package init(
+        upstreams: [any DNSUpstream], options: ResolverOptions = .init(),
+        fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),
+        metrics: (any MetricsFactory)? = nil, logger: Logger? = nil
+    ) {
         self.options = options
         let logger = logger ?? .silent
         self.metrics = ResolverMetrics(factory: metrics, upstreams: upstreams.map(\.identifier))
@@ -80,8 +82,9 @@ package final class ResolverEngine: Sendable {
     /// have to go out: call it then. Negative answers are nil here too.
     package func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
         if let literal = IPAddress(host) {
-            return Resolution(host: host, addresses: [ResolvedAddress(ip: literal, ttl: 0)], source: .literal,
-                              upstream: nil, elapsed: .zero, expiresAt: clock.now)
+            return Resolution(
+                host: host, addresses: [ResolvedAddress(ip: literal, ttl: 0)], source: .literal,
+                upstream: nil, elapsed: .zero, expiresAt: clock.now)
         }
         // A finished resolution kept from the last second, or one built from fresh entries.
         let now = clock.now
@@ -102,8 +105,11 @@ package final class ResolverEngine: Sendable {
     /// A resolution built from the cache alone (fresh or stale), and the same resolution as `usable`
     /// when a lookup may return it without the slow path: every entry fresh, none a remembered
     /// failure, none in its prefetch window. Usable ones are kept in the memo.
-    private func fromCache(_ host: String, _ type: AddressQuery, now: ContinuousClock.Instant)
-        -> (resolution: Resolution, usable: Resolution?)? {
+    private func fromCache(
+        _ host: String, _ type: AddressQuery, now: ContinuousClock.Instant
+    )
+        -> (resolution: Resolution, usable: Resolution?)?
+    {
         let generation = memo.currentGeneration
         guard let name = try? DomainName(host) else { return nil }
         var outcomes: [TypeOutcome] = []
@@ -111,7 +117,8 @@ package final class ResolverEngine: Sendable {
         var usable = true
         for recordType in type.recordTypes {
             guard let entry = cache.entry(for: CacheKey(name, recordType)),
-                  let outcome = outcome(from: entry, type: recordType, now: now, allowStale: true) else { return nil }
+                let outcome = outcome(from: entry, type: recordType, now: now, allowStale: true)
+            else { return nil }
             switch entry.payload {
             case .addresses:
                 let prefetchFrom = options.prefetch ? entry.expiresAt - (entry.expiresAt - entry.storedAt) / 10 : entry.expiresAt
@@ -221,13 +228,17 @@ package final class ResolverEngine: Sendable {
     }
 
     /// The outcome of a finished upstream round for `key`.
-    private func finish(_ key: CacheKey, _ type: RecordType, _ result: FetchOutcome,
-                        startedAt now: ContinuousClock.Instant) async -> TypeOutcome {
+    private func finish(
+        _ key: CacheKey, _ type: RecordType, _ result: FetchOutcome,
+        startedAt now: ContinuousClock.Instant
+    ) async -> TypeOutcome {
         switch result {
         case let .answered(entry, failures):
-            var result = outcome(from: entry, type: type, now: clock.now, allowStale: true, fetched: true)
-                ?? TypeOutcome(type: type, payload: entry.payload, source: entry.source, upstream: entry.upstream,
-                               expiresAt: entry.expiresAt)
+            var result =
+                outcome(from: entry, type: type, now: clock.now, allowStale: true, fetched: true)
+                ?? TypeOutcome(
+                    type: type, payload: entry.payload, source: entry.source, upstream: entry.upstream,
+                    expiresAt: entry.expiresAt)
             result.failures = failures
             if result.stale { metrics.staleServed.increment() }
             return result
@@ -240,12 +251,14 @@ package final class ResolverEngine: Sendable {
             if options.fallback == .system, let fallback {
                 return await askFallback(fallback, key, failures: error.attempts)
             }
-            return TypeOutcome(type: type, payload: .failure(error), source: nil, upstream: nil, expiresAt: now,
-                               failures: error.attempts)
+            return TypeOutcome(
+                type: type, payload: .failure(error), source: nil, upstream: nil, expiresAt: now,
+                failures: error.attempts)
         case .cancelled:
             let error = DNSError(.cancelled, "cancelled")
-            return TypeOutcome(type: type, payload: .failure(error), source: nil, upstream: nil, expiresAt: now,
-                               failures: [])
+            return TypeOutcome(
+                type: type, payload: .failure(error), source: nil, upstream: nil, expiresAt: now,
+                failures: [])
         }
     }
 
@@ -292,8 +305,10 @@ package final class ResolverEngine: Sendable {
             if let existing = cache.entry(for: key), case .addresses = existing.payload, now < existing.staleUntil {
                 return .failed(error, stale: existing)
             }
-            store(CacheEntry(payload: .failure(error), source: .doh, upstream: nil, storedAt: now,
-                             expiresAt: now + options.failureTTL, staleUntil: now + options.failureTTL), for: key)
+            store(
+                CacheEntry(
+                    payload: .failure(error), source: .doh, upstream: nil, storedAt: now,
+                    expiresAt: now + options.failureTTL, staleUntil: now + options.failureTTL), for: key)
             return .failed(error, stale: nil)
         }
         let entry: CacheEntry
@@ -302,15 +317,18 @@ package final class ResolverEngine: Sendable {
             // Every address lives as long as the entry: the smallest TTL, clamped.
             let lifetime = clamp(addresses.map(\.ttl).min() ?? 0)
             let seconds = UInt32(clamping: lifetime.components.seconds)
-            entry = CacheEntry(payload: .addresses(addresses.map { ResolvedAddress(ip: $0.ip, ttl: seconds) },
-                                                   canonicalName: canonicalName == key.name ? nil : canonicalName),
-                               source: upstream.source, upstream: upstream.identifier, storedAt: now,
-                               expiresAt: now + lifetime, staleUntil: now + lifetime + options.staleWindow)
+            entry = CacheEntry(
+                payload: .addresses(
+                    addresses.map { ResolvedAddress(ip: $0.ip, ttl: seconds) },
+                    canonicalName: canonicalName == key.name ? nil : canonicalName),
+                source: upstream.source, upstream: upstream.identifier, storedAt: now,
+                expiresAt: now + lifetime, staleUntil: now + lifetime + options.staleWindow)
         case let .nxdomain(negative), let .nodata(negative):
             let code: DNSError.Code = if case .nxdomain = answer { .nxdomain } else { .nodata }
             let ttl = min(negative.map { Duration.seconds(Int64($0)) } ?? options.negativeTTL, options.negativeTTL)
-            entry = CacheEntry(payload: .negative(code), source: upstream.source, upstream: upstream.identifier,
-                               storedAt: now, expiresAt: now + ttl, staleUntil: now + ttl)
+            entry = CacheEntry(
+                payload: .negative(code), source: upstream.source, upstream: upstream.identifier,
+                storedAt: now, expiresAt: now + ttl, staleUntil: now + ttl)
         }
         store(entry, for: key)
         return .answered(entry, failures: outcome.failures)
@@ -324,20 +342,24 @@ package final class ResolverEngine: Sendable {
             case let .addresses(addresses, canonicalName):
                 let ttl = addresses.map(\.ttl).min() ?? 0
                 metrics.fallbackAnswers.increment()
-                return TypeOutcome(type: key.type, payload: .addresses(addresses, canonicalName: canonicalName),
-                                   source: .system, upstream: fallback.identifier, expiresAt: now + .seconds(Int64(ttl)),
-                                   failures: failures)
+                return TypeOutcome(
+                    type: key.type, payload: .addresses(addresses, canonicalName: canonicalName),
+                    source: .system, upstream: fallback.identifier, expiresAt: now + .seconds(Int64(ttl)),
+                    failures: failures)
             case .nxdomain:
-                return TypeOutcome(type: key.type, payload: .negative(.nxdomain), source: .system,
-                                   upstream: fallback.identifier, expiresAt: now, failures: failures)
+                return TypeOutcome(
+                    type: key.type, payload: .negative(.nxdomain), source: .system,
+                    upstream: fallback.identifier, expiresAt: now, failures: failures)
             case .nodata:
-                return TypeOutcome(type: key.type, payload: .negative(.nodata), source: .system,
-                                   upstream: fallback.identifier, expiresAt: now, failures: failures)
+                return TypeOutcome(
+                    type: key.type, payload: .negative(.nodata), source: .system,
+                    upstream: fallback.identifier, expiresAt: now, failures: failures)
             }
         } catch {
             let all = failures + [.init(upstream: fallback.identifier, code: error.code, message: error.message)]
-            return TypeOutcome(type: key.type, payload: .failure(DNSError.combining(all)), source: .system,
-                               upstream: nil, expiresAt: now, failures: all)
+            return TypeOutcome(
+                type: key.type, payload: .failure(DNSError.combining(all)), source: .system,
+                upstream: nil, expiresAt: now, failures: all)
         }
     }
 
@@ -347,8 +369,10 @@ package final class ResolverEngine: Sendable {
     }
 
     /// Turns a cache entry into an outcome at `now`, with remaining TTLs; nil when it is unusable.
-    private func outcome(from entry: CacheEntry, type: RecordType, now: ContinuousClock.Instant, allowStale: Bool,
-                         fetched: Bool = false) -> TypeOutcome? {
+    private func outcome(
+        from entry: CacheEntry, type: RecordType, now: ContinuousClock.Instant, allowStale: Bool,
+        fetched: Bool = false
+    ) -> TypeOutcome? {
         let fresh = now < entry.expiresAt
         guard fresh || (allowStale && now < entry.staleUntil) else { return nil }
         var payload = entry.payload
@@ -356,18 +380,19 @@ package final class ResolverEngine: Sendable {
             // Whole seconds left, rounded up: an answer fetched now reports its full TTL.
             let left = (entry.expiresAt - now).components
             let remaining = fresh ? UInt32(clamping: left.seconds + (left.attoseconds > 0 ? 1 : 0)) : options.staleAnswerTTL
-            payload = .addresses(addresses.map { ResolvedAddress(ip: $0.ip, ttl: min($0.ttl, remaining)) },
-                                 canonicalName: canonicalName)
+            payload = .addresses(
+                addresses.map { ResolvedAddress(ip: $0.ip, ttl: min($0.ttl, remaining)) },
+                canonicalName: canonicalName)
         }
         let source: Resolution.Source = !fresh ? .stale : (fetched ? entry.source : .cache)
-        return TypeOutcome(type: type, payload: payload, source: source, upstream: entry.upstream,
-                           expiresAt: fresh ? entry.expiresAt : now + .seconds(Int64(options.staleAnswerTTL)),
-                           stale: !fresh,
-                           failures: { if case let .failure(error) = entry.payload { return error.attempts } else { return [] } }())
+        return TypeOutcome(
+            type: type, payload: payload, source: source, upstream: entry.upstream,
+            expiresAt: fresh ? entry.expiresAt : now + .seconds(Int64(options.staleAnswerTTL)),
+            stale: !fresh,
+            failures: { if case let .failure(error) = entry.payload { return error.attempts } else { return [] } }())
     }
 
     // MARK: Merging the record types
-
 
     private func merge(host: String, name: DomainName, outcomes: [TypeOutcome], elapsed: Duration) throws(DNSError) -> Resolution {
         var addresses: [ResolvedAddress] = []
@@ -411,12 +436,15 @@ package final class ResolverEngine: Sendable {
                 expiresAt: expiresAt ?? clock.now, failedAttempts: failures)
         }
         if !rejected.isEmpty {
-            throw DNSError(.rejectedPrivate, "\(host) resolved only to special-purpose addresses "
-                           + "(\(rejected.joined(separator: ", "))); allow them with --allow-private")
+            throw DNSError(
+                .rejectedPrivate,
+                "\(host) resolved only to special-purpose addresses "
+                    + "(\(rejected.joined(separator: ", "))); allow them with --allow-private")
         }
         if nxdomain {
-            throw DNSError(.nxdomain, "\(host) does not exist (NXDOMAIN from \(answering?.upstream ?? "upstream"))",
-                           attempts: failures)
+            throw DNSError(
+                .nxdomain, "\(host) does not exist (NXDOMAIN from \(answering?.upstream ?? "upstream"))",
+                attempts: failures)
         }
         if outcomes.allSatisfy({ if case .negative = $0.payload { return true } else { return false } }) {
             let types = outcomes.map(\.type.description).joined(separator: "/")
@@ -426,7 +454,8 @@ package final class ResolverEngine: Sendable {
         var collected: [DNSError.Attempt] = []
         for outcome in outcomes {
             guard case let .failure(error) = outcome.payload else { continue }
-            let attempts = error.attempts.isEmpty
+            let attempts =
+                error.attempts.isEmpty
                 ? [.init(upstream: outcome.upstream ?? "-", code: error.code, message: error.message)]
                 : error.attempts
             for attempt in attempts where !collected.contains(attempt) { collected.append(attempt) }

@@ -40,17 +40,20 @@ package final class ResolverMetrics: Sendable {
         misses = Counter(label: "httpdns_cache_misses_total", factory: factory)
         staleServed = Counter(label: "httpdns_cache_stale_served_total", factory: factory)
         evictions = Counter(label: "httpdns_cache_evictions_total", factory: factory)
-        nearExpiryPrefetches = Counter(label: "httpdns_prefetches_total", dimensions: [("reason", "near_expiry")],
-                                       factory: factory)
+        nearExpiryPrefetches = Counter(
+            label: "httpdns_prefetches_total", dimensions: [("reason", "near_expiry")],
+            factory: factory)
         stalePrefetches = Counter(label: "httpdns_prefetches_total", dimensions: [("reason", "stale")], factory: factory)
         fallbackAnswers = Counter(label: "httpdns_fallback_answers_total", factory: factory)
         var latency: [String: CoreMetrics.Timer] = [:]
         var circuit: [String: Gauge] = [:]
         for upstream in upstreams {
-            latency[upstream] = CoreMetrics.Timer(label: "httpdns_upstream_duration_seconds",
-                                                  dimensions: [("upstream", upstream)], factory: factory)
-            circuit[upstream] = Gauge(label: "httpdns_upstream_circuit_open", dimensions: [("upstream", upstream)],
-                                      factory: factory)
+            latency[upstream] = CoreMetrics.Timer(
+                label: "httpdns_upstream_duration_seconds",
+                dimensions: [("upstream", upstream)], factory: factory)
+            circuit[upstream] = Gauge(
+                label: "httpdns_upstream_circuit_open", dimensions: [("upstream", upstream)],
+                factory: factory)
         }
         self.latency = latency
         self.circuit = circuit
@@ -64,8 +67,9 @@ package final class ResolverMetrics: Sendable {
         let key = upstream + " " + failure.rawValue
         let counter = failures.withLock { counters in
             if let counter = counters[key] { return counter }
-            let counter = Counter(label: "httpdns_upstream_failures_total",
-                                  dimensions: [("upstream", upstream), ("code", failure.rawValue)], factory: factory)
+            let counter = Counter(
+                label: "httpdns_upstream_failures_total",
+                dimensions: [("upstream", upstream), ("code", failure.rawValue)], factory: factory)
             counters[key] = counter
             return counter
         }

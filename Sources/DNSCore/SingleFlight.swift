@@ -55,10 +55,13 @@ package final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: Sen
         }
     }
 
-    private func finish(_ key: Key, _ result: Result<Value, DNSError>,
-                        _ work: @escaping @Sendable () async -> Result<Value, DNSError>) {
+    private func finish(
+        _ key: Key, _ result: Result<Value, DNSError>,
+        _ work: @escaping @Sendable () async -> Result<Value, DNSError>
+    ) {
         if case let .failure(error) = result, error.code == .cancelled,
-           flights.withLock({ !($0[key]?.isEmpty ?? true) }) {
+            flights.withLock({ !($0[key]?.isEmpty ?? true) })
+        {
             // The leader was cancelled, its followers were not: run the work again for them.
             Task {
                 let retried = await work()

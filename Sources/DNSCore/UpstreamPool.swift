@@ -63,9 +63,11 @@ package final class UpstreamPool: Sendable {
     private let metrics: ResolverMetrics
     private let logger: Logger
 
-    package init(_ upstreams: [any DNSUpstream], strategy: UpstreamStrategy = .ordered, clock: any ResolverClock,
-                 failureThreshold: Int = 3, baseBackoff: Duration = .seconds(1), maxBackoff: Duration = .seconds(60),
-                 metrics: ResolverMetrics? = nil, logger: Logger = .silent) {
+    package init(
+        _ upstreams: [any DNSUpstream], strategy: UpstreamStrategy = .ordered, clock: any ResolverClock,
+        failureThreshold: Int = 3, baseBackoff: Duration = .seconds(1), maxBackoff: Duration = .seconds(60),
+        metrics: ResolverMetrics? = nil, logger: Logger = .silent
+    ) {
         self.upstreams = upstreams
         self.metrics = metrics ?? ResolverMetrics(factory: nil, upstreams: upstreams.map(\.identifier))
         self.logger = logger
@@ -103,8 +105,9 @@ package final class UpstreamPool: Sendable {
             }
             indices.sort { (score($0), $0) < (score($1), $1) }
             if count % 16 == 0, indices.count > 1,
-               let stalest = indices.min(by: { (snapshot[$0].lastUsed ?? now) < (snapshot[$1].lastUsed ?? now) }),
-               stalest != indices[0] {
+                let stalest = indices.min(by: { (snapshot[$0].lastUsed ?? now) < (snapshot[$1].lastUsed ?? now) }),
+                stalest != indices[0]
+            {
                 indices.removeAll { $0 == stalest }
                 indices.insert(stalest, at: 0)
             }
@@ -146,8 +149,10 @@ package final class UpstreamPool: Sendable {
         return PoolOutcome(failures: failures)
     }
 
-    private func race(_ question: DNSMessage.Question, _ pair: [Int], timeout: Duration,
-                      failures: inout [DNSError.Attempt]) async -> PoolOutcome? {
+    private func race(
+        _ question: DNSMessage.Question, _ pair: [Int], timeout: Duration,
+        failures: inout [DNSError.Attempt]
+    ) async -> PoolOutcome? {
         let start = ContinuousClock.now
         return await withTaskGroup(of: (Int, Result<AddressAnswer, DNSError>).self) { group in
             for index in pair {
@@ -183,10 +188,12 @@ package final class UpstreamPool: Sendable {
             guard error.code != .cancelled else { return .failure(error) }
             let elapsed = ContinuousClock.now - start
             metrics.recordExchange(upstream: upstream, duration: elapsed, failure: error.code)
-            logger.debug("upstream query failed", metadata: [
-                "upstream": "\(upstream)", "name": "\(question.name)", "type": "\(question.type)",
-                "code": "\(error.code.rawValue)", "error": "\(error.message)",
-            ])
+            logger.debug(
+                "upstream query failed",
+                metadata: [
+                    "upstream": "\(upstream)", "name": "\(question.name)", "type": "\(question.type)",
+                    "code": "\(error.code.rawValue)", "error": "\(error.message)",
+                ])
             record(index, rtt: Self.seconds(elapsed), success: false)
             noteReachability(index, responded: error.code == .serverFailure || error.code == .refused)
             return .failure(error)
@@ -242,9 +249,11 @@ package final class UpstreamPool: Sendable {
         let upstream = upstreams[index].identifier
         metrics.recordCircuit(upstream: upstream, open: isOpen)
         if isOpen {
-            logger.warning("upstream circuit opened: skipped until re-probed", metadata: [
-                "upstream": "\(upstream)", "backoff_seconds": "\(Self.seconds(backoff))",
-            ])
+            logger.warning(
+                "upstream circuit opened: skipped until re-probed",
+                metadata: [
+                    "upstream": "\(upstream)", "backoff_seconds": "\(Self.seconds(backoff))",
+                ])
         } else {
             logger.notice("upstream circuit closed: answering again", metadata: ["upstream": "\(upstream)"])
         }

@@ -1,8 +1,9 @@
-import DNSCore
 import AddressProbing
 import CurlSupport
+import DNSCore
 import Foundation
 import HTTPDNS
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -119,14 +120,19 @@ public final class HTTPDNSClient: Sendable {
     func exchange(_ original: URLRequest, body: RequestBody, sinkPath: String?, context: CallContext) async throws -> HTTPDNSExchange {
         try await followingRedirects(original, body: body, context: context) { request, url, body in
             let hop = try await perform(request, url: url, body: body, sinkPath: sinkPath, context: context)
-            return (hop.response, { redirects in
-                HTTPDNSExchange(response: hop.response, body: hop.body, remoteAddress: hop.remoteAddress,
-                                resolution: hop.resolution, httpVersion: hop.httpVersion, redirects: redirects)
-            }, {})
+            return (
+                hop.response,
+                { redirects in
+                    HTTPDNSExchange(
+                        response: hop.response, body: hop.body, remoteAddress: hop.remoteAddress,
+                        resolution: hop.resolution, httpVersion: hop.httpVersion, redirects: redirects)
+                }, {}
+            )
         }
     }
 
-    func openStream(_ original: URLRequest, body: RequestBody, context: CallContext, bufferLimit: Int = 1 << 20) async throws -> HTTPDNSResponseStream {
+    func openStream(_ original: URLRequest, body: RequestBody, context: CallContext, bufferLimit: Int = 1 << 20) async throws -> HTTPDNSResponseStream
+    {
         try await followingRedirects(original, body: body, context: context) { request, url, body in
             let prepared = try await prepare(request, url: url, body: body, context: context, sink: false)
             let stream = CurlEngine.shared.stream(prepared.curl, bufferLimit: bufferLimit)
@@ -137,19 +143,25 @@ public final class HTTPDNSClient: Sendable {
                 prepared.source?.cancel()
                 throw Self.error(for: error, url: url, host: prepared.host)
             }
-            let response = try Self.response(url: url, status: head.status, headers: head.headers,
-                                              version: head.httpVersion, host: prepared.host)
-            return (response, { redirects in
-                HTTPDNSResponseStream(response: response, remoteAddress: head.remoteIP, resolution: prepared.resolution,
-                                      httpVersion: head.httpVersion, redirects: redirects, stream: stream,
-                                      source: prepared.source, host: prepared.host)
-            }, {
-                // A redirect's own body is small; past 64 KiB the connection is not worth keeping.
-                var drained = 0
-                while drained < 64 * 1024, let bytes = try? await stream.next() { drained += bytes.count }
-                stream.cancel()
-                prepared.source?.cancel()
-            })
+            let response = try Self.response(
+                url: url, status: head.status, headers: head.headers,
+                version: head.httpVersion, host: prepared.host)
+            return (
+                response,
+                { redirects in
+                    HTTPDNSResponseStream(
+                        response: response, remoteAddress: head.remoteIP, resolution: prepared.resolution,
+                        httpVersion: head.httpVersion, redirects: redirects, stream: stream,
+                        source: prepared.source, host: prepared.host)
+                },
+                {
+                    // A redirect's own body is small; past 64 KiB the connection is not worth keeping.
+                    var drained = 0
+                    while drained < 64 * 1024, let bytes = try? await stream.next() { drained += bytes.count }
+                    stream.cancel()
+                    prepared.source?.cancel()
+                }
+            )
         }
     }
 
@@ -158,8 +170,10 @@ public final class HTTPDNSClient: Sendable {
     private typealias HopOutcome<Final> = (response: HTTPURLResponse, finish: ([URL]) -> Final, discard: () async -> Void)
 
     /// Runs `hop` for the request and for every redirect it leads to, storing cookies on the way.
-    private func followingRedirects<Final>(_ original: URLRequest, body: RequestBody, context: CallContext,
-                                           hop: (URLRequest, URL, RequestBody) async throws -> HopOutcome<Final>) async throws -> Final {
+    private func followingRedirects<Final>(
+        _ original: URLRequest, body: RequestBody, context: CallContext,
+        hop: (URLRequest, URL, RequestBody) async throws -> HopOutcome<Final>
+    ) async throws -> Final {
         guard let firstURL = original.url else { throw URLError(.badURL) }
         var request = original
         var body = body
@@ -177,21 +191,26 @@ public final class HTTPDNSClient: Sendable {
     }
 
     /// The request and body of the redirect `response` asks for, or nil when it is final.
-    private func nextHop(after request: URLRequest, url: URL, response: HTTPURLResponse, body: RequestBody,
-                         redirects: inout [URL]) throws -> (URLRequest, RequestBody)? {
+    private func nextHop(
+        after request: URLRequest, url: URL, response: HTTPURLResponse, body: RequestBody,
+        redirects: inout [URL]
+    ) throws -> (URLRequest, RequestBody)? {
         guard options.followRedirects, let (next, keepsBody) = Self.redirect(from: request, url: url, response: response) else {
             return nil
         }
         redirects.append(url)
         guard redirects.count <= options.maxRedirects else {
-            throw Self.error(.httpTooManyRedirects, url,
-                             HTTPDNSClientError(.tooManyRedirects, "more than \(options.maxRedirects) redirects, last to \(next.url!.absoluteString)"))
+            throw Self.error(
+                .httpTooManyRedirects, url,
+                HTTPDNSClientError(.tooManyRedirects, "more than \(options.maxRedirects) redirects, last to \(next.url!.absoluteString)"))
         }
         guard keepsBody else { return (next, .none) }
         if case .stream = body {
             // Apple's URLSession asks its delegate for a new stream here; a stream read once cannot be resent.
-            throw Self.error(.requestBodyStreamExhausted, url,
-                             HTTPDNSClientError(.bodySource, "a \(response.statusCode) redirect needs the body again, and a body stream is read once; send Data or a file"))
+            throw Self.error(
+                .requestBodyStreamExhausted, url,
+                HTTPDNSClientError(
+                    .bodySource, "a \(response.statusCode) redirect needs the body again, and a body stream is read once; send Data or a file"))
         }
         return (next, body)
     }
@@ -231,10 +250,12 @@ public final class HTTPDNSClient: Sendable {
             throw Self.error(for: error, url: url, host: prepared.host)
         }
         try sink?.close()
-        let http = try Self.response(url: url, status: response.status, headers: response.headers,
-                                     version: response.httpVersion, host: prepared.host)
-        return Hop(response: http, body: Data(response.body), remoteAddress: response.remoteIP,
-                   resolution: prepared.resolution, httpVersion: response.httpVersion)
+        let http = try Self.response(
+            url: url, status: response.status, headers: response.headers,
+            version: response.httpVersion, host: prepared.host)
+        return Hop(
+            response: http, body: Data(response.body), remoteAddress: response.remoteIP,
+            resolution: prepared.resolution, httpVersion: response.httpVersion)
     }
 
     /// Resolves the host and builds the transfer: the URL unchanged, the socket pinned to the
@@ -250,7 +271,9 @@ public final class HTTPDNSClient: Sendable {
         if let literal = IPAddress(bareHost.split(separator: "%", maxSplits: 1).first.map(String.init) ?? bareHost) {
             let wanted: IPAddress.Family? = options.addressFamilies == .a ? .ipv4 : options.addressFamilies == .aaaa ? .ipv6 : nil
             if let wanted, literal.family != wanted {
-                throw Self.error(.cannotFindHost, url, HTTPDNSClientError(.resolution, "\(bareHost) is an \(literal.family.rawValue) address and only \(wanted.rawValue) is allowed"))
+                throw Self.error(
+                    .cannotFindHost, url,
+                    HTTPDNSClientError(.resolution, "\(bareHost) is an \(literal.family.rawValue) address and only \(wanted.rawValue) is allowed"))
             }
         } else {
             do {
@@ -262,17 +285,20 @@ public final class HTTPDNSClient: Sendable {
                 }
                 pin = Pinning.pin(host: bareHost, port: port, to: order.map(\.urlHost))
             } catch {
-                throw Self.error(.cannotFindHost, url, HTTPDNSClientError(.resolution, "cannot resolve \(bareHost): \(error.message)", dnsCode: error.code.rawValue))
+                throw Self.error(
+                    .cannotFindHost, url,
+                    HTTPDNSClientError(.resolution, "cannot resolve \(bareHost): \(error.message)", dnsCode: error.code.rawValue))
             }
         }
         let method = request.httpMethod ?? "GET"
         guard Self.isValidMethod(method) else {
             throw Self.error(.badURL, url, HTTPDNSClientError(.invalidRequest, "the method '\(method)' is not an HTTP token"))
         }
-        var curl = CurlRequest(url: url.absoluteString, method: method, headers: headers,
-                               resolve: pin.resolve, connectTo: pin.connectTo, timeout: context.timeout ?? timeout(for: request),
-                               trust: TLSTrust(caFile: options.caFile),
-                               maxResponseBytes: sink ? Int.max : options.maxBodyBytes, protocols: "http,https")
+        var curl = CurlRequest(
+            url: url.absoluteString, method: method, headers: headers,
+            resolve: pin.resolve, connectTo: pin.connectTo, timeout: context.timeout ?? timeout(for: request),
+            trust: TLSTrust(caFile: options.caFile),
+            maxResponseBytes: sink ? Int.max : options.maxBodyBytes, protocols: "http,https")
         curl.happyEyeballsDelay = options.happyEyeballsDelay
         curl.idleTimeout = context.idleTimeout
         if let idle = context.idleTimeout { curl.connectTimeout = idle }
@@ -336,14 +362,18 @@ public final class HTTPDNSClient: Sendable {
             guard !name.isEmpty, !(name + value).utf8.contains(where: { $0 == 0x0d || $0 == 0x0a }) else {
                 throw Self.error(.badURL, url, HTTPDNSClientError(.invalidRequest, "header '\(name)' is empty or contains a line break"))
             }
-            if name.lowercased() == "cookie" { explicitCookie = value; continue }
+            if name.lowercased() == "cookie" {
+                explicitCookie = value
+                continue
+            }
             lines.append("\(name): \(value)")
         }
         // The caller's own Cookie header is sent, with the stored cookies for the URL after it.
         var cookie = explicitCookie
         if let storage = context.cookieStorage ?? options.cookieStorage, request.httpShouldHandleCookies,
-           let cookies = storage.cookies(for: url), !cookies.isEmpty,
-           let header = HTTPCookie.requestHeaderFields(with: cookies)["Cookie"] {
+            let cookies = storage.cookies(for: url), !cookies.isEmpty,
+            let header = HTTPCookie.requestHeaderFields(with: cookies)["Cookie"]
+        {
             cookie = cookie.map { "\($0); \(header)" } ?? header
         }
         if let cookie { lines.append("Cookie: \(cookie)") }
@@ -364,7 +394,8 @@ public final class HTTPDNSClient: Sendable {
 
     static func validated(_ url: URL) throws -> URL {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
-            throw error(.unsupportedURL, url, HTTPDNSClientError(.invalidRequest, "only http and https URLs are supported, not '\(url.absoluteString)'"))
+            throw error(
+                .unsupportedURL, url, HTTPDNSClientError(.invalidRequest, "only http and https URLs are supported, not '\(url.absoluteString)'"))
         }
         guard let host = url.host, !host.isEmpty else {
             throw error(.badURL, url, HTTPDNSClientError(.invalidRequest, "'\(url.absoluteString)' has no host"))
@@ -378,12 +409,13 @@ public final class HTTPDNSClient: Sendable {
     /// Whether `method` is an HTTP method token (RFC 9110 §9.1): no space, CR or LF can reach the
     /// request line.
     public static func isValidMethod(_ method: String) -> Bool {
-        !method.isEmpty && method.utf8.allSatisfy { byte in
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
-            default: "!#$%&'*+-.^_`|~".utf8.contains(byte)
+        !method.isEmpty
+            && method.utf8.allSatisfy { byte in
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+                default: "!#$%&'*+-.^_`|~".utf8.contains(byte)
+                }
             }
-        }
     }
 
     /// The origin of a URL (RFC 6454): scheme, host and port, the default port filled in.
@@ -397,9 +429,10 @@ public final class HTTPDNSClient: Sendable {
     static func redirect(from request: URLRequest, url: URL, response: HTTPURLResponse) -> (request: URLRequest, keepsBody: Bool)? {
         let status = response.statusCode
         guard [301, 302, 303, 307, 308].contains(status),
-              let location = response.value(forHTTPHeaderField: "Location"),
-              let target = URL(string: location, relativeTo: url)?.absoluteURL,
-              let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https" else { return nil }
+            let location = response.value(forHTTPHeaderField: "Location"),
+            let target = URL(string: location, relativeTo: url)?.absoluteURL,
+            let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https"
+        else { return nil }
         var next = request
         next.url = target
         let method = (request.httpMethod ?? "GET").uppercased()
@@ -426,18 +459,24 @@ public final class HTTPDNSClient: Sendable {
     // MARK: Errors
 
     static func error(_ code: URLError.Code, _ url: URL, _ reason: HTTPDNSClientError) -> URLError {
-        URLError(code, userInfo: [NSLocalizedDescriptionKey: reason.message, NSUnderlyingErrorKey: reason,
-                                  NSURLErrorFailingURLErrorKey: url])
+        URLError(
+            code,
+            userInfo: [
+                NSLocalizedDescriptionKey: reason.message, NSUnderlyingErrorKey: reason,
+                NSURLErrorFailingURLErrorKey: url,
+            ])
     }
 
     static func error(for error: CurlError, url: URL, host: String) -> URLError {
         switch error.code {
         case .untrustedCertificate:
-            return Self.error(.serverCertificateHasUnknownRoot, url,
-                              HTTPDNSClientError(.untrustedCertificate, "\(host): certificate not trusted: \(error.message)"))
+            return Self.error(
+                .serverCertificateHasUnknownRoot, url,
+                HTTPDNSClientError(.untrustedCertificate, "\(host): certificate not trusted: \(error.message)"))
         case .nameMismatch:
-            return Self.error(.serverCertificateUntrusted, url,
-                              HTTPDNSClientError(.nameMismatch, "\(host): the certificate is not valid for \(host): \(error.message)"))
+            return Self.error(
+                .serverCertificateUntrusted, url,
+                HTTPDNSClientError(.nameMismatch, "\(host): the certificate is not valid for \(host): \(error.message)"))
         case .pinMismatch:
             return Self.error(.serverCertificateUntrusted, url, HTTPDNSClientError(.tlsFailed, "\(host): public key pin mismatch"))
         case .tlsFailed:

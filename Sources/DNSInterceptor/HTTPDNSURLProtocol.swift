@@ -1,8 +1,9 @@
-import DNSCore
 import CurlSupport
+import DNSCore
 import Foundation
 import HTTPDNS
 import Synchronization
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -97,8 +98,13 @@ public final class HTTPDNSURLProtocol: URLProtocol {
         let body: RequestBody
         if task is URLSessionUploadTask, request.httpBody == nil, request.httpBodyStream == nil {
             guard let upload = facts.uploadBody else {
-                fail(URLError(.requestBodyStreamExhausted, userInfo: [
-                    NSLocalizedDescriptionKey: "the body of this upload task is not visible to HTTPDNSURLProtocol; send a data task with httpBody instead"]))
+                fail(
+                    URLError(
+                        .requestBodyStreamExhausted,
+                        userInfo: [
+                            NSLocalizedDescriptionKey:
+                                "the body of this upload task is not visible to HTTPDNSURLProtocol; send a data task with httpBody instead"
+                        ]))
                 return
             }
             body = upload
@@ -264,8 +270,9 @@ struct TaskFacts: @unchecked Sendable {
     /// `dataCompletionHandler`, …).
     static func behaviour(of task: URLSessionTask, in session: URLSession) -> String? {
         guard let registry = child(of: session, named: "taskRegistry"),
-              let behaviours = child(of: registry, named: "behaviours") as? [Int: Any],
-              let behaviour = behaviours[task.taskIdentifier] else { return nil }
+            let behaviours = child(of: registry, named: "behaviours") as? [Int: Any],
+            let behaviour = behaviours[task.taskIdentifier]
+        else { return nil }
         return Mirror(reflecting: behaviour).children.first?.label ?? "\(behaviour)"
     }
 

@@ -24,7 +24,8 @@ public struct HTTPDNSInterceptionPolicy: Sendable, Hashable {
     /// Whether a request for `url` goes through HTTPDNS, given the resolver's endpoint host names.
     public func intercepts(_ url: URL, resolverHosts: Set<String> = []) -> Bool {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              var host = url.host?.lowercased(), !host.isEmpty else { return false }
+            var host = url.host?.lowercased(), !host.isEmpty
+        else { return false }
         if host.hasSuffix(".") { host.removeLast() }
         if host.hasPrefix("[") || IPAddress(host) != nil { return false }
         if host == "localhost" || host.hasSuffix(".localhost") { return false }
@@ -37,7 +38,7 @@ public struct HTTPDNSInterceptionPolicy: Sendable, Hashable {
         var pattern = pattern.lowercased()
         if pattern.hasSuffix(".") { pattern.removeLast() }
         if pattern.hasPrefix("*.") {
-            return host.hasSuffix(pattern.dropFirst())   // ".example.com": names under it only
+            return host.hasSuffix(pattern.dropFirst())  // ".example.com": names under it only
         }
         return !pattern.isEmpty && (host == pattern || host.hasSuffix("." + pattern))
     }

@@ -1,10 +1,11 @@
-import DNSCore
 import CurlSupport
+import DNSCore
 import Foundation
+import Synchronization
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import Synchronization
 
 /// Where a request's body comes from.
 enum RequestBody {

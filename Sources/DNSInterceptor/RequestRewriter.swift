@@ -1,6 +1,7 @@
 import DNSCore
 import Foundation
 import HTTPDNS
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -56,7 +57,8 @@ extension HTTPDNSResolver {
     ///   host name (IP literals need no rewriting).
     public func rewrite(_ url: URL) async throws(DNSError) -> RewrittenRequest {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              let host = url.host, !host.isEmpty else {
+            let host = url.host, !host.isEmpty
+        else {
             throw DNSError(.invalidName, "'\(url.absoluteString)' is not an http(s) URL with a host name")
         }
         guard IPAddress(host) == nil, !host.hasPrefix("[") else {

@@ -1,7 +1,8 @@
-import DNSCore
 import CurlSupport
+import DNSCore
 import Foundation
 import HTTPDNS
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -28,8 +29,10 @@ public final class HTTPDNSResponseStream: AsyncSequence, Sendable {
     private let source: StreamBodySource?
     private let host: String
 
-    init(response: HTTPURLResponse, remoteAddress: String?, resolution: Resolution?, httpVersion: Int,
-         redirects: [URL], stream: CurlStream, source: StreamBodySource?, host: String) {
+    init(
+        response: HTTPURLResponse, remoteAddress: String?, resolution: Resolution?, httpVersion: Int,
+        redirects: [URL], stream: CurlStream, source: StreamBodySource?, host: String
+    ) {
         self.response = response
         self.remoteAddress = remoteAddress
         self.resolution = resolution
@@ -54,8 +57,9 @@ public final class HTTPDNSResponseStream: AsyncSequence, Sendable {
         for try await chunk in self {
             guard data.count + chunk.count <= limit else {
                 cancel()
-                throw HTTPDNSClient.error(.dataLengthExceedsMaximum, response.url ?? URL(fileURLWithPath: "/"),
-                                          HTTPDNSClientError(.protocolError, "\(host): response body exceeds \(limit) bytes"))
+                throw HTTPDNSClient.error(
+                    .dataLengthExceedsMaximum, response.url ?? URL(fileURLWithPath: "/"),
+                    HTTPDNSClientError(.protocolError, "\(host): response body exceeds \(limit) bytes"))
             }
             data.append(chunk)
         }

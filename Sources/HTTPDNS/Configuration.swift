@@ -35,10 +35,12 @@ public struct UpstreamEndpoint: Sendable, Hashable {
 
     /// - Throws: ``DNSError`` (``DNSError/Code/invalidConfiguration``) for a URL that is not
     ///   `https://host[:port]/path`.
-    public init(_ kind: Kind, url: String, bootstrap: [IPAddress] = [],
-                pinnedPublicKey: String? = nil) throws(DNSError) {
+    public init(
+        _ kind: Kind, url: String, bootstrap: [IPAddress] = [],
+        pinnedPublicKey: String? = nil
+    ) throws(DNSError) {
         guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
-              let host = components.host, !host.isEmpty
+            let host = components.host, !host.isEmpty
         else {
             throw DNSError(.invalidConfiguration, "'\(url)' is not a URL")
         }
@@ -68,14 +70,18 @@ public struct UpstreamEndpoint: Sendable, Hashable {
     }
 
     /// An RFC 8484 resolver.
-    public static func doh(_ url: String, bootstrap: [String] = [], method: DoHMethod = .get,
-                           pinnedPublicKey: String? = nil) throws(DNSError) -> UpstreamEndpoint {
+    public static func doh(
+        _ url: String, bootstrap: [String] = [], method: DoHMethod = .get,
+        pinnedPublicKey: String? = nil
+    ) throws(DNSError) -> UpstreamEndpoint {
         try UpstreamEndpoint(.doh(method), url: url, bootstrap: try parse(bootstrap), pinnedPublicKey: pinnedPublicKey)
     }
 
     /// A JSON API resolver.
-    public static func json(_ url: String, bootstrap: [String] = [],
-                            pinnedPublicKey: String? = nil) throws(DNSError) -> UpstreamEndpoint {
+    public static func json(
+        _ url: String, bootstrap: [String] = [],
+        pinnedPublicKey: String? = nil
+    ) throws(DNSError) -> UpstreamEndpoint {
         try UpstreamEndpoint(.json, url: url, bootstrap: try parse(bootstrap), pinnedPublicKey: pinnedPublicKey)
     }
 
@@ -121,9 +127,10 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
             throw DNSError(.invalidConfiguration, "no trusted upstream is configured")
         }
         for upstream in upstreams where !upstream.hostIsLiteral && upstream.bootstrap.isEmpty {
-            throw DNSError(.invalidConfiguration,
-                           "upstream \(upstream.url) has no bootstrap address for \(upstream.host); "
-                           + "add one (--bootstrap \(upstream.host)=IP) so that reaching it needs no DNS")
+            throw DNSError(
+                .invalidConfiguration,
+                "upstream \(upstream.url) has no bootstrap address for \(upstream.host); "
+                    + "add one (--bootstrap \(upstream.host)=IP) so that reaching it needs no DNS")
         }
         if let caFile {
             guard FileManager.default.isReadableFile(atPath: caFile) else {

@@ -1,4 +1,5 @@
 import DNSCore
+
 extension HTTPDNSResolver {
     /// Whether ``forward(_:)`` has an upstream to use: only DoH upstreams carry whole messages.
     public var canForward: Bool { engine.pool.upstreams.contains { $0 is DoHUpstream } }

@@ -1,6 +1,6 @@
-import DNSCore
 import CoreMetrics
 import CurlSupport
+import DNSCore
 import Foundation
 import Logging
 import Synchronization
@@ -33,29 +33,36 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     ///   - metrics: where the engine's counters and timers go (see `ResolverMetrics` for their names);
     ///     by default the application's bootstrapped `MetricsSystem.factory`.
     ///   - logger: where upstream failures and circuit-breaker changes are logged; silent by default.
-    public convenience init(configuration: HTTPDNSConfiguration, options: HTTPDNSOptions = .init(),
-                            fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),
-                            metrics: (any MetricsFactory)? = nil, logger: Logger? = nil) throws(DNSError) {
+    public convenience init(
+        configuration: HTTPDNSConfiguration, options: HTTPDNSOptions = .init(),
+        fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),
+        metrics: (any MetricsFactory)? = nil, logger: Logger? = nil
+    ) throws(DNSError) {
         try configuration.validate()
-        let transport = HTTPTransport(engine: .shared, trust: TLSTrust(caFile: configuration.caFile),
-                                      maxResponseBytes: options.maxResponseBytes)
+        let transport = HTTPTransport(
+            engine: .shared, trust: TLSTrust(caFile: configuration.caFile),
+            maxResponseBytes: options.maxResponseBytes)
         let upstreams: [any DNSUpstream] = configuration.upstreams.map { endpoint in
             switch endpoint.kind {
             case let .doh(method): return DoHUpstream(endpoint: endpoint, method: method, transport: transport)
             case .json: return JSONUpstream(endpoint: endpoint, transport: transport)
             }
         }
-        self.init(configuration: configuration, options: options, upstreams: upstreams, fallback: fallback, clock: clock,
-                  metrics: metrics, logger: logger)
+        self.init(
+            configuration: configuration, options: options, upstreams: upstreams, fallback: fallback, clock: clock,
+            metrics: metrics, logger: logger)
     }
 
     /// Builds a resolver over any upstreams (tests inject fakes here).
-    public init(configuration: HTTPDNSConfiguration = .init(upstreams: []), options: HTTPDNSOptions = .init(),
-                upstreams: [any DNSUpstream], fallback: (any DNSUpstream)? = nil,
-                clock: any ResolverClock = MonotonicClock(), metrics: (any MetricsFactory)? = nil, logger: Logger? = nil) {
+    public init(
+        configuration: HTTPDNSConfiguration = .init(upstreams: []), options: HTTPDNSOptions = .init(),
+        upstreams: [any DNSUpstream], fallback: (any DNSUpstream)? = nil,
+        clock: any ResolverClock = MonotonicClock(), metrics: (any MetricsFactory)? = nil, logger: Logger? = nil
+    ) {
         self.configuration = configuration
-        self.engine = ResolverEngine(upstreams: upstreams, options: options, fallback: fallback, clock: clock,
-                                     metrics: metrics, logger: logger)
+        self.engine = ResolverEngine(
+            upstreams: upstreams, options: options, fallback: fallback, clock: clock,
+            metrics: metrics, logger: logger)
         if !configuration.preresolve.isEmpty {
             engine.prefetch(configuration.preresolve)
         }
@@ -94,8 +101,9 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
         await withTaskGroup(of: (Int, Result<Resolution, DNSError>).self) { group in
             for (index, host) in hosts.enumerated() {
                 group.addTask {
-                    do throws(DNSError) { return (index, .success(try await self.resolve(host, type: type))) }
-                    catch { return (index, .failure(error)) }
+                    do throws(DNSError) { return (index, .success(try await self.resolve(host, type: type))) } catch {
+                        return (index, .failure(error))
+                    }
                 }
             }
             var results = [Result<Resolution, DNSError>?](repeating: nil, count: hosts.count)
@@ -158,8 +166,10 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// Snapshots the cache to `path` every `interval` until the returned task is cancelled, and once
     /// more when it is (so a shutdown that cancels it keeps the latest answers). A failed write is
     /// reported to `onError` and retried at the next tick; the process keeps serving.
-    public func persistPeriodically(to path: String, every interval: Duration,
-                                    onError: @escaping @Sendable (DNSError) -> Void = { _ in }) -> Task<Void, Never> {
+    public func persistPeriodically(
+        to path: String, every interval: Duration,
+        onError: @escaping @Sendable (DNSError) -> Void = { _ in }
+    ) -> Task<Void, Never> {
         Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: interval)

@@ -1,5 +1,5 @@
-import DNSCore
 import CurlSupport
+import DNSCore
 import Foundation
 import Synchronization
 
@@ -108,8 +108,11 @@ struct JSONUpstream: DNSUpstream {
         message.authorities = try records(body.Authority ?? [], section: "Authority")
         if body.Status > 15 {
             // Extended RCODEs travel in an OPT record, as on the wire.
-            message.additionals = [.init(name: .root, type: .opt, recordClass: 1232,
-                                         ttl: UInt32(body.Status >> 4) << 24, data: .opaque([]))]
+            message.additionals = [
+                .init(
+                    name: .root, type: .opt, recordClass: 1232,
+                    ttl: UInt32(body.Status >> 4) << 24, data: .opaque([]))
+            ]
         }
         return message
 
@@ -140,14 +143,18 @@ struct JSONUpstream: DNSUpstream {
                     guard fields.count == 7, numbers.count == 5 else {
                         throw malformed("SOA record with data '\(entry.data)'")
                     }
-                    data = .soa(.init(primary: try domain(String(fields[0])), mailbox: try domain(String(fields[1])),
-                                      serial: numbers[0], refresh: numbers[1], retry: numbers[2],
-                                      expire: numbers[3], minimum: numbers[4]))
+                    data = .soa(
+                        .init(
+                            primary: try domain(String(fields[0])), mailbox: try domain(String(fields[1])),
+                            serial: numbers[0], refresh: numbers[1], retry: numbers[2],
+                            expire: numbers[3], minimum: numbers[4]))
                 default:
                     data = .opaque(Array(entry.data.utf8))
                 }
-                result.append(.init(name: try domain(entry.name), type: type,
-                                    ttl: UInt32(min(entry.TTL, Int(Int32.max))), data: data))
+                result.append(
+                    .init(
+                        name: try domain(entry.name), type: type,
+                        ttl: UInt32(min(entry.TTL, Int(Int32.max))), data: data))
             }
             return result
         }
@@ -174,8 +181,9 @@ struct HTTPTransport: Sendable {
     func request(for endpoint: UpstreamEndpoint, timeout: Duration) -> CurlRequest {
         var trust = self.trust
         trust.pinnedPublicKey = endpoint.pinnedPublicKey
-        return CurlRequest(url: endpoint.url, timeout: timeout, trust: trust,
-                           maxResponseBytes: maxResponseBytes, protocols: "https")
+        return CurlRequest(
+            url: endpoint.url, timeout: timeout, trust: trust,
+            maxResponseBytes: maxResponseBytes, protocols: "https")
     }
 
     /// Sends `request` pinned to the endpoint's bootstrap addresses (``Pinning``), the one that

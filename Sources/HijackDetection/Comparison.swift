@@ -64,10 +64,14 @@ public struct PlainDNSAnswers: AnswerSource {
         var allNXDOMAIN = true
         for result in results {
             switch result {
-            case .success(.addresses(let found, _)): addresses += found.map(\.ip); allNXDOMAIN = false
+            case .success(.addresses(let found, _)):
+                addresses += found.map(\.ip)
+                allNXDOMAIN = false
             case .success(.nxdomain): break
             case .success(.nodata): allNXDOMAIN = false
-            case .failure(let error): failure = failure ?? error; allNXDOMAIN = false
+            case .failure(let error):
+                failure = failure ?? error
+                allNXDOMAIN = false
             }
         }
         if !addresses.isEmpty { return .addresses(addresses) }
@@ -86,8 +90,10 @@ public struct HostComparison: Sendable, Hashable {
     /// A canary: a random name that cannot exist, asked to catch a resolver that invents answers.
     public var isCanary: Bool
 
-    public init(host: String, trusted: ResolverAnswer, system: ResolverAnswer, probes: [AddressProbe],
-                verdict: Verdict, isCanary: Bool = false) {
+    public init(
+        host: String, trusted: ResolverAnswer, system: ResolverAnswer, probes: [AddressProbe],
+        verdict: Verdict, isCanary: Bool = false
+    ) {
         self.host = host
         self.trusted = trusted
         self.system = system
@@ -115,8 +121,10 @@ public struct HijackDetector: Sendable {
     public var probePort: Int
     public var type: AddressQuery
 
-    public init(trusted: any AnswerSource, system: any AnswerSource, prober: (any AddressProbing)?,
-                probePort: Int = 443, type: AddressQuery = .both) {
+    public init(
+        trusted: any AnswerSource, system: any AnswerSource, prober: (any AddressProbing)?,
+        probePort: Int = 443, type: AddressQuery = .both
+    ) {
         self.trusted = trusted
         self.system = system
         self.prober = prober
@@ -141,15 +149,17 @@ public struct HijackDetector: Sendable {
         let host: String
         do { host = try Self.canaryName(in: zone) } catch {
             let failed = ResolverAnswer.failed(error)
-            return HostComparison(host: "canary.\(zone)", trusted: failed, system: failed, probes: [],
-                                  verdict: Verdict(.unverified, "no canary name under '\(zone)': \(error.message)"), isCanary: true)
+            return HostComparison(
+                host: "canary.\(zone)", trusted: failed, system: failed, probes: [],
+                verdict: Verdict(.unverified, "no canary name under '\(zone)': \(error.message)"), isCanary: true)
         }
         async let trustedAnswer = trusted.answer(for: host, type: type)
         async let systemAnswer = system.answer(for: host, type: type)
         let (trustedSide, systemSide) = await (trustedAnswer, systemAnswer)
-        return HostComparison(host: host, trusted: trustedSide, system: systemSide, probes: [],
-                              verdict: Verdict.judgeCanary(host: host, zone: zone, trusted: trustedSide, system: systemSide),
-                              isCanary: true)
+        return HostComparison(
+            host: host, trusted: trustedSide, system: systemSide, probes: [],
+            verdict: Verdict.judgeCanary(host: host, zone: zone, trusted: trustedSide, system: systemSide),
+            isCanary: true)
     }
 
     /// Compares every host at once (and the canary first, when a zone is given) within one overall
@@ -192,9 +202,10 @@ public struct HijackDetector: Sendable {
             case .canary(let zone): host = "canary.\(zone)"
             }
             let late = ResolverAnswer.failed(DNSError(.timeout, "not finished within the overall timeout"))
-            return HostComparison(host: host, trusted: late, system: late, probes: [],
-                                  verdict: Verdict(.unverified, "not finished within the overall timeout of \(budgetText) s"),
-                                  isCanary: { if case .canary = jobs[index] { return true } else { return false } }())
+            return HostComparison(
+                host: host, trusted: late, system: late, probes: [],
+                verdict: Verdict(.unverified, "not finished within the overall timeout of \(budgetText) s"),
+                isCanary: { if case .canary = jobs[index] { return true } else { return false } }())
         }
     }
 

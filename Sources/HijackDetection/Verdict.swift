@@ -45,8 +45,10 @@ public struct Verdict: Sendable, Hashable {
 
     /// Judges `host` from both sides' answers and the probes made (empty when not probing; probes
     /// are expected for the system-only addresses and for trusted ones).
-    public static func judge(host: String, trusted: ResolverAnswer, system: ResolverAnswer,
-                             probes: [AddressProbe], probing: Bool) -> Verdict {
+    public static func judge(
+        host: String, trusted: ResolverAnswer, system: ResolverAnswer,
+        probes: [AddressProbe], probing: Bool
+    ) -> Verdict {
         switch (trusted, system) {
         case (.failed(let error), _):
             return Verdict(.unverified, "the trusted resolvers did not answer: \(error.message)")
@@ -55,11 +57,16 @@ public struct Verdict: Sendable, Hashable {
         case (.absent, .absent):
             return Verdict(.consistent, "both say \(host) has no addresses")
         case (.absent(let code), .addresses(let addresses)):
-            return Verdict(.hijacked, "the trusted resolvers say \(code == .nxdomain ? "\(host) does not exist (NXDOMAIN)" : "\(host) has no addresses"), the system resolver answers \(list(addresses)): answer rewriting")
+            return Verdict(
+                .hijacked,
+                "the trusted resolvers say \(code == .nxdomain ? "\(host) does not exist (NXDOMAIN)" : "\(host) has no addresses"), the system resolver answers \(list(addresses)): answer rewriting"
+            )
         case (.addresses(let addresses), .absent(let code)):
             let what = code == .nxdomain ? "does not exist (NXDOMAIN)" : "has no addresses"
             if let proof = probes.first(where: { addresses.contains($0.ip) && $0.outcome == .ok }) {
-                return Verdict(.hijacked, "the system resolver says \(host) \(what), but trusted address \(proof.ip) presented a valid certificate for it: blocking")
+                return Verdict(
+                    .hijacked,
+                    "the system resolver says \(host) \(what), but trusted address \(proof.ip) presented a valid certificate for it: blocking")
             }
             return Verdict(.suspicious, "the system resolver says \(host) \(what); the trusted resolvers answer \(list(addresses)), unproven")
         case (.addresses(let trustedAddresses), .addresses(let systemAddresses)):
@@ -75,8 +82,10 @@ public struct Verdict: Sendable, Hashable {
         }
         // Bogons: a public name the trusted side answers with public addresses only.
         if trusted.allSatisfy({ $0.specialPurposeRange == nil }),
-           let bogon = systemOnly.first(where: { $0.specialPurposeRange != nil }) {
-            return Verdict(.hijacked, "the system resolver answers \(bogon) (\(bogon.specialPurposeRange!)) for \(host), whose trusted addresses are all public")
+            let bogon = systemOnly.first(where: { $0.specialPurposeRange != nil })
+        {
+            return Verdict(
+                .hijacked, "the system resolver answers \(bogon) (\(bogon.specialPurposeRange!)) for \(host), whose trusted addresses are all public")
         }
         guard probing else {
             return Verdict(.suspicious, "the system resolver answers \(list(systemOnly)), which the trusted resolvers do not; not probed")
@@ -89,9 +98,13 @@ public struct Verdict: Sendable, Hashable {
         }
         if let (address, probe) = systemProbes.first(where: { $0.1?.outcome.disproves == true }), let probe {
             guard let trustedProof else {
-                return Verdict(.suspicious, "system address \(address) failed validation (\(probe.outcome.rawValue)), but no trusted address validated either")
+                return Verdict(
+                    .suspicious, "system address \(address) failed validation (\(probe.outcome.rawValue)), but no trusted address validated either")
             }
-            return Verdict(.hijacked, "system address \(address) failed validation (\(probe.outcome.rawValue)) while trusted address \(trustedProof.ip) presented a valid certificate for \(host)")
+            return Verdict(
+                .hijacked,
+                "system address \(address) failed validation (\(probe.outcome.rawValue)) while trusted address \(trustedProof.ip) presented a valid certificate for \(host)"
+            )
         }
         let unproven = systemProbes.filter { $0.1?.outcome != .ok }
         let outcomes = unproven.map { "\($0.0): \($0.1?.outcome.rawValue ?? "not probed")" }.joined(separator: ", ")
@@ -104,11 +117,16 @@ public struct Verdict: Sendable, Hashable {
         case (_, .failed(let error)):
             return Verdict(.unverified, "the system resolver did not answer the canary \(host): \(error.message)")
         case (.addresses, .addresses):
-            return Verdict(.unverified, "the trusted resolvers also answer the canary \(host) with addresses: \(zone) has a wildcard, pick a zone without one")
+            return Verdict(
+                .unverified, "the trusted resolvers also answer the canary \(host) with addresses: \(zone) has a wildcard, pick a zone without one")
         case (_, .addresses(let addresses)):
-            return Verdict(.hijacked, "the system resolver answers the canary \(host), a random name that cannot exist, with \(list(addresses)): NXDOMAIN rewriting")
+            return Verdict(
+                .hijacked,
+                "the system resolver answers the canary \(host), a random name that cannot exist, with \(list(addresses)): NXDOMAIN rewriting")
         case (_, .absent(let code)):
-            return Verdict(.consistent, "the system resolver answers the canary \(host) with \(code == .nxdomain ? "NXDOMAIN" : "no addresses"), as an honest resolver does")
+            return Verdict(
+                .consistent,
+                "the system resolver answers the canary \(host) with \(code == .nxdomain ? "NXDOMAIN" : "no addresses"), as an honest resolver does")
         }
     }
 

@@ -165,7 +165,7 @@ private struct Reader {
 
     func seconds(_ node: Node, _ key: String, allowZero: Bool = true) throws(DNSError) -> Duration {
         guard case .scalar = node, let value = node.float, value.isFinite, value >= 0, allowZero || value > 0,
-              value <= 365 * 86_400
+            value <= 365 * 86_400
         else { throw fail(node, key, "expected a number of seconds, got '\(node.string ?? "?")'") }
         return .milliseconds(Int64(value * 1000))
     }
@@ -207,9 +207,11 @@ private struct Reader {
         var options = HTTPDNSOptions()
         var config = ConfigFile(configuration: HTTPDNSConfiguration(upstreams: []), options: options)
         var caFile: String?
-        let keys: Set<String> = ["upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
-                                 "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
-                                 "auth_token", "protect_dns_query", "limits", "readiness"]
+        let keys: Set<String> = [
+            "upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
+            "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
+            "auth_token", "protect_dns_query", "limits", "readiness",
+        ]
         for (key, name, value) in try mapping(root, "", allowed: keys) {
             switch key {
             case "upstreams":
@@ -296,8 +298,10 @@ private struct Reader {
     }
 
     func cache(_ node: Node, into options: inout HTTPDNSOptions, config: inout ConfigFile) throws(DNSError) {
-        let keys: Set<String> = ["min_ttl", "max_ttl", "negative_ttl", "failure_ttl", "stale_window", "capacity", "persist",
-                                 "persist_interval", "prefetch", "stale_answer_delay"]
+        let keys: Set<String> = [
+            "min_ttl", "max_ttl", "negative_ttl", "failure_ttl", "stale_window", "capacity", "persist",
+            "persist_interval", "prefetch", "stale_answer_delay",
+        ]
         for (name, _, value) in try mapping(node, "cache", allowed: keys) {
             let path = "cache.\(name)"
             switch name {

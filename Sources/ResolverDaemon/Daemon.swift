@@ -2,8 +2,8 @@ import AddressProbing
 import CoreMetrics
 import DNSCore
 import Foundation
-import HijackDetection
 import HTTPDNS
+import HijackDetection
 import Hummingbird
 import Logging
 import NIOCore
@@ -28,8 +28,9 @@ final class Runtime: Sendable {
     /// metrics go to `metrics`.
     convenience init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger) throws(DNSError) {
         let system = try SystemResolver(servers: config.systemDNS)
-        let resolver = try HTTPDNSResolver(configuration: config.configuration, options: config.options,
-                                           fallback: config.options.fallback == .system ? system : nil, metrics: metrics, logger: logger)
+        let resolver = try HTTPDNSResolver(
+            configuration: config.configuration, options: config.options,
+            fallback: config.options.fallback == .system ? system : nil, metrics: metrics, logger: logger)
         self.init(config, resolver: resolver, system: system)
     }
 
@@ -40,10 +41,12 @@ final class Runtime: Sendable {
         self.resolver = resolver
         let probeTimeout = min(config.options.timeout, .seconds(3))
         let caFile = config.configuration.caFile
-        detector = HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: probeTimeout),
-                                  prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile))
-        ranker = AddressRanker(resolver: resolver, prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile),
-                               memory: .seconds(10))
+        detector = HijackDetector(
+            trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: probeTimeout),
+            prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile))
+        ranker = AddressRanker(
+            resolver: resolver, prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile),
+            memory: .seconds(10))
         policy = RequestPolicy(config)
     }
 
@@ -137,8 +140,10 @@ package final class Daemon: Sendable {
     ///   - exposition: the Prometheus text `/metrics` serves.
     ///   - signals: what stops the daemon gracefully (none in tests, which call ``shutdown()``).
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration``.
-    package init(configPath: String, metrics: any MetricsFactory, exposition: @escaping @Sendable () -> [UInt8], logger: Logger,
-                 signals: [UnixSignal] = [.sigterm, .sigint]) throws(DNSError) {
+    package init(
+        configPath: String, metrics: any MetricsFactory, exposition: @escaping @Sendable () -> [UInt8], logger: Logger,
+        signals: [UnixSignal] = [.sigterm, .sigint]
+    ) throws(DNSError) {
         let config = try ConfigFile.load(configPath)
         let runtime = try Runtime(config, metrics: metrics, logger: logger)
         _ = try Self.tlsContext(config)
@@ -169,7 +174,10 @@ package final class Daemon: Sendable {
         let dnsExpected = state.current.config.dnsListen != nil
         let ready = bound.withLock { $0.http != nil && (!dnsExpected || ($0.dnsUDP != nil && $0.dnsTCP != nil)) }
         guard ready else { return }
-        for continuation in started.withLock({ waiting in defer { waiting = nil }; return waiting ?? [] }) { continuation.resume() }
+        for continuation in started.withLock({ waiting in
+            defer { waiting = nil }
+            return waiting ?? []
+        }) { continuation.resume() }
     }
 
     /// Begins the graceful stop (what SIGTERM does).
@@ -189,8 +197,9 @@ package final class Daemon: Sendable {
         let router = Router()
         Routes.install(on: router, state: state, exposition: exposition)
         let gateway = RequestGateway(state: state, router: router.buildResponder(), logger: logger)
-        var http = HTTPListener(host: host, port: port, sslContext: try Self.tlsContext(config), gateway: gateway,
-                                maxConnections: maxConnections, drainTimeout: Self.drainTimeout, logger: logger)
+        var http = HTTPListener(
+            host: host, port: port, sslContext: try Self.tlsContext(config), gateway: gateway,
+            maxConnections: maxConnections, drainTimeout: Self.drainTimeout, logger: logger)
         http.onBound = { [self] address in
             bound.withLock { $0.http = address }
             listening()
@@ -203,7 +212,10 @@ package final class Daemon: Sendable {
             let (dnsHost, dnsPort) = try Self.listenAddress(dnsListen, key: "dns_listen")
             var stub = DNSStub(state: state, host: dnsHost, port: dnsPort, maxConnections: maxConnections)
             stub.onBound = { [self] udp, tcp in
-                bound.withLock { $0.dnsUDP = udp; $0.dnsTCP = tcp }
+                bound.withLock {
+                    $0.dnsUDP = udp
+                    $0.dnsTCP = tcp
+                }
                 listening()
             }
             services.append(.init(service: stub))
@@ -276,9 +288,11 @@ package final class Daemon: Sendable {
         let listeners = config.dnsListen == nil ? 1 : 2
         let room = max(16, (Int(limit.rlim_cur) - 128) / listeners)
         guard config.limits.maxConnections > room else { return config.limits.maxConnections }
-        logger.warning("limits.max_connections lowered to fit the descriptor limit", metadata: [
-            "configured": "\(config.limits.maxConnections)", "used": "\(room)", "nofile": "\(limit.rlim_cur)",
-        ])
+        logger.warning(
+            "limits.max_connections lowered to fit the descriptor limit",
+            metadata: [
+                "configured": "\(config.limits.maxConnections)", "used": "\(room)", "nofile": "\(limit.rlim_cur)",
+            ])
         return room
     }
 
@@ -321,8 +335,9 @@ struct ReadinessMonitor: Service {
             while !Task.isCancelled {
                 let runtime = state.current
                 let interval = runtime.config.readiness.interval
-                await runtime.resolver.probeIdleUpstreams(runtime.readinessProbe, idle: interval,
-                                                          timeout: min(runtime.config.options.timeout, interval))
+                await runtime.resolver.probeIdleUpstreams(
+                    runtime.readinessProbe, idle: interval,
+                    timeout: min(runtime.config.options.timeout, interval))
                 state.metrics.ready.record(state.isReady ? 1 : 0)
                 try? await Task.sleep(for: interval / 2)
             }
@@ -349,11 +364,13 @@ struct Reloader: Service {
         do {
             let config = try ConfigFile.load(state.configPath)
             let running = state.current.config
-            for (key, changed) in [("listen", config.listen != running.listen), ("tls", config.tls != running.tls),
-                                   ("dns_listen", config.dnsListen != running.dnsListen),
-                                   ("limits.max_connections", config.limits.maxConnections != running.limits.maxConnections),
-                                   ("limits.request_timeout", config.limits.requestTimeout != running.limits.requestTimeout),
-                                   ("limits.idle_timeout", config.limits.idleTimeout != running.limits.idleTimeout)] where changed {
+            for (key, changed) in [
+                ("listen", config.listen != running.listen), ("tls", config.tls != running.tls),
+                ("dns_listen", config.dnsListen != running.dnsListen),
+                ("limits.max_connections", config.limits.maxConnections != running.limits.maxConnections),
+                ("limits.request_timeout", config.limits.requestTimeout != running.limits.requestTimeout),
+                ("limits.idle_timeout", config.limits.idleTimeout != running.limits.idleTimeout),
+            ] where changed {
                 logger.warning("\(key) changed: takes effect after a restart", metadata: ["key": "\(key)"])
             }
             // The TLS files must make a TLS context: a restart must not fail on what a reload accepted.

@@ -33,20 +33,26 @@ final class DaemonMetrics: Sendable {
         self.factory = factory
         dohMalformed = Counter(label: "httpdns_doh_malformed_total", factory: factory)
         func pair(_ label: String) -> (Counter, Counter) {
-            (Counter(label: label, dimensions: [("transport", "udp")], factory: factory),
-             Counter(label: label, dimensions: [("transport", "tcp")], factory: factory))
+            (
+                Counter(label: label, dimensions: [("transport", "udp")], factory: factory),
+                Counter(label: label, dimensions: [("transport", "tcp")], factory: factory)
+            )
         }
         stubQueries = pair("httpdns_dns_stub_queries_total")
         stubMalformed = pair("httpdns_dns_stub_malformed_total")
         stubDropped = pair("httpdns_dns_stub_dropped_total")
         stubTruncated = Counter(label: "httpdns_dns_stub_truncated_total", factory: factory)
-        connectionsOpen = (Gauge(label: "httpdns_connections_open", dimensions: [("listener", "http")], factory: factory),
-                           Gauge(label: "httpdns_connections_open", dimensions: [("listener", "dns_tcp")], factory: factory))
+        connectionsOpen = (
+            Gauge(label: "httpdns_connections_open", dimensions: [("listener", "http")], factory: factory),
+            Gauge(label: "httpdns_connections_open", dimensions: [("listener", "dns_tcp")], factory: factory)
+        )
         ready = Gauge(label: "httpdns_ready", factory: factory)
         func series(_ method: String) -> (Counter, Timer) {
             let dimensions = [("http.route", "/dns-query"), ("http.request.method", method), ("http.response.status_code", "200")]
-            return (Counter(label: "hb.requests", dimensions: dimensions, factory: factory),
-                    Timer(label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds, factory: factory))
+            return (
+                Counter(label: "hb.requests", dimensions: dimensions, factory: factory),
+                Timer(label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds, factory: factory)
+            )
         }
         dohAnswered = (series("GET"), series("POST"))
         requests.withLock {
@@ -68,8 +74,10 @@ final class DaemonMetrics: Sendable {
         let (counter, timer) = requests.withLock { cache in
             if let made = cache[key] { return made }
             let dimensions = [("http.route", route), ("http.request.method", method), ("http.response.status_code", String(status))]
-            let made = (Counter(label: "hb.requests", dimensions: dimensions, factory: factory),
-                        Timer(label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds, factory: factory))
+            let made = (
+                Counter(label: "hb.requests", dimensions: dimensions, factory: factory),
+                Timer(label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds, factory: factory)
+            )
             cache[key] = made
             return made
         }
@@ -93,8 +101,9 @@ final class DaemonMetrics: Sendable {
         let key = "\(listener.rawValue)/\(reason)"
         rejected.withLock { cache in
             if let counter = cache[key] { return counter }
-            let counter = Counter(label: "httpdns_connections_closed_total", dimensions: [("listener", listener.rawValue), ("reason", reason)],
-                                  factory: factory)
+            let counter = Counter(
+                label: "httpdns_connections_closed_total", dimensions: [("listener", listener.rawValue), ("reason", reason)],
+                factory: factory)
             cache[key] = counter
             return counter
         }.increment()

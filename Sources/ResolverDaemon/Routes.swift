@@ -1,9 +1,9 @@
-import ResultFormatting
 import DNSCore
 import Foundation
-import HijackDetection
 import HTTPDNS
+import HijackDetection
 import Hummingbird
+import ResultFormatting
 
 /// The HTTP API of the contract: /healthz, /readyz, /metrics, /v1/resolve, /v1/status.
 /// (`/dns-query`, the policy and the metrics are the ``RequestGateway``'s.)
@@ -12,13 +12,17 @@ enum Routes {
         router.get("/healthz") { _, _ in text(.ok, "ok\n") }
 
         router.get("/readyz") { _, _ in
-            state.isReady ? text(.ok, "ready\n")
-                : text(.serviceUnavailable, "no trusted upstream has responded in the last \(state.readyWindow.components.seconds) s without failing since\n")
+            state.isReady
+                ? text(.ok, "ready\n")
+                : text(
+                    .serviceUnavailable,
+                    "no trusted upstream has responded in the last \(state.readyWindow.components.seconds) s without failing since\n")
         }
 
         router.get("/metrics") { _, _ in
-            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                     body: .init(byteBuffer: ByteBuffer(bytes: exposition())))
+            Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(bytes: exposition())))
         }
 
         router.get("/v1/resolve") { request, _ in
@@ -34,11 +38,12 @@ enum Routes {
                 let resolution = try await resolver.resolve(host, type: type)
                 return json(.ok, LookupOutput.json(resolution))
             } catch {
-                let status: HTTPResponse.Status = switch error.code {
-                case .invalidName: .badRequest
-                case .nxdomain, .nodata, .rejectedPrivate: .notFound
-                default: .badGateway
-                }
+                let status: HTTPResponse.Status =
+                    switch error.code {
+                    case .invalidName: .badRequest
+                    case .nxdomain, .nodata, .rejectedPrivate: .notFound
+                    default: .badGateway
+                    }
                 return json(status, LookupOutput.json(host: host, error: error))
             }
         }
@@ -69,21 +74,23 @@ enum Routes {
             entry["reason"] = .string(status.comparison.verdict.reason)
             entry["trusted"] = .array(addresses(status.comparison.trusted).map { .string($0.description) })
             entry["system"] = .array(addresses(status.comparison.system).map { .string($0.description) })
-            entry["addresses"] = .array(status.ranked.map { address in
-                var item = JSONObject()
-                item["ip"] = .string(address.ip.description)
-                item["healthy"] = .bool(address.isHealthy)
-                item["tls"] = .string(address.outcome.rawValue)
-                item["rtt_ms"] = address.rtt.map { .double(($0 * 10_000).rounded() / 10) } ?? .null
-                return .object(item)
-            })
-            entry["probes"] = .array(status.comparison.probes.map { probe in
-                var item = JSONObject()
-                item["ip"] = .string(probe.ip.description)
-                item["port"] = .int(probe.port)
-                item[probe.kind.rawValue] = .string(probe.outcome.rawValue)
-                return .object(item)
-            })
+            entry["addresses"] = .array(
+                status.ranked.map { address in
+                    var item = JSONObject()
+                    item["ip"] = .string(address.ip.description)
+                    item["healthy"] = .bool(address.isHealthy)
+                    item["tls"] = .string(address.outcome.rawValue)
+                    item["rtt_ms"] = address.rtt.map { .double(($0 * 10_000).rounded() / 10) } ?? .null
+                    return .object(item)
+                })
+            entry["probes"] = .array(
+                status.comparison.probes.map { probe in
+                    var item = JSONObject()
+                    item["ip"] = .string(probe.ip.description)
+                    item["port"] = .int(probe.port)
+                    item[probe.kind.rawValue] = .string(probe.outcome.rawValue)
+                    return .object(item)
+                })
             hosts.append(.object(entry))
         }
         var object = JSONObject()

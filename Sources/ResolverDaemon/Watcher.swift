@@ -1,8 +1,8 @@
 import AddressProbing
 import DNSCore
 import Foundation
-import HijackDetection
 import HTTPDNS
+import HijackDetection
 import Logging
 import ResolverConfig
 import ServiceLifecycle
@@ -37,8 +37,9 @@ struct Watcher: Service {
 
     func check(_ watch: ConfigFile.Watch) async {
         let runtime = state.current
-        let detector = HijackDetector(trusted: runtime.detector.trusted, system: runtime.detector.system,
-                                      prober: runtime.detector.prober, probePort: watch.port)
+        let detector = HijackDetector(
+            trusted: runtime.detector.trusted, system: runtime.detector.system,
+            prober: runtime.detector.prober, probePort: watch.port)
         let comparison = await detector.compare(watch.host)
         var ranked: [RankedAddress] = []
         if case .addresses(let addresses) = comparison.trusted {
@@ -48,16 +49,19 @@ struct Watcher: Service {
         let previous = state.record(status)
         let verdict = comparison.verdict
         let metrics = state.metrics
-        metrics.watchCheck(host: watch.host, verdict: verdict.kind.rawValue,
-                           all: [Verdict.Kind.consistent, .hijacked, .suspicious, .unverified].map(\.rawValue))
+        metrics.watchCheck(
+            host: watch.host, verdict: verdict.kind.rawValue,
+            all: [Verdict.Kind.consistent, .hijacked, .suspicious, .unverified].map(\.rawValue))
         for probe in comparison.probes { metrics.probe(result: probe.outcome.rawValue) }
         if previous != verdict.kind {
             metrics.verdictChanged(host: watch.host)
             let level: Logger.Level = verdict.kind == .hijacked ? .error : verdict.kind == .consistent ? .notice : .warning
-            state.logger.log(level: level, "verdict changed", metadata: [
-                "host": "\(watch.host)", "from": "\(previous?.rawValue ?? "none")", "to": "\(verdict.kind.rawValue)",
-                "reason": "\(verdict.reason)",
-            ])
+            state.logger.log(
+                level: level, "verdict changed",
+                metadata: [
+                    "host": "\(watch.host)", "from": "\(previous?.rawValue ?? "none")", "to": "\(verdict.kind.rawValue)",
+                    "reason": "\(verdict.reason)",
+                ])
         }
     }
 }

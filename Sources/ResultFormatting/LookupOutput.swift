@@ -1,5 +1,5 @@
-import Foundation
 import DNSCore
+import Foundation
 
 /// Renders lookup results: JSON Lines with the contract's key order, or a human table.
 package enum LookupOutput {
@@ -11,13 +11,14 @@ package enum LookupOutput {
     package static func jsonValue(_ resolution: Resolution) -> JSONValue {
         var object = JSONObject()
         object["host"] = .string(resolution.host)
-        object["addresses"] = .array(resolution.addresses.map { address in
-            var entry = JSONObject()
-            entry["ip"] = .string(address.ip.description)
-            entry["family"] = .string(address.ip.family.rawValue)
-            entry["ttl"] = .int(Int(address.ttl))
-            return .object(entry)
-        })
+        object["addresses"] = .array(
+            resolution.addresses.map { address in
+                var entry = JSONObject()
+                entry["ip"] = .string(address.ip.description)
+                entry["family"] = .string(address.ip.family.rawValue)
+                entry["ttl"] = .int(Int(address.ttl))
+                return .object(entry)
+            })
         object["source"] = .string(resolution.source.rawValue)
         object["upstream"] = resolution.upstream.map(JSONValue.string) ?? .null
         object["stale"] = .bool(resolution.isStale)
@@ -46,8 +47,9 @@ package enum LookupOutput {
             lines.append("  \(ip)\(String(repeating: " ", count: width - ip.count))  \(address.ip.family.rawValue)  ttl \(address.ttl)")
         }
         let via = resolution.upstream.map { "\(resolution.source.rawValue) \($0)" } ?? resolution.source.rawValue
-        lines.append("  via \(via) in \(String(format: "%.1f", milliseconds(resolution.elapsed))) ms"
-                     + (resolution.failedAttempts.isEmpty ? "" : " after \(resolution.failedAttempts.count) failed attempt(s)"))
+        lines.append(
+            "  via \(via) in \(String(format: "%.1f", milliseconds(resolution.elapsed))) ms"
+                + (resolution.failedAttempts.isEmpty ? "" : " after \(resolution.failedAttempts.count) failed attempt(s)"))
         for attempt in resolution.failedAttempts {
             lines.append("    failed: \(attempt.upstream): \(attempt.code.rawValue): \(attempt.message)")
         }
@@ -65,13 +67,14 @@ package enum LookupOutput {
     }
 
     private static func attempts(_ attempts: [DNSError.Attempt]) -> JSONValue {
-        .array(attempts.map { attempt in
-            var entry = JSONObject()
-            entry["upstream"] = .string(attempt.upstream)
-            entry["code"] = .string(attempt.code.rawValue)
-            entry["message"] = .string(attempt.message)
-            return .object(entry)
-        })
+        .array(
+            attempts.map { attempt in
+                var entry = JSONObject()
+                entry["upstream"] = .string(attempt.upstream)
+                entry["code"] = .string(attempt.code.rawValue)
+                entry["message"] = .string(attempt.message)
+                return .object(entry)
+            })
     }
 
     package static func milliseconds(_ duration: Duration) -> Double {

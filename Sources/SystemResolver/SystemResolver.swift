@@ -41,8 +41,11 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
         _ = Self.libraryInit
         var options = ares_options()
         options.flags = Int32(ARES_FLAG_NOSEARCH | ARES_FLAG_EDNS)
-        options.timeout = Int32(max(1, attemptTimeout.components.seconds * 1000
-                                    + Int64(attemptTimeout.components.attoseconds / 1_000_000_000_000_000)))
+        options.timeout = Int32(
+            max(
+                1,
+                attemptTimeout.components.seconds * 1000
+                    + Int64(attemptTimeout.components.attoseconds / 1_000_000_000_000_000)))
         options.tries = Int32(max(1, tries))
         var created: ares_channel?
         let status = ares_init_options(&created, &options, Int32(ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES))
@@ -135,7 +138,10 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
         var sockets = [ares_socket_t](repeating: -1, count: Int(ARES_GETSOCK_MAXNUM))
         while true {
             let (queries, cancelled, running) = inbox.withLock { inbox in
-                defer { inbox.queries.removeAll(); inbox.cancelled.removeAll() }
+                defer {
+                    inbox.queries.removeAll()
+                    inbox.cancelled.removeAll()
+                }
                 return (inbox.queries, inbox.cancelled, inbox.running)
             }
             for query in queries { start(query, on: channel) }
@@ -158,8 +164,13 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
             var milliseconds = Int32(timeout.tv_sec * 1000 + timeout.tv_usec / 1000)
             if let nearest = pending.values.map(\.deadline).min() {
                 let left = nearest - .now
-                milliseconds = min(milliseconds, Int32(max(0, left.components.seconds * 1000
-                                                           + Int64(left.components.attoseconds / 1_000_000_000_000_000) + 1)))
+                milliseconds = min(
+                    milliseconds,
+                    Int32(
+                        max(
+                            0,
+                            left.components.seconds * 1000
+                                + Int64(left.components.attoseconds / 1_000_000_000_000_000) + 1)))
             }
             _ = poll(&fds, nfds_t(fds.count), max(0, milliseconds))
 
@@ -204,8 +215,10 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
         query.finish(Self.interpret(status: status, answer: answer, question: query.question, server: identifier))
     }
 
-    static func interpret(status: Int32, answer: [UInt8]?, question: DNSMessage.Question,
-                          server: String) -> Result<AddressAnswer, DNSError> {
+    static func interpret(
+        status: Int32, answer: [UInt8]?, question: DNSMessage.Question,
+        server: String
+    ) -> Result<AddressAnswer, DNSError> {
         if let answer, !answer.isEmpty {
             // c-ares matched the ID already; everything else is checked as for trusted answers.
             do throws(DNSError) {
@@ -237,8 +250,10 @@ private final class PendingQuery: @unchecked Sendable {
     let deadline: ContinuousClock.Instant
     private var continuation: CheckedContinuation<Result<AddressAnswer, DNSError>, Never>?
 
-    init(id: UInt64, question: DNSMessage.Question, deadline: ContinuousClock.Instant,
-         continuation: CheckedContinuation<Result<AddressAnswer, DNSError>, Never>) {
+    init(
+        id: UInt64, question: DNSMessage.Question, deadline: ContinuousClock.Instant,
+        continuation: CheckedContinuation<Result<AddressAnswer, DNSError>, Never>
+    ) {
         self.id = id
         self.question = question
         self.deadline = deadline

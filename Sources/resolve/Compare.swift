@@ -1,10 +1,10 @@
-import ResultFormatting
-import DNSCore
 import AddressProbing
 import ArgumentParser
+import DNSCore
 import Foundation
-import HijackDetection
 import HTTPDNS
+import HijackDetection
+import ResultFormatting
 import SystemResolver
 
 struct Compare: AsyncParsableCommand {
@@ -22,22 +22,29 @@ struct Compare: AsyncParsableCommand {
 
     @OptionGroup var options: LookupOptions
 
-    @Option(name: .customLong("probe-port"), help: ArgumentHelp("Port the probes connect to (default 443, or 80 with --http-marker).", valueName: "N"))
+    @Option(
+        name: .customLong("probe-port"), help: ArgumentHelp("Port the probes connect to (default 443, or 80 with --http-marker).", valueName: "N"))
     var probePort: Int?
 
     @Flag(name: .customLong("no-probe"), help: "Compare answers only: a difference stays suspicious.")
     var noProbe = false
 
-    @Option(name: .customLong("http-marker"), help: ArgumentHelp("Probe plain HTTP instead of TLS: the genuine response contains TEXT (weaker evidence).", valueName: "TEXT"))
+    @Option(
+        name: .customLong("http-marker"),
+        help: ArgumentHelp("Probe plain HTTP instead of TLS: the genuine response contains TEXT (weaker evidence).", valueName: "TEXT"))
     var httpMarker: String?
 
     @Option(name: .customLong("http-path"), help: ArgumentHelp("Path the plain-HTTP probe asks for (default /).", valueName: "PATH"))
     var httpPath: String?
 
-    @Option(name: .customLong("canary-zone"), help: ArgumentHelp("Also ask for a random, certainly absent name under ZONE: an honest resolver says NXDOMAIN.", valueName: "ZONE"))
+    @Option(
+        name: .customLong("canary-zone"),
+        help: ArgumentHelp("Also ask for a random, certainly absent name under ZONE: an honest resolver says NXDOMAIN.", valueName: "ZONE"))
     var canaryZone: String?
 
-    @Option(name: .customLong("overall-timeout"), help: ArgumentHelp("Budget of the whole comparison in seconds (default 30); hosts not done are unverified.", valueName: "SECONDS"))
+    @Option(
+        name: .customLong("overall-timeout"),
+        help: ArgumentHelp("Budget of the whole comparison in seconds (default 30); hosts not done are unverified.", valueName: "SECONDS"))
     var overallTimeout: Double = 30
 
     @Argument(help: "Host names to compare.")
@@ -74,11 +81,13 @@ struct Compare: AsyncParsableCommand {
             let mode: ConnectionProber.Mode = httpMarker.map { .http(path: httpPath ?? "/", marker: $0) } ?? .tls
             prober = ConnectionProber(mode: mode, timeout: stepTimeout, caFile: options.caFile ?? file?.configuration.caFile)
         }
-        let detector = HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: stepTimeout),
-                                    prober: prober, probePort: probePort ?? (httpMarker == nil ? 443 : 80),
-                                    type: try options.addressQuery)
-        let results = await detector.compare(hosts, canaryZone: canaryZone,
-                                               within: .milliseconds(Int64(overallTimeout * 1000)))
+        let detector = HijackDetector(
+            trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: stepTimeout),
+            prober: prober, probePort: probePort ?? (httpMarker == nil ? 443 : 80),
+            type: try options.addressQuery)
+        let results = await detector.compare(
+            hosts, canaryZone: canaryZone,
+            within: .milliseconds(Int64(overallTimeout * 1000)))
         for result in results {
             print(options.json ? CompareOutput.json(result) : CompareOutput.human(result))
         }
@@ -95,16 +104,17 @@ enum CompareOutput {
         object["verdict"] = .string(result.verdict.kind.rawValue)
         object["trusted"] = .array(addresses(result.trusted).map { .string($0.description) })
         object["system"] = .array(addresses(result.system).map { .string($0.description) })
-        object["probes"] = .array(result.probes.map { probe in
-            var entry = JSONObject()
-            entry["ip"] = .string(probe.ip.description)
-            entry["port"] = .int(probe.port)
-            entry[probe.kind.rawValue] = .string(probe.outcome.rawValue)
-            if let connect = probe.connectSeconds { entry["connect_ms"] = .double(milliseconds(connect)) }
-            if let handshake = probe.handshakeSeconds { entry["handshake_ms"] = .double(milliseconds(handshake)) }
-            if let detail = probe.detail { entry["detail"] = .string(detail) }
-            return .object(entry)
-        })
+        object["probes"] = .array(
+            result.probes.map { probe in
+                var entry = JSONObject()
+                entry["ip"] = .string(probe.ip.description)
+                entry["port"] = .int(probe.port)
+                entry[probe.kind.rawValue] = .string(probe.outcome.rawValue)
+                if let connect = probe.connectSeconds { entry["connect_ms"] = .double(milliseconds(connect)) }
+                if let handshake = probe.handshakeSeconds { entry["handshake_ms"] = .double(milliseconds(handshake)) }
+                if let detail = probe.detail { entry["detail"] = .string(detail) }
+                return .object(entry)
+            })
         object["reason"] = .string(result.verdict.reason)
         object["trusted_status"] = .string(status(result.trusted))
         object["system_status"] = .string(status(result.system))
@@ -121,9 +131,10 @@ enum CompareOutput {
             if let connect = probe.connectSeconds { timing.append("connect \(milliseconds(connect)) ms") }
             if let handshake = probe.handshakeSeconds { timing.append("handshake \(milliseconds(handshake)) ms") }
             let where_ = probe.ip.family == .ipv6 ? "[\(probe.ip)]:\(probe.port)" : "\(probe.ip):\(probe.port)"
-            lines.append("  probe \(where_) \(probe.kind.rawValue) \(probe.outcome.rawValue)"
-                         + (timing.isEmpty ? "" : " (\(timing.joined(separator: ", ")))")
-                         + (probe.detail.map { ": \($0)" } ?? ""))
+            lines.append(
+                "  probe \(where_) \(probe.kind.rawValue) \(probe.outcome.rawValue)"
+                    + (timing.isEmpty ? "" : " (\(timing.joined(separator: ", ")))")
+                    + (probe.detail.map { ": \($0)" } ?? ""))
         }
         lines.append("  reason: \(result.verdict.reason)")
         return lines.joined(separator: "\n")

@@ -1,5 +1,5 @@
-import DNSCore
 import ArgumentParser
+import DNSCore
 import Foundation
 import HTTPDNS
 import Logging
@@ -21,7 +21,9 @@ struct DaemonCommand: AsyncParsableCommand {
     @Option(name: .customLong("config"), help: ArgumentHelp("The YAML config file (required).", valueName: "FILE"))
     var config: String
 
-    @Option(name: .customLong("log-level"), help: ArgumentHelp("trace, debug, info, notice, warning, error or critical (default info).", valueName: "LEVEL"))
+    @Option(
+        name: .customLong("log-level"),
+        help: ArgumentHelp("trace, debug, info, notice, warning, error or critical (default info).", valueName: "LEVEL"))
     var logLevel: String = "info"
 
     func run() async throws {

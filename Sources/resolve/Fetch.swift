@@ -1,26 +1,27 @@
-import ResultFormatting
-import DNSCore
 import ArgumentParser
+import DNSCore
 import DNSInterceptor
 import Foundation
+import HTTPDNS
+import ResultFormatting
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import HTTPDNS
 
 /// `resolve fetch`: one request through the interceptor (ARCHITECTURE.md's contract).
 struct Fetch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Fetch a URL through the interceptor: the host resolved by the trusted resolvers, SNI and certificate checks on the name.",
         discussion: """
-        --type a connects over IPv4 only and --type aaaa over IPv6 only (curl's -4 and -6). With --json \
-        the body is not written to stdout (give -o to keep it): stdout gets one JSON object describing \
-        the exchange (url, status, http_version, remote_ip, resolution, redirects, headers, body_bytes) \
-        or its failure ({"url":…,"error":{"code","message"}}), with the same exit status.
-        Exit status: 0 a response arrived (with --fail: 22 when its status is 400 or more); 5 TLS or \
-        certificate failure; 6 the host could not be resolved; 7 connection failure (refused, timed out, \
-        closed early); 1 anything else (too many redirects, cannot write the output); 2 usage.
-        """)
+            --type a connects over IPv4 only and --type aaaa over IPv6 only (curl's -4 and -6). With --json \
+            the body is not written to stdout (give -o to keep it): stdout gets one JSON object describing \
+            the exchange (url, status, http_version, remote_ip, resolution, redirects, headers, body_bytes) \
+            or its failure ({"url":…,"error":{"code","message"}}), with the same exit status.
+            Exit status: 0 a response arrived (with --fail: 22 when its status is 400 or more); 5 TLS or \
+            certificate failure; 6 the host could not be resolved; 7 connection failure (refused, timed out, \
+            closed early); 1 anything else (too many redirects, cannot write the output); 2 usage.
+            """)
 
     @OptionGroup var options: LookupOptions
 
@@ -30,13 +31,16 @@ struct Fetch: AsyncParsableCommand {
     @Option(name: .customShort("H"), help: ArgumentHelp("Request header; repeatable.", valueName: "Name: value"))
     var headers: [String] = []
 
-    @Option(name: .customShort("d"), help: ArgumentHelp("Request body (sent as application/x-www-form-urlencoded unless -H sets a Content-Type).", valueName: "DATA"))
+    @Option(
+        name: .customShort("d"),
+        help: ArgumentHelp("Request body (sent as application/x-www-form-urlencoded unless -H sets a Content-Type).", valueName: "DATA"))
     var data: String?
 
     @Option(name: .customLong("data-file"), help: ArgumentHelp("Request body from a file ('-' for stdin).", valueName: "FILE"))
     var dataFile: String?
 
-    @Option(name: .customShort("o"), help: ArgumentHelp("Write the body to FILE as it arrives (constant memory) instead of stdout.", valueName: "FILE"))
+    @Option(
+        name: .customShort("o"), help: ArgumentHelp("Write the body to FILE as it arrives (constant memory) instead of stdout.", valueName: "FILE"))
     var output: String?
 
     @Flag(name: .customShort("i"), help: "Print the status line and headers before the body.")
@@ -59,7 +63,8 @@ struct Fetch: AsyncParsableCommand {
 
     func validate() throws {
         guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              parsed.host?.isEmpty == false else {
+            parsed.host?.isEmpty == false
+        else {
             throw ValidationError("'\(url)' is not an http or https URL with a host")
         }
         if let port = parsed.port, !(1...65535).contains(port) {
@@ -75,7 +80,8 @@ struct Fetch: AsyncParsableCommand {
         for header in headers {
             let name = header.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)[0]
             guard header.contains(":"), !name.trimmingCharacters(in: .whitespaces).isEmpty,
-                  !header.utf8.contains(where: { $0 == 0x0d || $0 == 0x0a }) else {
+                !header.utf8.contains(where: { $0 == 0x0d || $0 == 0x0a })
+            else {
                 throw ValidationError("-H takes 'Name: value' on one line, not '\(header)'")
             }
         }
@@ -146,7 +152,8 @@ struct Fetch: AsyncParsableCommand {
         guard let dataFile, dataFile != "-" else { return nil }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: dataFile, isDirectory: &isDirectory), !isDirectory.boolValue,
-              FileManager.default.isReadableFile(atPath: dataFile) else {
+            FileManager.default.isReadableFile(atPath: dataFile)
+        else {
             throw ValidationError("cannot read --data-file '\(dataFile)'")
         }
         return URL(fileURLWithPath: dataFile)
@@ -158,8 +165,9 @@ struct Fetch: AsyncParsableCommand {
         let host = exchange.response.url?.host ?? "?"
         if let resolution = exchange.resolution {
             let via = resolution.upstream.map { " (\($0))" } ?? ""
-            lines.append("* resolved \(host) via \(resolution.source.rawValue)\(via): "
-                         + resolution.addresses.map(\.ip.description).joined(separator: ", "))
+            lines.append(
+                "* resolved \(host) via \(resolution.source.rawValue)\(via): "
+                    + resolution.addresses.map(\.ip.description).joined(separator: ", "))
         }
         lines.append("* connected to \(exchange.remoteAddress ?? "?") for \(host) (SNI and Host: \(host))")
         lines.append("* \(exchange.httpVersion == 20 ? "HTTP/2" : "HTTP/1.1") \(exchange.response.statusCode)")
@@ -209,7 +217,7 @@ struct Fetch: AsyncParsableCommand {
         guard let code = (error as? URLError)?.code else { return Exit.failed }
         switch code {
         case .serverCertificateUntrusted, .serverCertificateHasUnknownRoot, .serverCertificateHasBadDate,
-             .serverCertificateNotYetValid, .secureConnectionFailed, .clientCertificateRejected:
+            .serverCertificateNotYetValid, .secureConnectionFailed, .clientCertificateRejected:
             return 5
         case .cannotFindHost, .dnsLookupFailed:
             return 6

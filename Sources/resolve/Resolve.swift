@@ -1,9 +1,9 @@
-import ResultFormatting
-import DNSCore
 import ArgumentParser
+import DNSCore
 import Foundation
 import HTTPDNS
 import ResolverConfig
+import ResultFormatting
 import SystemResolver
 
 /// Exit codes of the contract (ARCHITECTURE.md).
@@ -51,13 +51,18 @@ struct LookupOptions: ParsableArguments {
     @Option(name: .customLong("doh"), help: ArgumentHelp("Trusted RFC 8484 resolver URL; repeatable, in order of preference.", valueName: "URL"))
     var doh: [String] = []
 
-    @Option(name: .customLong("json-api"), help: ArgumentHelp("Trusted resolver speaking the JSON API (application/dns-json); repeatable.", valueName: "URL"))
+    @Option(
+        name: .customLong("json-api"),
+        help: ArgumentHelp("Trusted resolver speaking the JSON API (application/dns-json); repeatable.", valueName: "URL"))
     var jsonAPI: [String] = []
 
     @Option(name: .customLong("bootstrap"), help: ArgumentHelp("Reach resolver NAME at IP (v4 or v6) without DNS; repeatable.", valueName: "NAME=IP"))
     var bootstrap: [String] = []
 
-    @Option(name: .customLong("preset"), help: ArgumentHelp("Built-in public resolver (\(ResolverPreset.allCases.map(\.rawValue).joined(separator: ", "))); repeatable.", valueName: "NAME"))
+    @Option(
+        name: .customLong("preset"),
+        help: ArgumentHelp(
+            "Built-in public resolver (\(ResolverPreset.allCases.map(\.rawValue).joined(separator: ", "))); repeatable.", valueName: "NAME"))
     var presets: [String] = []
 
     @Option(name: .customLong("pin"), help: ArgumentHelp("SPKI pin for resolver NAME (sha256//BASE64); repeatable.", valueName: "NAME=PIN"))
@@ -78,10 +83,14 @@ struct LookupOptions: ParsableArguments {
     @Option(name: .customLong("config"), help: ArgumentHelp("Settings from the daemon's YAML config file; flags win.", valueName: "FILE"))
     var config: String?
 
-    @Option(name: .customLong("fallback"), help: ArgumentHelp("none (strict, default) or system: ask the system DNS only when every trusted resolver failed.", valueName: "POLICY"))
+    @Option(
+        name: .customLong("fallback"),
+        help: ArgumentHelp("none (strict, default) or system: ask the system DNS only when every trusted resolver failed.", valueName: "POLICY"))
     var fallback: String?
 
-    @Option(name: .customLong("system-dns"), help: ArgumentHelp("Plain DNS server for the system side (default /etc/resolv.conf); repeatable.", valueName: "IP[:PORT]"))
+    @Option(
+        name: .customLong("system-dns"),
+        help: ArgumentHelp("Plain DNS server for the system side (default /etc/resolv.conf); repeatable.", valueName: "IP[:PORT]"))
     var systemDNS: [String] = []
 
     @Flag(name: .customLong("allow-private"), help: "Accept private/loopback/link-local answers (rejected by default: rebinding guard).")

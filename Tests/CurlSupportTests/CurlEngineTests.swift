@@ -9,9 +9,10 @@ import Testing
     static let query = "AAABAAABAAAAAAAAA3d3dwJoZAR0ZXN0AAABAAE"
 
     func request(_ path: String = "/dns-query?dns=\(query)") -> CurlRequest {
-        CurlRequest(url: "https://doh-a.test:\(Env.dohPort)\(path)", headers: ["Accept: application/dns-message"],
-                    connectTo: ["doh-a.test:\(Env.dohPort):127.0.0.1:\(Env.dohPort)"], timeout: .seconds(5),
-                    trust: TLSTrust(caFile: Env.caFile))
+        CurlRequest(
+            url: "https://doh-a.test:\(Env.dohPort)\(path)", headers: ["Accept: application/dns-message"],
+            connectTo: ["doh-a.test:\(Env.dohPort):127.0.0.1:\(Env.dohPort)"], timeout: .seconds(5),
+            trust: TLSTrust(caFile: Env.caFile))
     }
 
     @Test func speaksHTTP2AndReusesTheConnection() async throws {
@@ -40,9 +41,10 @@ import Testing
 
     @Test func bodyCapStopsOversizedResponses() async throws {
         try Env.requireRunning()
-        var oversized = CurlRequest(url: Env.hostile("oversized"),
-                                    connectTo: ["hostile.test:\(Env.dohPort):\(Env.hostileAddress):\(Env.dohPort)"],
-                                    trust: TLSTrust(caFile: Env.caFile))
+        var oversized = CurlRequest(
+            url: Env.hostile("oversized"),
+            connectTo: ["hostile.test:\(Env.dohPort):\(Env.hostileAddress):\(Env.dohPort)"],
+            trust: TLSTrust(caFile: Env.caFile))
         oversized.maxResponseBytes = 1024
         await #expect { try await CurlEngine.shared.perform(oversized) } throws: {
             ($0 as? CurlError)?.code == .responseTooLarge

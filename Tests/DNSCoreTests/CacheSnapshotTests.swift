@@ -1,5 +1,6 @@
-import Testing
 import TestSupport
+import Testing
+
 @testable import DNSCore
 
 @Suite struct CacheSnapshotTests {
@@ -52,7 +53,7 @@ import TestSupport
         for _ in 0..<2_000 {
             var mutated = bytes
             mutated[Int.random(in: 8..<mutated.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
-            _ = try? target.restore(mutated, wallMilliseconds: 0)   // never traps
+            _ = try? target.restore(mutated, wallMilliseconds: 0)  // never traps
         }
         #expect(engine(ScriptedUpstream(.fail(.timeout))).cachedEntryCount == 0)
     }

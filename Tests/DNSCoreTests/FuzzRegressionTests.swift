@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import DNSCore
 
 /// Replays the fuzzer's seed corpus (real BIND responses) and every crasher it ever found.

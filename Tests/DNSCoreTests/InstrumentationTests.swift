@@ -1,8 +1,9 @@
 import InMemoryLogging
 import Logging
 import MetricsTestKit
-import Testing
 import TestSupport
+import Testing
+
 @testable import DNSCore
 
 /// Metrics go to the factory the caller passes (nothing is bootstrapped globally), logs to the
@@ -11,8 +12,10 @@ import TestSupport
     let clock = ManualClock()
     let metrics = TestMetrics()
 
-    func engine(_ upstreams: [ScriptedUpstream], logger: Logger? = nil,
-                configure: (inout ResolverOptions) -> Void = { _ in }) -> ResolverEngine {
+    func engine(
+        _ upstreams: [ScriptedUpstream], logger: Logger? = nil,
+        configure: (inout ResolverOptions) -> Void = { _ in }
+    ) -> ResolverEngine {
         var options = ResolverOptions(timeout: .seconds(2))
         options.minTTL = .zero
         configure(&options)
@@ -37,7 +40,7 @@ import TestSupport
         #expect(total("httpdns_cache_misses_total") == 1)
         #expect(total("httpdns_cache_hits_total") == 2)
 
-        clock.advance(by: .seconds(95))   // last 10 % of the TTL: a hit that prefetches
+        clock.advance(by: .seconds(95))  // last 10 % of the TTL: a hit that prefetches
         _ = try await engine.resolve("www.hd.test", type: .a)
         #expect(total("httpdns_prefetches_total", [("reason", "near_expiry")]) == 1)
         await eventually { upstream.queries == 2 }
@@ -65,7 +68,9 @@ import TestSupport
         _ = try await engine.resolve("www.hd.test", type: .a)
         _ = try await engine.resolve("other.hd.test", type: .a)
         #expect(total("httpdns_upstream_failures_total", [("upstream", "https://broken.test/q"), ("code", "http_status")]) == 2)
-        #expect(metrics.counters(label: "httpdns_upstream_failures_total", dimensions: [("upstream", "https://healthy.test/q"), ("code", "http_status")]).isEmpty)
+        #expect(
+            metrics.counters(label: "httpdns_upstream_failures_total", dimensions: [("upstream", "https://healthy.test/q"), ("code", "http_status")])
+                .isEmpty)
         let latency = try metrics.expectTimer("httpdns_upstream_duration_seconds", [("upstream", "https://healthy.test/q")])
         #expect(latency.values.count == 2)
         #expect(latency.values.allSatisfy { $0 >= 20_000_000 }, "recorded in nanoseconds, at least the upstream's 20 ms")
@@ -88,7 +93,7 @@ import TestSupport
         #expect(logs.entries.filter { $0.level == .debug && $0.message.description == "upstream query failed" }.count == 3)
 
         broken.reply(.addresses(["198.18.0.2"], ttl: 300))
-        clock.advance(by: .seconds(2))   // past the 1 s backoff: re-probed, answers, closes
+        clock.advance(by: .seconds(2))  // past the 1 s backoff: re-probed, answers, closes
         _ = try await engine.resolve("n9.hd.test", type: .a)
         #expect(gauge.lastValue == 0)
         #expect(logs.entries.contains { $0.level == .notice && $0.metadata["upstream"] == "https://broken.test/q" })
@@ -114,7 +119,10 @@ import TestSupport
 
     @Test func staleAnswerDelayAnswersFromStaleWhenTheRefreshIsSlow() async throws {
         let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
-        let engine = engine([upstream]) { $0.staleAnswerDelay = .milliseconds(100); $0.timeout = .seconds(30) }
+        let engine = engine([upstream]) {
+            $0.staleAnswerDelay = .milliseconds(100)
+            $0.timeout = .seconds(30)
+        }
         _ = try await engine.resolve("www.hd.test", type: .a)
         clock.advance(by: .seconds(61))
         upstream.reply(.slow(.seconds(6), ["198.18.0.2"]))

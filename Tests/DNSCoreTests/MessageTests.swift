@@ -1,4 +1,5 @@
 import Testing
+
 @testable import DNSCore
 
 /// Builds raw messages byte by byte, so tests can write exactly the defect they need.
@@ -10,25 +11,49 @@ struct WireBuilder {
     }
 
     mutating func u16(_ value: UInt16) { bytes += [UInt8(value >> 8), UInt8(value & 0xff)] }
-    mutating func u32(_ value: UInt32) { u16(UInt16(value >> 16)); u16(UInt16(value & 0xffff)) }
+    mutating func u32(_ value: UInt32) {
+        u16(UInt16(value >> 16))
+        u16(UInt16(value & 0xffff))
+    }
     mutating func name(_ text: String) {
-        for label in text.split(separator: ".") { bytes.append(UInt8(label.utf8.count)); bytes += label.utf8 }
+        for label in text.split(separator: ".") {
+            bytes.append(UInt8(label.utf8.count))
+            bytes += label.utf8
+        }
         bytes.append(0)
     }
-    mutating func question(_ text: String, type: UInt16 = 1) { name(text); u16(type); u16(1) }
+    mutating func question(_ text: String, type: UInt16 = 1) {
+        name(text)
+        u16(type)
+        u16(1)
+    }
     mutating func record(_ owner: String, type: UInt16, ttl: UInt32 = 300, rdata: [UInt8]) {
-        name(owner); u16(type); u16(1); u32(ttl); u16(UInt16(rdata.count)); bytes += rdata
+        name(owner)
+        u16(type)
+        u16(1)
+        u32(ttl)
+        u16(UInt16(rdata.count))
+        bytes += rdata
     }
 }
 
 @Suite struct MessageDecodingTests {
     @Test func decodesAnAnswerWithCompressedNames() throws {
         var w = WireBuilder(an: 2)
-        w.question("Www.HD.test")                        // question at offset 12
-        w.bytes += [0xc0, 12]; w.u16(5); w.u16(1); w.u32(120)  // CNAME owner = pointer to question name
-        w.u16(6); w.bytes += [3] + Array("cdn".utf8) + [0xc0, 16] // cdn.hd.test via pointer into the name
+        w.question("Www.HD.test")  // question at offset 12
+        w.bytes += [0xc0, 12]
+        w.u16(5)
+        w.u16(1)
+        w.u32(120)  // CNAME owner = pointer to question name
+        w.u16(6)
+        w.bytes += [3] + Array("cdn".utf8) + [0xc0, 16]  // cdn.hd.test via pointer into the name
         let cdnOffset = w.bytes.count - 6
-        w.bytes += [0xc0, UInt8(cdnOffset)]; w.u16(1); w.u16(1); w.u32(60); w.u16(4); w.bytes += [198, 18, 0, 9]
+        w.bytes += [0xc0, UInt8(cdnOffset)]
+        w.u16(1)
+        w.u16(1)
+        w.u32(60)
+        w.u16(4)
+        w.bytes += [198, 18, 0, 9]
         let message = try DNSMessage(decoding: w.bytes)
         #expect(message.answers.count == 2)
         #expect(message.answers[0].name.description == "www.hd.test")
@@ -36,8 +61,11 @@ struct WireBuilder {
         #expect(message.answers[1].name.description == "cdn.hd.test")
         #expect(message.answers[1].data == .address(IPAddress("198.18.0.9")!))
         let answer = try message.addressAnswer(for: .init(name: try DomainName("www.hd.test"), type: .a), id: 0)
-        #expect(answer == .addresses([ResolvedAddress(ip: IPAddress("198.18.0.9")!, ttl: 60)],
-                                     canonicalName: try DomainName("cdn.hd.test")))
+        #expect(
+            answer
+                == .addresses(
+                    [ResolvedAddress(ip: IPAddress("198.18.0.9")!, ttl: 60)],
+                    canonicalName: try DomainName("cdn.hd.test")))
     }
 
     @Test func rejectsTruncatedInputAtEveryLength() throws {
@@ -53,49 +81,63 @@ struct WireBuilder {
 
     @Test func rejectsPointerLoops() {
         var w = WireBuilder()
-        w.bytes += [0xc0, 12]                               // points at itself
-        w.u16(1); w.u16(1)
+        w.bytes += [0xc0, 12]  // points at itself
+        w.u16(1)
+        w.u16(1)
         #expect(throws: WireError.pointerLoop(offset: 12)) { try DNSMessage(decoding: w.bytes) }
 
         // A label followed by a pointer back to that label: strictly backwards from the pointer, but
         // not from the start of the name, so it would loop forever.
         var x = WireBuilder()
         x.bytes += [1, UInt8(ascii: "a"), 0xc0, 12]
-        x.u16(1); x.u16(1)
+        x.u16(1)
+        x.u16(1)
         #expect(throws: WireError.pointerLoop(offset: 14)) { try DNSMessage(decoding: x.bytes) }
     }
 
     @Test func rejectsForwardAndOutOfRangePointers() {
         var w = WireBuilder()
         w.bytes += [0xc0, 0xff]
-        w.u16(1); w.u16(1)
+        w.u16(1)
+        w.u16(1)
         #expect(throws: WireError.pointerOutOfRange(offset: 12, target: 255)) { try DNSMessage(decoding: w.bytes) }
 
         var forward = WireBuilder()
-        forward.bytes += [0xc0, 16]                         // forward, inside the message
-        forward.u16(1); forward.u16(1)
+        forward.bytes += [0xc0, 16]  // forward, inside the message
+        forward.u16(1)
+        forward.u16(1)
         #expect(throws: WireError.pointerLoop(offset: 12)) { try DNSMessage(decoding: forward.bytes) }
     }
 
     @Test func rejectsReservedLabelTypes() {
         var w = WireBuilder()
         w.bytes += [0x41, 0, 0]
-        w.u16(1); w.u16(1)
+        w.u16(1)
+        w.u16(1)
         #expect(throws: WireError.badLabelType(offset: 12)) { try DNSMessage(decoding: w.bytes) }
     }
 
     @Test func rejectsNamesOver255Octets() {
         var w = WireBuilder()
-        for _ in 0..<5 { w.bytes.append(60); w.bytes += Array(repeating: UInt8(ascii: "a"), count: 60) }
+        for _ in 0..<5 {
+            w.bytes.append(60)
+            w.bytes += Array(repeating: UInt8(ascii: "a"), count: 60)
+        }
         w.bytes.append(0)
-        w.u16(1); w.u16(1)
+        w.u16(1)
+        w.u16(1)
         #expect(throws: WireError.nameTooLong(offset: 12)) { try DNSMessage(decoding: w.bytes) }
     }
 
     @Test func rejectsRDataOverruns() {
         var w = WireBuilder(an: 1)
         w.question("www.hd.test")
-        w.name("www.hd.test"); w.u16(1); w.u16(1); w.u32(300); w.u16(40); w.bytes += [198, 18, 0, 10]
+        w.name("www.hd.test")
+        w.u16(1)
+        w.u16(1)
+        w.u32(300)
+        w.u16(40)
+        w.bytes += [198, 18, 0, 10]
         // RDLENGTH sits at offset 12 + 17 (question) + 13 (owner) + 8 = 50.
         #expect(throws: WireError.rdataOverrun(offset: 50, length: 40)) { try DNSMessage(decoding: w.bytes) }
     }
@@ -113,7 +155,9 @@ struct WireBuilder {
     @Test func rejectsCNAMEWhoseNameDoesNotFillItsRData() {
         var w = WireBuilder(an: 1)
         w.question("www.hd.test")
-        var target = WireBuilder(qd: 0); target.bytes = []; target.name("x.test")
+        var target = WireBuilder(qd: 0)
+        target.bytes = []
+        target.name("x.test")
         w.record("www.hd.test", type: 5, rdata: target.bytes + [0, 0])
         #expect(throws: WireError.badRDataLength(type: .cname, length: target.bytes.count + 2)) {
             try DNSMessage(decoding: w.bytes)
@@ -153,7 +197,10 @@ struct WireBuilder {
             let opt = try #require(decoded.additionals.first)
             #expect(opt.type == .opt)
             #expect(opt.recordClass == DNSMessage.advertisedPayloadSize)
-            guard case let .opaque(rdata) = opt.data else { Issue.record("OPT RDATA"); continue }
+            guard case let .opaque(rdata) = opt.data else {
+                Issue.record("OPT RDATA")
+                continue
+            }
             #expect(rdata[0] == 0 && rdata[1] == 12, "padding option code")
             #expect(rdata[4...].allSatisfy { $0 == 0 })
         }
@@ -169,8 +216,10 @@ struct WireBuilder {
 @Suite struct AddressAnswerTests {
     let question = DNSMessage.Question(name: try! DomainName("www.hd.test"), type: .a)
 
-    func response(flags: UInt16 = 0x8180, id: UInt16 = 0, question: DNSMessage.Question? = nil,
-                  answers: [DNSMessage.Record] = [], authorities: [DNSMessage.Record] = []) -> DNSMessage {
+    func response(
+        flags: UInt16 = 0x8180, id: UInt16 = 0, question: DNSMessage.Question? = nil,
+        answers: [DNSMessage.Record] = [], authorities: [DNSMessage.Record] = []
+    ) -> DNSMessage {
         DNSMessage(id: id, flags: flags, questions: [question ?? self.question], answers: answers, authorities: authorities)
     }
 
@@ -183,16 +232,20 @@ struct WireBuilder {
     }
 
     @Test func followsTheCNAMEChainAndCapsTTLs() throws {
-        let message = response(answers: [cname("www.hd.test", "b.hd.test", ttl: 50), cname("b.hd.test", "c.hd.test", ttl: 400),
-                                         a("c.hd.test", "198.18.0.1", ttl: 300)])
+        let message = response(answers: [
+            cname("www.hd.test", "b.hd.test", ttl: 50), cname("b.hd.test", "c.hd.test", ttl: 400),
+            a("c.hd.test", "198.18.0.1", ttl: 300),
+        ])
         let answer = try message.addressAnswer(for: question, id: 0)
         #expect(answer == .addresses([.init(ip: IPAddress("198.18.0.1")!, ttl: 50)], canonicalName: try DomainName("c.hd.test")))
     }
 
     @Test func ignoresRecordsForNamesOutsideTheChain() throws {
         // A hostile resolver slips in an address for another name: it must not be returned.
-        let message = response(answers: [a("evil.test", "203.0.113.66"), a("www.hd.test", "198.18.0.10"),
-                                         a("other.hd.test", "198.18.0.99")])
+        let message = response(answers: [
+            a("evil.test", "203.0.113.66"), a("www.hd.test", "198.18.0.10"),
+            a("other.hd.test", "198.18.0.99"),
+        ])
         let answer = try message.addressAnswer(for: question, id: 0)
         #expect(answer == .addresses([.init(ip: IPAddress("198.18.0.10")!, ttl: 300)], canonicalName: question.name))
     }
@@ -219,9 +272,12 @@ struct WireBuilder {
     }
 
     @Test func negativeAnswersCarryTheSOAMinimum() throws {
-        let soa = DNSMessage.Record(name: try DomainName("hd.test"), type: .soa, ttl: 300, data: .soa(.init(
-            primary: try DomainName("ns.hd.test"), mailbox: try DomainName("admin.hd.test"),
-            serial: 1, refresh: 2, retry: 3, expire: 4, minimum: 60)))
+        let soa = DNSMessage.Record(
+            name: try DomainName("hd.test"), type: .soa, ttl: 300,
+            data: .soa(
+                .init(
+                    primary: try DomainName("ns.hd.test"), mailbox: try DomainName("admin.hd.test"),
+                    serial: 1, refresh: 2, retry: 3, expire: 4, minimum: 60)))
         #expect(try response(flags: 0x8183, authorities: [soa]).addressAnswer(for: question, id: 0) == .nxdomain(negativeTTL: 60))
         var shortSOA = soa
         shortSOA.ttl = 10

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import DNSCore
 
 @Suite struct DomainNameTests {
@@ -13,8 +14,8 @@ import Testing
     @Test(arguments: [
         "", ".", "..", "a..test", ".a.test", "bad name.test", "-lead.test", "trail-.test", "a/b.test",
         "émoji.test", String(repeating: "a", count: 64) + ".test",
-        (0..<50).map { _ in "abcd" }.joined(separator: "."),   // 249 characters, 254 wire octets: fine
-        (0..<51).map { _ in "abcd" }.joined(separator: "."),   // 254 characters: too long
+        (0..<50).map { _ in "abcd" }.joined(separator: "."),  // 249 characters, 254 wire octets: fine
+        (0..<51).map { _ in "abcd" }.joined(separator: "."),  // 254 characters: too long
     ])
     func validatesNames(text: String) {
         let valid = text == "." || text == (0..<50).map { _ in "abcd" }.joined(separator: ".")
@@ -40,7 +41,8 @@ import Testing
         ("192.0.2.1", "192.0.2.1"), ("0.0.0.0", "0.0.0.0"), ("255.255.255.255", "255.255.255.255"),
         ("2001:db8::1", "2001:db8::1"), ("2001:DB8:0:0:0:0:0:1", "2001:db8::1"), ("::", "::"), ("::1", "::1"),
         ("[2001:db8::53]", "2001:db8::53"), ("2001:db8:0:1:1:1:1:1", "2001:db8:0:1:1:1:1:1"),
-        ("2001:0:0:1:0:0:0:1", "2001:0:0:1::1"), ("::ffff:192.0.2.1", "::ffff:192.0.2.1"), ("::ffff:c000:201", "::ffff:192.0.2.1"), ("fe80::", "fe80::"),
+        ("2001:0:0:1:0:0:0:1", "2001:0:0:1::1"), ("::ffff:192.0.2.1", "::ffff:192.0.2.1"), ("::ffff:c000:201", "::ffff:192.0.2.1"),
+        ("fe80::", "fe80::"),
     ])
     func parsesAndPrintsCanonically(input: String, canonical: String) throws {
         let address = try #require(IPAddress(input))
@@ -49,8 +51,10 @@ import Testing
         #expect(IPAddress(bytes: address.bytes) == address)
     }
 
-    @Test(arguments: ["", "1.2.3", "1.2.3.4.5", "256.1.1.1", "01.2.3.4", "1.2.3.-4", "a.b.c.d", ":::", "1:2:3:4:5:6:7:8:9",
-                      "1::2::3", "12345::", "::g", "1:2:3:4:5:6:7:", "[::1", "www.hd.test", "1.2.3.4 "])
+    @Test(arguments: [
+        "", "1.2.3", "1.2.3.4.5", "256.1.1.1", "01.2.3.4", "1.2.3.-4", "a.b.c.d", ":::", "1:2:3:4:5:6:7:8:9",
+        "1::2::3", "12345::", "::g", "1:2:3:4:5:6:7:", "[::1", "www.hd.test", "1.2.3.4 ",
+    ])
     func rejectsMalformedAddresses(input: String) {
         #expect(IPAddress(input) == nil)
     }

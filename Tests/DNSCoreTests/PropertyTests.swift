@@ -1,4 +1,5 @@
 import Testing
+
 @testable import DNSCore
 
 /// A small deterministic generator, so a failure reproduces from its seed.
@@ -29,11 +30,17 @@ struct SplitMix64: RandomNumberGenerator {
         case 0: return .init(name: owner, type: .a, ttl: ttl, data: .address(.v4(rng.next() >> 32 == 0 ? 1 : UInt32(truncatingIfNeeded: rng.next()))))
         case 1: return .init(name: owner, type: .aaaa, ttl: ttl, data: .address(.v6(rng.next(), rng.next())))
         case 2: return .init(name: owner, type: .cname, ttl: ttl, data: .cname(randomName(&rng)))
-        case 3: return .init(name: owner, type: .soa, ttl: ttl, data: .soa(.init(
-            primary: randomName(&rng), mailbox: randomName(&rng), serial: 1, refresh: 2, retry: 3, expire: 4,
-            minimum: UInt32.random(in: 0...86400, using: &rng))))
-        default: return .init(name: owner, type: .txt, ttl: ttl,
-                              data: .opaque((0..<Int.random(in: 0...40, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }))
+        case 3:
+            return .init(
+                name: owner, type: .soa, ttl: ttl,
+                data: .soa(
+                    .init(
+                        primary: randomName(&rng), mailbox: randomName(&rng), serial: 1, refresh: 2, retry: 3, expire: 4,
+                        minimum: UInt32.random(in: 0...86400, using: &rng))))
+        default:
+            return .init(
+                name: owner, type: .txt, ttl: ttl,
+                data: .opaque((0..<Int.random(in: 0...40, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }))
         }
     }
 
@@ -73,8 +80,10 @@ struct SplitMix64: RandomNumberGenerator {
         for round in 0..<20_000 {
             if round % 100 == 0 { await Task.yield() }
             let owner = Self.randomName(&rng)
-            var bytes = DNSMessage(id: 0, flags: 0x8180, questions: [.init(name: owner, type: .a)],
-                                   answers: (0..<3).map { _ in Self.randomRecord(&rng, owner: owner) }).encode()
+            var bytes = DNSMessage(
+                id: 0, flags: 0x8180, questions: [.init(name: owner, type: .a)],
+                answers: (0..<3).map { _ in Self.randomRecord(&rng, owner: owner) }
+            ).encode()
             for _ in 0..<Int.random(in: 1...4, using: &rng) {
                 switch Int.random(in: 0..<3, using: &rng) {
                 case 0: bytes[Int.random(in: 0..<bytes.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)

@@ -1,13 +1,16 @@
 import Synchronization
-import Testing
 import TestSupport
+import Testing
+
 @testable import DNSCore
 
 @Suite struct ResolverEngineTests {
     let clock = ManualClock()
 
-    func engine(_ upstreams: [ScriptedUpstream], fallback: ScriptedUpstream? = nil,
-                configure: (inout ResolverOptions) -> Void = { _ in }) -> ResolverEngine {
+    func engine(
+        _ upstreams: [ScriptedUpstream], fallback: ScriptedUpstream? = nil,
+        configure: (inout ResolverOptions) -> Void = { _ in }
+    ) -> ResolverEngine {
         var options = ResolverOptions(timeout: .seconds(2))
         configure(&options)
         return ResolverEngine(upstreams: upstreams, options: options, fallback: fallback, clock: clock)
@@ -34,14 +37,20 @@ import TestSupport
 
     @Test func ttlsAreClampedToTheConfiguredRange() async throws {
         let short = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 5))
-        let engine = engine([short]) { $0.minTTL = .seconds(60); $0.maxTTL = .seconds(600) }
+        let engine = engine([short]) {
+            $0.minTTL = .seconds(60)
+            $0.maxTTL = .seconds(600)
+        }
         #expect(try await engine.resolve("short.hd.test", type: .a).addresses.map(\.ttl) == [60])
         clock.advance(by: .seconds(59))
         #expect(try await engine.resolve("short.hd.test", type: .a).source == .cache)
         #expect(short.queries == 1)
 
         let long = ScriptedUpstream(.addresses(["198.18.0.2"], ttl: 999_999))
-        let other = self.engine([long]) { $0.minTTL = .seconds(60); $0.maxTTL = .seconds(600) }
+        let other = self.engine([long]) {
+            $0.minTTL = .seconds(60)
+            $0.maxTTL = .seconds(600)
+        }
         #expect(try await other.resolve("long.hd.test", type: .a).addresses.map(\.ttl) == [600])
     }
 
@@ -78,7 +87,10 @@ import TestSupport
 
     @Test func staleAnswerIsServedAtOnceAndRefreshedInTheBackground() async throws {
         let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
-        let engine = engine([upstream]) { $0.minTTL = .zero; $0.staleWindow = .seconds(3600) }
+        let engine = engine([upstream]) {
+            $0.minTTL = .zero
+            $0.staleWindow = .seconds(3600)
+        }
         _ = try await engine.resolve("www.hd.test", type: .a)
         clock.advance(by: .seconds(61))
         upstream.reply(.addresses(["198.18.0.2"], ttl: 60))
@@ -96,7 +108,10 @@ import TestSupport
 
     @Test func staleAnswerIsServedWhileRefreshesFailUntilTheWindowEnds() async throws {
         let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
-        let engine = engine([upstream]) { $0.minTTL = .zero; $0.staleWindow = .seconds(600) }
+        let engine = engine([upstream]) {
+            $0.minTTL = .zero
+            $0.staleWindow = .seconds(600)
+        }
         _ = try await engine.resolve("www.hd.test", type: .a)
         upstream.reply(.fail(.timeout))
         clock.advance(by: .seconds(120))
@@ -105,7 +120,7 @@ import TestSupport
         clock.advance(by: .seconds(400))
         #expect(try await engine.resolve("www.hd.test", type: .a).source == .stale, "failed refreshes keep the stale answer")
         await settle()
-        clock.advance(by: .seconds(200))   // 720 s after storing: past expiry (60) + window (600)
+        clock.advance(by: .seconds(200))  // 720 s after storing: past expiry (60) + window (600)
         await #expect { try await engine.resolve("www.hd.test", type: .a) } throws: { ($0 as? DNSError)?.code == .timeout }
     }
 
@@ -186,14 +201,16 @@ import TestSupport
 
     @Test func evictionKeepsRecentlyUsedNames() async throws {
         let upstream = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 3600))
-        let engine = ResolverEngine(upstreams: [upstream], options: {
-            var options = ResolverOptions()
-            options.cacheCapacity = 16
-            return options
-        }(), clock: clock)
+        let engine = ResolverEngine(
+            upstreams: [upstream],
+            options: {
+                var options = ResolverOptions()
+                options.cacheCapacity = 16
+                return options
+            }(), clock: clock)
         _ = try await engine.resolve("hot.hd.test", type: .a)
         for index in 0..<64 {
-            _ = try await engine.resolve("hot.hd.test", type: .a)     // keeps its reference bit set
+            _ = try await engine.resolve("hot.hd.test", type: .a)  // keeps its reference bit set
             _ = try await engine.resolve("cold\(index).hd.test", type: .a)
         }
         #expect(engine.cachedEntryCount <= 16)
@@ -252,7 +269,10 @@ import TestSupport
     @Test func staleBeatsSystemFallback() async throws {
         let trusted = ScriptedUpstream(.addresses(["198.18.0.1"], ttl: 60))
         let system = ScriptedUpstream("system", source: .system, .addresses(["198.18.9.9"], ttl: 30))
-        let engine = engine([trusted], fallback: system) { $0.fallback = .system; $0.minTTL = .zero }
+        let engine = engine([trusted], fallback: system) {
+            $0.fallback = .system
+            $0.minTTL = .zero
+        }
         _ = try await engine.resolve("www.hd.test", type: .a)
         trusted.reply(.fail(.timeout))
         clock.advance(by: .seconds(61))

@@ -1,14 +1,15 @@
-import DNSCore
 import AddressProbing
+import DNSCore
 import DNSInterceptor
 import Foundation
+import HTTPDNS
+import Synchronization
+import TestSupport
+import Testing
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import HTTPDNS
-import Synchronization
-import Testing
-import TestSupport
 
 /// Claims an RTT per address (nil: unreachable), records what it was asked.
 final class FixedProber: AddressProbing {
@@ -47,8 +48,9 @@ extension InterceptorSuites {
         @Test func sniAndHostCarryTheNameWhileTheSocketGoesToTheResolvedAddress() async throws {
             let exchange = try await client.send(request("/echo"))
             #expect(exchange.response.statusCode == 200)
-            #expect(text(exchange.body) == "sni=origin.hd.test host=origin.hd.test method=GET proto=HTTP/2.0 cookie=\n",
-                    "nginx saw the original name in SNI and Host")
+            #expect(
+                text(exchange.body) == "sni=origin.hd.test host=origin.hd.test method=GET proto=HTTP/2.0 cookie=\n",
+                "nginx saw the original name in SNI and Host")
             #expect(exchange.remoteAddress == "127.0.0.4")
             #expect(exchange.resolution?.source == .doh || exchange.resolution?.source == .cache)
             #expect(exchange.httpVersion == 20)
@@ -65,8 +67,11 @@ extension InterceptorSuites {
             let exchange = try await ranked.send(request("/echo", host: "nodes.hd.test"))
             #expect(exchange.response.statusCode == 200)
             #expect(exchange.remoteAddress == "127.0.0.10")
-            #expect(Set(prober.asked.withLock { $0 }) == ["nodes.hd.test 127.0.0.4 \(TestEnvironment.originPort)",
-                                                          "nodes.hd.test 127.0.0.10 \(TestEnvironment.originPort)"])
+            #expect(
+                Set(prober.asked.withLock { $0 }) == [
+                    "nodes.hd.test 127.0.0.4 \(TestEnvironment.originPort)",
+                    "nodes.hd.test 127.0.0.10 \(TestEnvironment.originPort)",
+                ])
         }
 
         @Test func postAndPutBodiesArriveWhole() async throws {

@@ -2,8 +2,8 @@ import DNSCore
 import DNSInterceptor
 import Foundation
 import HTTPDNS
-import Testing
 import TestSupport
+import Testing
 
 /// Both interceptor suites, one test at a time: they measure the process's memory and share the
 /// process-wide URLProtocol installation.
@@ -17,8 +17,9 @@ enum InterceptorFixtures {
         var options = HTTPDNSOptions(timeout: .seconds(3), allowPrivate: true)
         options.minTTL = .zero
         let resolver = try HTTPDNSResolver(
-            configuration: .init(upstreams: [try .doh(TestEnvironment.dohA, bootstrap: ["127.0.0.1"])],
-                                 caFile: TestEnvironment.caFile),
+            configuration: .init(
+                upstreams: [try .doh(TestEnvironment.dohA, bootstrap: ["127.0.0.1"])],
+                caFile: TestEnvironment.caFile),
             options: options)
         var clientOptions = HTTPDNSClient.Options()
         clientOptions.caFile = TestEnvironment.caFile

@@ -2,12 +2,13 @@ import AddressProbing
 import DNSCore
 import DNSInterceptor
 import Foundation
+import HTTPDNS
+import TestSupport
+import Testing
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import HTTPDNS
-import Testing
-import TestSupport
 
 extension InterceptorSuites {
     /// Probes and fetches share one libcurl engine (its DNS cache and its connections). A probe of a
@@ -20,7 +21,8 @@ extension InterceptorSuites {
             let tls = await ConnectionProber(mode: .tls, timeout: .seconds(3), caFile: TestEnvironment.caFile)
                 .probe(host: "bank.hd.test", ip: impostor, port: TestEnvironment.originPort)
             #expect(tls.outcome == .untrustedCertificate)
-            let tcp = await ConnectionProber(mode: .tcp, timeout: .seconds(3)).probe(host: "bank.hd.test", ip: impostor, port: TestEnvironment.originPort)
+            let tcp = await ConnectionProber(mode: .tcp, timeout: .seconds(3)).probe(
+                host: "bank.hd.test", ip: impostor, port: TestEnvironment.originPort)
             #expect(tcp.outcome == .ok)
             let plain = await ConnectionProber(mode: .http(path: "/", marker: TestEnvironment.genuineMarker), timeout: .seconds(3))
                 .probe(host: "bank.hd.test", ip: impostor, port: TestEnvironment.originPlainPort)

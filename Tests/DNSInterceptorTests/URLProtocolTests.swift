@@ -1,13 +1,15 @@
-@testable import DNSInterceptor
 import DNSCore
 import Foundation
+import HTTPDNS
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import DNSInterceptor
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import HTTPDNS
-import Synchronization
-import Testing
-import TestSupport
 
 extension InterceptorSuites {
     /// URLSession through HTTPDNSURLProtocol against the real nginx origins. The system's DNS cannot
@@ -205,10 +207,13 @@ extension InterceptorSuites {
         // MARK: Helpers
 
         /// A completion-handler task's result, or nil when it did not complete within `timeout`.
-        func completion(of request: URLRequest, fromFile file: URL? = nil, timeout: Duration = .seconds(15)) async -> (data: Data?, response: URLResponse?, error: (any Error)?)? {
+        func completion(
+            of request: URLRequest, fromFile file: URL? = nil, timeout: Duration = .seconds(15)
+        ) async -> (data: Data?, response: URLResponse?, error: (any Error)?)? {
             let once = Once<(data: Data?, response: URLResponse?, error: (any Error)?)>()
             let handler: @Sendable (Data?, URLResponse?, (any Error)?) -> Void = { once.set((data: $0, response: $1, error: $2)) }
-            let task = file.map { session.uploadTask(with: request, fromFile: $0, completionHandler: handler) }
+            let task =
+                file.map { session.uploadTask(with: request, fromFile: $0, completionHandler: handler) }
                 ?? session.dataTask(with: request, completionHandler: handler)
             task.resume()
             return await once.value(timeout: timeout)
@@ -286,8 +291,10 @@ final class Collector: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         return await done.value(timeout: timeout) ?? Outcome(error: URLError(.timedOut))
     }
 
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-                    completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+    ) {
         state.withLock { $0.status = (response as? HTTPURLResponse)?.statusCode ?? 0 }
         completionHandler(.allow)
     }
@@ -300,8 +307,10 @@ final class Collector: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         }
     }
 
-    func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
-                    completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
         state.withLock { $0.challenges += 1 }
         completionHandler(.cancelAuthenticationChallenge, nil)
     }

@@ -8,13 +8,15 @@ let package = Package(
     name: "ExternalUser",
     dependencies: [.package(name: "swift-httpdns", path: "../..")],
     targets: [
-        .executableTarget(name: "ReadmeExamples", dependencies: [
-            .product(name: "HTTPDNS", package: "swift-httpdns"),
-            .product(name: "DNSCore", package: "swift-httpdns"),
-            .product(name: "DNSInterceptor", package: "swift-httpdns"),
-            .product(name: "SystemResolver", package: "swift-httpdns"),
-            .product(name: "AddressProbing", package: "swift-httpdns"),
-            .product(name: "HijackDetection", package: "swift-httpdns"),
-        ]),
+        .executableTarget(
+            name: "ReadmeExamples",
+            dependencies: [
+                .product(name: "HTTPDNS", package: "swift-httpdns"),
+                .product(name: "DNSCore", package: "swift-httpdns"),
+                .product(name: "DNSInterceptor", package: "swift-httpdns"),
+                .product(name: "SystemResolver", package: "swift-httpdns"),
+                .product(name: "AddressProbing", package: "swift-httpdns"),
+                .product(name: "HijackDetection", package: "swift-httpdns"),
+            ])
     ]
 )

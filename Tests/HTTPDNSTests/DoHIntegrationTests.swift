@@ -2,6 +2,7 @@ import DNSCore
 import Foundation
 import TestSupport
 import Testing
+
 @testable import HTTPDNS
 
 /// Against the real servers of Scripts/testenv.sh: BIND 9.18 DoH (doh-a, doh-b), nginx as a broken
@@ -9,8 +10,10 @@ import Testing
 @Suite(.serialized) struct DoHIntegrationTests {
     typealias Env = TestEnvironment
 
-    func resolver(_ upstreams: [UpstreamEndpoint], timeout: Duration = .seconds(3), allowPrivate: Bool = false,
-                  caFile: String? = Env.caFile) throws -> HTTPDNSResolver {
+    func resolver(
+        _ upstreams: [UpstreamEndpoint], timeout: Duration = .seconds(3), allowPrivate: Bool = false,
+        caFile: String? = Env.caFile
+    ) throws -> HTTPDNSResolver {
         try Env.requireRunning()
         var options = HTTPDNSOptions(timeout: timeout, allowPrivate: allowPrivate)
         options.minTTL = .zero
@@ -204,8 +207,9 @@ import Testing
         let pinned = try UpstreamEndpoint.doh(Env.dohA, bootstrap: ["127.0.0.1"], pinnedPublicKey: pin)
         let resolution = try await resolver([pinned]).resolve("www.hd.test", type: .a)
         #expect(resolution.addresses.count == 1)
-        let wrong = try UpstreamEndpoint.doh(Env.dohA, bootstrap: ["127.0.0.1"],
-                                             pinnedPublicKey: "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+        let wrong = try UpstreamEndpoint.doh(
+            Env.dohA, bootstrap: ["127.0.0.1"],
+            pinnedPublicKey: "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
         await #expect { try await resolver([wrong]).resolve("www.hd.test", type: .a) } throws: {
             ($0 as? DNSError)?.code == .tlsFailed
         }

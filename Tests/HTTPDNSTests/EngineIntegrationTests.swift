@@ -1,9 +1,10 @@
-import DNSCore
 import CurlSupport
+import DNSCore
 import Synchronization
 import SystemResolver
 import TestSupport
 import Testing
+
 @testable import HTTPDNS
 
 /// Wraps a real upstream: counts the questions that reach it and can be switched off.

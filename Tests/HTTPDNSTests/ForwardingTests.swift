@@ -1,6 +1,7 @@
 import DNSCore
 import TestSupport
 import Testing
+
 @testable import HTTPDNS
 
 /// `HTTPDNSResolver.forward`: whole messages to the trusted DoH upstreams (BIND, nginx as a broken
@@ -10,8 +11,9 @@ import Testing
 
     func resolver(_ upstreams: [UpstreamEndpoint]) throws -> HTTPDNSResolver {
         try Env.requireRunning()
-        return try HTTPDNSResolver(configuration: .init(upstreams: upstreams, caFile: Env.caFile),
-                                   options: HTTPDNSOptions(timeout: .seconds(6)))
+        return try HTTPDNSResolver(
+            configuration: .init(upstreams: upstreams, caFile: Env.caFile),
+            options: HTTPDNSOptions(timeout: .seconds(6)))
     }
 
     func query(_ name: String, _ type: RecordType, id: UInt16) throws -> [UInt8] {

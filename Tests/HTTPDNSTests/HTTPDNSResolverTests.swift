@@ -1,8 +1,9 @@
 import DNSCore
 import Foundation
 import Synchronization
-import Testing
 import TestSupport
+import Testing
+
 @testable import HTTPDNS
 
 /// The resolver's failover, merging and policy logic, against scripted upstreams.
@@ -67,15 +68,19 @@ import TestSupport
     }
 
     @Test func sameFailureEverywhereKeepsItsSpecificCode() async throws {
-        let upstreams = [ScriptedUpstream("https://a.test/dns-query", .fail(.timeout)),
-                         ScriptedUpstream("https://b.test/dns-query", .fail(.timeout))]
+        let upstreams = [
+            ScriptedUpstream("https://a.test/dns-query", .fail(.timeout)),
+            ScriptedUpstream("https://b.test/dns-query", .fail(.timeout)),
+        ]
         await #expect { try await resolver(upstreams).resolve("www.hd.test") } throws: { ($0 as? DNSError)?.code == .timeout }
     }
 
     @Test func dualStackAnswerMergesFamiliesIPv6First() async throws {
-        let upstream = ScriptedUpstream("https://a.test/dns-query", replies: { type in
-            type == .a ? .addresses(["198.18.0.1", "198.18.0.2"], ttl: 100) : .addresses(["2001:2::1"], ttl: 50)
-        })
+        let upstream = ScriptedUpstream(
+            "https://a.test/dns-query",
+            replies: { type in
+                type == .a ? .addresses(["198.18.0.1", "198.18.0.2"], ttl: 100) : .addresses(["2001:2::1"], ttl: 50)
+            })
         let resolution = try await resolver([upstream]).resolve("www.hd.test")
         #expect(resolution.addresses.map(\.ip.description) == ["2001:2::1", "198.18.0.1", "198.18.0.2"])
         #expect(Set(upstream.events.map(\.type)) == [.a, .aaaa])
@@ -161,8 +166,10 @@ import TestSupport
         #expect(endpoint.bootstrap.map(\.urlHost) == ["127.0.0.1", "[::1]"])
     }
 
-    @Test(arguments: ["http://dns.test/dns-query", "dns.test/dns-query", "https://", "https://user:pw@dns.test/q",
-                      "https://bad_host!.test/q", "ftp://dns.test/"])
+    @Test(arguments: [
+        "http://dns.test/dns-query", "dns.test/dns-query", "https://", "https://user:pw@dns.test/q",
+        "https://bad_host!.test/q", "ftp://dns.test/",
+    ])
     func rejectsUnusableURLs(url: String) {
         #expect { try UpstreamEndpoint.doh(url, bootstrap: ["127.0.0.1"]) } throws: {
             ($0 as? DNSError)?.code == .invalidConfiguration
@@ -180,8 +187,9 @@ import TestSupport
     }
 
     @Test func unreadableCAFileIsRejected() throws {
-        let configuration = HTTPDNSConfiguration(upstreams: [try .doh("https://127.0.0.1/dns-query")],
-                                                 caFile: "/nonexistent/ca.pem")
+        let configuration = HTTPDNSConfiguration(
+            upstreams: [try .doh("https://127.0.0.1/dns-query")],
+            caFile: "/nonexistent/ca.pem")
         #expect { try configuration.validate() } throws: { ($0 as? DNSError)?.code == .invalidConfiguration }
     }
 
@@ -239,8 +247,9 @@ import TestSupport
 
     @Test func preresolvedNamesAreCachedBeforeTheirFirstLookup() async throws {
         let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1", "2001:2::1"]))
-        let resolver = HTTPDNSResolver(configuration: .init(upstreams: [], preresolve: ["www.hd.test", "api.hd.test"]),
-                                       upstreams: [upstream])
+        let resolver = HTTPDNSResolver(
+            configuration: .init(upstreams: [], preresolve: ["www.hd.test", "api.hd.test"]),
+            upstreams: [upstream])
         for _ in 0..<200 where upstream.events.count < 4 { try await Task.sleep(for: .milliseconds(5)) }
         #expect(Set(upstream.events.map(\.name)) == ["www.hd.test", "api.hd.test"])
         #expect(upstream.events.count == 4, "A and AAAA of each name, once")

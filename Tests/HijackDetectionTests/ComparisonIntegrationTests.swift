@@ -1,7 +1,7 @@
 import AddressProbing
 import DNSCore
-import HijackDetection
 import HTTPDNS
+import HijackDetection
 import SystemResolver
 import TestSupport
 import Testing
@@ -55,8 +55,9 @@ struct ProbeIntegrationTests {
         let start = ContinuousClock.now
         let probe = await quick.probe(host: "a.hd.test", ip: ip("127.0.0.1"), port: blackhole.port)
         #expect(probe.outcome == .timeout)
-        #expect(probe.detail?.lowercased().contains("timeout") == true || probe.detail?.contains("imed out") == true,
-                "\(probe.detail ?? "")")
+        #expect(
+            probe.detail?.lowercased().contains("timeout") == true || probe.detail?.contains("imed out") == true,
+            "\(probe.detail ?? "")")
         #expect(ContinuousClock.now - start < .seconds(4))
     }
 
@@ -110,12 +111,17 @@ struct ComparisonIntegrationTests {
             options: options)
     }
 
-    static func detector(probing: Bool = true, systemServer: String = "127.0.0.1:\(TestEnvironment.systemDNSPort)") throws -> (HijackDetector, SystemResolver) {
+    static func detector(
+        probing: Bool = true, systemServer: String = "127.0.0.1:\(TestEnvironment.systemDNSPort)"
+    ) throws -> (HijackDetector, SystemResolver) {
         let resolver = try makeResolver()
         let system = try SystemResolver(servers: [systemServer], attemptTimeout: .milliseconds(500), tries: 1)
         let prober = probing ? ConnectionProber(mode: .tls, timeout: .seconds(3), caFile: TestEnvironment.caFile) : nil
-        return (HijackDetector(trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: .seconds(2)),
-                           prober: prober, probePort: TestEnvironment.originPort), system)
+        return (
+            HijackDetector(
+                trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: .seconds(2)),
+                prober: prober, probePort: TestEnvironment.originPort), system
+        )
     }
 
     func ip(_ text: String) -> IPAddress { IPAddress(text)! }
@@ -123,8 +129,10 @@ struct ComparisonIntegrationTests {
     @Test func everyVerdictAgainstTheRealServers() async throws {
         let (detector, system) = try Self.detector()
         defer { system.shutdown() }
-        let hosts = ["origin.hd.test", "cdn.hd.test", "bank.hd.test", "shop.hd.test", "blocked.hd.test",
-                     "system-only.hd.test", "sinkhole.hd.test", "dual.hd.test"]
+        let hosts = [
+            "origin.hd.test", "cdn.hd.test", "bank.hd.test", "shop.hd.test", "blocked.hd.test",
+            "system-only.hd.test", "sinkhole.hd.test", "dual.hd.test",
+        ]
         let results = await detector.compare(hosts, within: .seconds(20))
         let byHost = Dictionary(uniqueKeysWithValues: results.map { ($0.host, $0) })
         func verdict(_ host: String) -> Verdict.Kind? { byHost[host]?.verdict.kind }
@@ -180,7 +188,10 @@ struct ComparisonIntegrationTests {
         defer { system.shutdown() }
         let result = await detector.compare("origin.hd.test")
         #expect(result.verdict.kind == .unverified)
-        guard case .failed = result.system else { Issue.record("system side: \(result.system)"); return }
+        guard case .failed = result.system else {
+            Issue.record("system side: \(result.system)")
+            return
+        }
         #expect(result.trusted == .addresses([ip("127.0.0.4")]))
     }
 

@@ -1,7 +1,7 @@
 import AddressProbing
 import DNSCore
-import HijackDetection
 import HTTPDNS
+import HijackDetection
 import Synchronization
 import Testing
 
@@ -40,9 +40,10 @@ struct HijackDetectorTests {
 
     @Test func identicalAnswersAreNotProbed() async {
         let prober = TableProber([:])
-        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
-                                    system: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
-                                    prober: prober, probePort: 8443)
+        let detector = HijackDetector(
+            trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+            system: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+            prober: prober, probePort: 8443)
         let result = await detector.compare("a.test")
         #expect(result.verdict.kind == .consistent)
         #expect(result.probes.isEmpty)
@@ -51,9 +52,10 @@ struct HijackDetectorTests {
 
     @Test func aDifferenceProbesSystemOnlyAndTrustedAddressesOnTheProbePort() async {
         let prober = TableProber(["192.0.2.1": .ok, "203.0.113.9": .untrustedCertificate])
-        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
-                                    system: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1"), ip("203.0.113.9")])]),
-                                    prober: prober, probePort: 8443)
+        let detector = HijackDetector(
+            trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+            system: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1"), ip("203.0.113.9")])]),
+            prober: prober, probePort: 8443)
         let result = await detector.compare("a.test")
         #expect(result.verdict.kind == .hijacked)
         #expect(result.probes.map(\.ip) == [ip("203.0.113.9"), ip("192.0.2.1")])
@@ -62,8 +64,9 @@ struct HijackDetectorTests {
 
     @Test func aDeniedNameProbesTheTrustedAddresses() async {
         let prober = TableProber(["192.0.2.1": .ok])
-        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
-                                    system: TableSource(answers: ["a.test": .absent(.nxdomain)]), prober: prober)
+        let detector = HijackDetector(
+            trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+            system: TableSource(answers: ["a.test": .absent(.nxdomain)]), prober: prober)
         let result = await detector.compare("a.test")
         #expect(result.verdict.kind == .hijacked)
         #expect(result.verdict.reason.contains("blocking"))
@@ -73,16 +76,18 @@ struct HijackDetectorTests {
     @Test func probesPerHostAreCapped() async {
         let many = (1...200).map { ip("203.0.113.\($0)") }
         let prober = TableProber([:])
-        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
-                                      system: TableSource(answers: ["a.test": .addresses(many)]), prober: prober)
+        let detector = HijackDetector(
+            trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+            system: TableSource(answers: ["a.test": .addresses(many)]), prober: prober)
         let result = await detector.compare("a.test")
         #expect(result.probes.count == HijackDetector.maxProbesPerHost)
         #expect(result.verdict.kind == .suspicious)
     }
 
     @Test func withoutAProberADifferenceIsSuspicious() async {
-        let detector = HijackDetector(trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
-                                    system: TableSource(answers: ["a.test": .addresses([ip("203.0.113.9")])]), prober: nil)
+        let detector = HijackDetector(
+            trusted: TableSource(answers: ["a.test": .addresses([ip("192.0.2.1")])]),
+            system: TableSource(answers: ["a.test": .addresses([ip("203.0.113.9")])]), prober: nil)
         let result = await detector.compare("a.test")
         #expect(result.verdict.kind == .suspicious)
         #expect(result.probes.isEmpty)
@@ -91,8 +96,9 @@ struct HijackDetectorTests {
     @Test func hostsRunConcurrentlyAndKeepTheirOrder() async {
         let names = (0..<50).map { "h\($0).test" }
         let table = Dictionary(uniqueKeysWithValues: names.map { ($0, ResolverAnswer.addresses([ip("192.0.2.1")])) })
-        let detector = HijackDetector(trusted: TableSource(answers: table, delay: .milliseconds(400)),
-                                    system: TableSource(answers: table, delay: .milliseconds(400)), prober: nil)
+        let detector = HijackDetector(
+            trusted: TableSource(answers: table, delay: .milliseconds(400)),
+            system: TableSource(answers: table, delay: .milliseconds(400)), prober: nil)
         let start = ContinuousClock.now
         let results = await detector.compare(names, within: .seconds(10))
         let elapsed = ContinuousClock.now - start
@@ -116,8 +122,9 @@ struct HijackDetectorTests {
     }
 
     @Test func theCanaryComesFirstWithARandomNameUnderTheZone() async {
-        let detector = HijackDetector(trusted: TableSource(answers: ["lie.test": .absent(.nxdomain)]),
-                                    system: TableSource(answers: ["lie.test": .addresses([ip("203.0.113.80")])]), prober: nil)
+        let detector = HijackDetector(
+            trusted: TableSource(answers: ["lie.test": .absent(.nxdomain)]),
+            system: TableSource(answers: ["lie.test": .addresses([ip("203.0.113.80")])]), prober: nil)
         let results = await detector.compare([], canaryZone: "lie.test", within: .seconds(5))
         let canary = try! #require(results.first)
         #expect(canary.isCanary)
@@ -131,14 +138,21 @@ struct HijackDetectorTests {
     @Test func canaryVerdicts() {
         let host = "canary-x.zone.test"
         #expect(Verdict.judgeCanary(host: host, zone: "zone.test", trusted: .absent(.nxdomain), system: .absent(.nxdomain)).kind == .consistent)
-        #expect(Verdict.judgeCanary(host: host, zone: "zone.test", trusted: .absent(.nxdomain),
-                                    system: .addresses([ip("203.0.113.80")])).kind == .hijacked)
-        let wildcard = Verdict.judgeCanary(host: host, zone: "zone.test", trusted: .addresses([ip("192.0.2.1")]),
-                                           system: .addresses([ip("192.0.2.1")]))
+        #expect(
+            Verdict.judgeCanary(
+                host: host, zone: "zone.test", trusted: .absent(.nxdomain),
+                system: .addresses([ip("203.0.113.80")])
+            ).kind == .hijacked)
+        let wildcard = Verdict.judgeCanary(
+            host: host, zone: "zone.test", trusted: .addresses([ip("192.0.2.1")]),
+            system: .addresses([ip("192.0.2.1")]))
         #expect(wildcard.kind == .unverified)
         #expect(wildcard.reason.contains("wildcard"))
-        #expect(Verdict.judgeCanary(host: host, zone: "zone.test", trusted: .absent(.nxdomain),
-                                    system: .failed(DNSError(.timeout, "t"))).kind == .unverified)
+        #expect(
+            Verdict.judgeCanary(
+                host: host, zone: "zone.test", trusted: .absent(.nxdomain),
+                system: .failed(DNSError(.timeout, "t"))
+            ).kind == .unverified)
     }
 
     @Test func anInvalidCanaryZoneIsUnverifiedNotACrash() async throws {
@@ -181,9 +195,10 @@ struct AddressRankerTests {
 
     func ranker(_ prober: TimedProber, clock: ManualClock) throws -> AddressRanker {
         // The resolver is never asked: these tests rank given addresses.
-        AddressRanker(resolver: try HTTPDNSResolver(configuration: .init(upstreams: [try .doh("https://unused.test/dns-query", bootstrap: ["127.0.0.1"])])),
-                      prober: prober,
-                      memory: .seconds(60), clock: clock)
+        AddressRanker(
+            resolver: try HTTPDNSResolver(configuration: .init(upstreams: [try .doh("https://unused.test/dns-query", bootstrap: ["127.0.0.1"])])),
+            prober: prober,
+            memory: .seconds(60), clock: clock)
     }
 
     @Test func healthyAddressesComeFirstByRTTThenFailingOnesInTheirOrder() async throws {

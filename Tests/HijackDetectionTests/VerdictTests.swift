@@ -1,7 +1,7 @@
 import AddressProbing
 import DNSCore
-import HijackDetection
 import HTTPDNS
+import HijackDetection
 import Testing
 
 /// The verdict logic alone, from made-up answers and probe results.
@@ -13,87 +13,100 @@ struct VerdictTests {
     }
 
     @Test func sameAddressesInAnyOrderAreConsistentWithoutProbes() {
-        let verdict = Verdict.judge(host: "a.test", trusted: answer("192.0.2.1", "2001:db8::1"),
-                                    system: answer("2001:db8::1", "192.0.2.1"), probes: [], probing: true)
+        let verdict = Verdict.judge(
+            host: "a.test", trusted: answer("192.0.2.1", "2001:db8::1"),
+            system: answer("2001:db8::1", "192.0.2.1"), probes: [], probing: true)
         #expect(verdict.kind == .consistent)
         #expect(verdict.reason == "same addresses")
     }
 
     @Test func aSystemSubsetIsConsistent() {
-        let verdict = Verdict.judge(host: "a.test", trusted: answer("192.0.2.1", "192.0.2.2"), system: answer("192.0.2.2"),
-                                    probes: [], probing: false)
+        let verdict = Verdict.judge(
+            host: "a.test", trusted: answer("192.0.2.1", "192.0.2.2"), system: answer("192.0.2.2"),
+            probes: [], probing: false)
         #expect(verdict.kind == .consistent)
     }
 
     @Test func differentAddressesThatValidateAreConsistent() {
         // A CDN answering each resolver differently: both addresses prove they serve the name.
-        let verdict = Verdict.judge(host: "cdn.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.7"),
-                                    probes: [probe("192.0.2.1", .ok), probe("198.51.100.7", .ok)], probing: true)
+        let verdict = Verdict.judge(
+            host: "cdn.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.7"),
+            probes: [probe("192.0.2.1", .ok), probe("198.51.100.7", .ok)], probing: true)
         #expect(verdict.kind == .consistent)
         #expect(verdict.reason.contains("198.51.100.7"))
     }
 
     @Test(arguments: [AddressProbe.Outcome.untrustedCertificate, .nameMismatch])
     func aSystemAddressFailingValidationWhileATrustedOnePassesIsHijacked(outcome: AddressProbe.Outcome) {
-        let verdict = Verdict.judge(host: "bank.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.66"),
-                                    probes: [probe("192.0.2.1", .ok), probe("198.51.100.66", outcome)], probing: true)
+        let verdict = Verdict.judge(
+            host: "bank.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.66"),
+            probes: [probe("192.0.2.1", .ok), probe("198.51.100.66", outcome)], probing: true)
         #expect(verdict.kind == .hijacked)
         #expect(verdict.reason.contains("198.51.100.66") && verdict.reason.contains(outcome.rawValue) && verdict.reason.contains("192.0.2.1"))
     }
 
     @Test func failingValidationWithoutATrustedProofIsOnlySuspicious() {
-        let verdict = Verdict.judge(host: "bank.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.66"),
-                                    probes: [probe("192.0.2.1", .timeout), probe("198.51.100.66", .nameMismatch)], probing: true)
+        let verdict = Verdict.judge(
+            host: "bank.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.66"),
+            probes: [probe("192.0.2.1", .timeout), probe("198.51.100.66", .nameMismatch)], probing: true)
         #expect(verdict.kind == .suspicious)
     }
 
     @Test func anUnreachableSystemAddressIsSuspicious() {
-        let verdict = Verdict.judge(host: "a.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.9"),
-                                    probes: [probe("192.0.2.1", .ok), probe("198.51.100.9", .connectFailed)], probing: true)
+        let verdict = Verdict.judge(
+            host: "a.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.9"),
+            probes: [probe("192.0.2.1", .ok), probe("198.51.100.9", .connectFailed)], probing: true)
         #expect(verdict.kind == .suspicious)
         #expect(verdict.reason.contains("198.51.100.9"))
     }
 
     @Test func differingAnswersWithoutProbesAreSuspicious() {
-        let verdict = Verdict.judge(host: "a.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.9"),
-                                    probes: [], probing: false)
+        let verdict = Verdict.judge(
+            host: "a.test", trusted: answer("192.0.2.1"), system: answer("198.51.100.9"),
+            probes: [], probing: false)
         #expect(verdict.kind == .suspicious)
         #expect(verdict.reason.contains("not probed"))
     }
 
     @Test func onlyTheAAAADifferingIsJudgedOnThatAddress() {
-        let verdict = Verdict.judge(host: "v6.test", trusted: answer("192.0.2.1", "2001:db8::1"),
-                                    system: answer("192.0.2.1", "2001:db8::66"),
-                                    probes: [probe("192.0.2.1", .ok), probe("2001:db8::1", .ok), probe("2001:db8::66", .untrustedCertificate)],
-                                    probing: true)
+        let verdict = Verdict.judge(
+            host: "v6.test", trusted: answer("192.0.2.1", "2001:db8::1"),
+            system: answer("192.0.2.1", "2001:db8::66"),
+            probes: [probe("192.0.2.1", .ok), probe("2001:db8::1", .ok), probe("2001:db8::66", .untrustedCertificate)],
+            probing: true)
         #expect(verdict.kind == .hijacked)
         #expect(verdict.reason.contains("2001:db8::66"))
     }
 
     @Test func answeringANameTheTrustedSideSaysDoesNotExistIsHijacked() {
-        let verdict = Verdict.judge(host: "typo.test", trusted: .absent(.nxdomain), system: answer("198.51.100.80"),
-                                    probes: [], probing: false)
+        let verdict = Verdict.judge(
+            host: "typo.test", trusted: .absent(.nxdomain), system: answer("198.51.100.80"),
+            probes: [], probing: false)
         #expect(verdict.kind == .hijacked)
         #expect(verdict.reason.contains("NXDOMAIN") && verdict.reason.contains("198.51.100.80"))
     }
 
     @Test func denyingANameATrustedAddressProvesIsHijackedOtherwiseSuspicious() {
-        let proven = Verdict.judge(host: "news.test", trusted: answer("192.0.2.1"), system: .absent(.nxdomain),
-                                   probes: [probe("192.0.2.1", .ok)], probing: true)
+        let proven = Verdict.judge(
+            host: "news.test", trusted: answer("192.0.2.1"), system: .absent(.nxdomain),
+            probes: [probe("192.0.2.1", .ok)], probing: true)
         #expect(proven.kind == .hijacked)
         #expect(proven.reason.contains("blocking"))
-        let unproven = Verdict.judge(host: "news.test", trusted: answer("192.0.2.1"), system: .absent(.nxdomain),
-                                     probes: [], probing: false)
+        let unproven = Verdict.judge(
+            host: "news.test", trusted: answer("192.0.2.1"), system: .absent(.nxdomain),
+            probes: [], probing: false)
         #expect(unproven.kind == .suspicious)
     }
 
     @Test func bogonAnswersForAPublicNameAreHijacked() {
-        let verdict = Verdict.judge(host: "site.test", trusted: answer("192.0.2.1"), system: answer("10.10.34.35"),
-                                    probes: [], probing: false)
+        let verdict = Verdict.judge(
+            host: "site.test", trusted: answer("192.0.2.1"), system: answer("10.10.34.35"),
+            probes: [], probing: false)
         // 192.0.2.1 is itself documentation space, so use a public address for the trusted side.
         #expect(verdict.kind == .suspicious, "both special-purpose: no bogon rule")
-        let bogon = Verdict.judge(host: "site.test", trusted: answer("93.184.216.34"), system: answer("10.10.34.35"),
-                                  probes: [], probing: false)
+        let bogon = Verdict.judge(
+            host: "site.test", trusted: answer("93.184.216.34"), system: answer("10.10.34.35"),
+            probes: [], probing: false)
         #expect(bogon.kind == .hijacked)
         #expect(bogon.reason.contains("10.10.34.35"))
     }

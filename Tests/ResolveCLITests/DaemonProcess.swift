@@ -1,5 +1,5 @@
-import DNSCore
 import CurlSupport
+import DNSCore
 import Foundation
 import TestSupport
 import Testing
@@ -35,7 +35,8 @@ final class DaemonProcess: @unchecked Sendable {
     }
 
     /// The daemon's TLS files in the test environment (`daemon.test`, SANs localhost and 127.0.0.1).
-    static let tlsConfig = "tls: {cert: \(TestEnvironment.root)/.testenv/ca/daemon.test.pem, key: \(TestEnvironment.root)/.testenv/ca/daemon.test.key}"
+    static let tlsConfig =
+        "tls: {cert: \(TestEnvironment.root)/.testenv/ca/daemon.test.pem, key: \(TestEnvironment.root)/.testenv/ca/daemon.test.key}"
 
     init(config: String, port: Int, https: Bool = false) async throws {
         try TestEnvironment.requireRunning()
@@ -82,9 +83,11 @@ final class DaemonProcess: @unchecked Sendable {
     }
 
     func request(_ path: String, method: String = "GET", headers: [String] = [], body: [UInt8]? = nil) async throws -> CurlResponse {
-        try await CurlEngine.shared.perform(CurlRequest(url: baseURL + path, method: method, headers: headers, body: body,
-                                                        timeout: .seconds(10), trust: TLSTrust(caFile: TestEnvironment.caFile),
-                                                        maxResponseBytes: 1 << 20, protocols: scheme))
+        try await CurlEngine.shared.perform(
+            CurlRequest(
+                url: baseURL + path, method: method, headers: headers, body: body,
+                timeout: .seconds(10), trust: TLSTrust(caFile: TestEnvironment.caFile),
+                maxResponseBytes: 1 << 20, protocols: scheme))
     }
 
     func get(_ path: String, headers: [String] = []) async throws -> CurlResponse {

@@ -15,13 +15,15 @@ extension DaemonSuites {
         let daemon: DaemonProcess
 
         static func config(protectDNSQuery: Bool = false) -> String {
-            DaemonProcess.config(port: port, watch: ["origin.hd.test"], extra: """
-                \(DaemonProcess.tlsConfig)
-                dns_listen: "127.0.0.1:\(dnsPort)"
-                auth_token: \(token)
-                protect_dns_query: \(protectDNSQuery)
-                limits: {max_url_length: 256, max_body_bytes: 600}
-                """)
+            DaemonProcess.config(
+                port: port, watch: ["origin.hd.test"],
+                extra: """
+                    \(DaemonProcess.tlsConfig)
+                    dns_listen: "127.0.0.1:\(dnsPort)"
+                    auth_token: \(token)
+                    protect_dns_query: \(protectDNSQuery)
+                    limits: {max_url_length: 256, max_body_bytes: 600}
+                    """)
         }
 
         init() async throws {
@@ -49,14 +51,20 @@ extension DaemonSuites {
         @Test func dohClientsGetAnswersOverHTTP2() async throws {
             defer { daemon.stop() }
             // The listener negotiates HTTP/2 by ALPN.
-            let version = try await run("/usr/bin/curl", ["-sS", "--http2", "--cacert", TestEnvironment.caFile, "-o", "/dev/null",
-                                                          "-w", "%{http_version}", "https://127.0.0.1:\(Self.port)/healthz"])
+            let version = try await run(
+                "/usr/bin/curl",
+                [
+                    "-sS", "--http2", "--cacert", TestEnvironment.caFile, "-o", "/dev/null",
+                    "-w", "%{http_version}", "https://127.0.0.1:\(Self.port)/healthz",
+                ])
             #expect(version.stdout == "2", "\(version.stderr)")
 
             // kdig over DoH (HTTP/2, certificate verified against the test CA): an address from the
             // engine, and a TXT record forwarded to the trusted upstream.
-            let kdigBase = ["@127.0.0.1", "-p", "\(Self.port)", "+https=/dns-query", "+tls-ca=\(TestEnvironment.caFile)",
-                            "+tls-hostname=localhost", "+timeout=5", "+retry=0"]
+            let kdigBase = [
+                "@127.0.0.1", "-p", "\(Self.port)", "+https=/dns-query", "+tls-ca=\(TestEnvironment.caFile)",
+                "+tls-hostname=localhost", "+timeout=5", "+retry=0",
+            ]
             let address = try await run("/usr/bin/kdig", kdigBase + ["www.hd.test", "A"])
             #expect(address.status == 0, "\(address.stderr)")
             #expect(address.stdout.contains("NOERROR"), "\(address.stdout)")
@@ -65,18 +73,28 @@ extension DaemonSuites {
             #expect(txt.stdout.contains("\"hd-test-txt\""), "\(txt.stdout)\(txt.stderr)")
 
             // dig over DoH: MX forwarded, the answer unchanged.
-            let mx = try await run("/usr/bin/dig", ["@127.0.0.1", "-p", "\(Self.port)", "+https", "+tls-ca=\(TestEnvironment.caFile)",
-                                                    "+tls-hostname=localhost", "+tries=1", "+time=5", "+short", "hd.test", "MX"])
+            let mx = try await run(
+                "/usr/bin/dig",
+                [
+                    "@127.0.0.1", "-p", "\(Self.port)", "+https", "+tls-ca=\(TestEnvironment.caFile)",
+                    "+tls-hostname=localhost", "+tries=1", "+time=5", "+short", "hd.test", "MX",
+                ])
             #expect(mx.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "10 mx.hd.test.", "\(mx.stdout)\(mx.stderr)")
 
             // curl resolves the origin through the daemon (--doh-url) and fetches it over TLS.
-            let fetched = try await run("/usr/bin/curl", ["-sS", "--max-time", "10", "--cacert", TestEnvironment.caFile, "--doh-url", dohURL,
-                                                          "https://origin.hd.test:\(TestEnvironment.originPort)/echo"])
+            let fetched = try await run(
+                "/usr/bin/curl",
+                [
+                    "-sS", "--max-time", "10", "--cacert", TestEnvironment.caFile, "--doh-url", dohURL,
+                    "https://origin.hd.test:\(TestEnvironment.originPort)/echo",
+                ])
             #expect(fetched.stdout.hasPrefix("sni=origin.hd.test host=origin.hd.test"), "\(fetched.stdout)\(fetched.stderr)")
 
             // Our own library with the daemon as its DoH upstream: the CNAME chain and the address.
-            let lookup = try await CLI.run(["lookup", "--doh", dohURL, "--ca-file", TestEnvironment.caFile, "--allow-private",
-                                            "--json", "alias.hd.test"])
+            let lookup = try await CLI.run([
+                "lookup", "--doh", dohURL, "--ca-file", TestEnvironment.caFile, "--allow-private",
+                "--json", "alias.hd.test",
+            ])
             #expect(lookup.status == 0, "\(lookup.stderr)")
             let object = try #require(try lookup.jsonLines().first)
             #expect(object["canonical_name"] as? String == "www.hd.test", "\(lookup.stdout)")
@@ -108,8 +126,10 @@ extension DaemonSuites {
             defer { try? FileManager.default.removeItem(at: directory) }
             // 40 DoH GETs (each name 8 times: the first a lookup, the rest from the cache, all in
             // flight together), then the other routes.
-            var arguments = ["-sS", "--http2", "--parallel", "--parallel-max", "50", "--cacert", TestEnvironment.caFile,
-                             "-H", "Authorization: Bearer \(Self.token)", "-w", "%{http_code} %{http_version} %{num_connects} %{size_download} %{url}\\n"]
+            var arguments = [
+                "-sS", "--http2", "--parallel", "--parallel-max", "50", "--cacert", TestEnvironment.caFile,
+                "-H", "Authorization: Bearer \(Self.token)", "-w", "%{http_code} %{http_version} %{num_connects} %{size_download} %{url}\\n",
+            ]
             var expected: [(file: String, id: UInt16, answer: String)] = []
             for round in 0..<8 {
                 for (index, (name, type, answer)) in names.enumerated() {
@@ -120,8 +140,10 @@ extension DaemonSuites {
                 }
             }
             for path in ["/healthz", "/v1/resolve?host=www.hd.test&type=a", "/no-such-path"] {
-                arguments += ["-o", directory.appendingPathComponent(path.count == 8 ? "healthz" : path.hasPrefix("/v1") ? "resolve" : "404").path,
-                              "https://127.0.0.1:\(Self.port)\(path)"]
+                arguments += [
+                    "-o", directory.appendingPathComponent(path.count == 8 ? "healthz" : path.hasPrefix("/v1") ? "resolve" : "404").path,
+                    "https://127.0.0.1:\(Self.port)\(path)",
+                ]
             }
             let result = try await run("/usr/bin/curl", arguments)
             let lines = result.stdout.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
@@ -143,8 +165,12 @@ extension DaemonSuites {
             #expect(try String(contentsOf: directory.appendingPathComponent("resolve"), encoding: .utf8).contains("198.18.0.10"))
 
             // A cached answer's headers: the media type, max-age from the TTL, a Date.
-            let head = try await run("/usr/bin/curl", ["-sS", "--http2", "--cacert", TestEnvironment.caFile, "-D", "-", "-o", "/dev/null",
-                                                       "\(dohURL)?dns=\(try Self.dnsParameter("www.hd.test", .a, id: 1))"])
+            let head = try await run(
+                "/usr/bin/curl",
+                [
+                    "-sS", "--http2", "--cacert", TestEnvironment.caFile, "-D", "-", "-o", "/dev/null",
+                    "\(dohURL)?dns=\(try Self.dnsParameter("www.hd.test", .a, id: 1))",
+                ])
             let headers = head.stdout.lowercased()
             #expect(headers.hasPrefix("http/2 200"), "\(head.stdout)\(head.stderr)")
             #expect(headers.contains("content-type: application/dns-message"))
@@ -211,17 +237,22 @@ extension DaemonSuites {
 
             // Garbage is dropped and counted; the stub keeps serving.
             let before = try await metric("httpdns_dns_stub_malformed_total{transport=\"udp\"}") ?? 0
-            let sent = try await run("/usr/bin/python3", ["-c", """
-                import socket
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                s.settimeout(1)
-                s.sendto(b"\\x12\\x34garbage", ("127.0.0.1", \(Self.dnsPort)))
-                try:
-                    s.recvfrom(512)
-                    print("answered")
-                except socket.timeout:
-                    print("dropped")
-                """])
+            let sent = try await run(
+                "/usr/bin/python3",
+                [
+                    "-c",
+                    """
+                    import socket
+                    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                    s.settimeout(1)
+                    s.sendto(b"\\x12\\x34garbage", ("127.0.0.1", \(Self.dnsPort)))
+                    try:
+                        s.recvfrom(512)
+                        print("answered")
+                    except socket.timeout:
+                        print("dropped")
+                    """,
+                ])
             #expect(sent.stdout == "dropped\n", "\(sent.stdout)\(sent.stderr)")
             #expect(try await metric("httpdns_dns_stub_malformed_total{transport=\"udp\"}") == before + 1)
             #expect(try await dig(["+short", "www.hd.test", "A"]).stdout == "198.18.0.10\n")
@@ -242,14 +273,16 @@ extension DaemonSuites {
         @Test(arguments: [false, true])
         func aSlowRequestFinishesAcrossSIGTERMAndTheLimitRejectsTheExcess(https: Bool) async throws {
             let blackhole = try BlackholeListener()
-            let config = DaemonProcess.config(port: Self.port, upstreams: ["https://doh-a.test:\(blackhole.port)/dns-query", TestEnvironment.dohA],
-                                              extra: "timeout: 4\nlimits: {max_concurrent_requests: 1}\n" + (https ? DaemonProcess.tlsConfig : ""))
+            let config = DaemonProcess.config(
+                port: Self.port, upstreams: ["https://doh-a.test:\(blackhole.port)/dns-query", TestEnvironment.dohA],
+                extra: "timeout: 4\nlimits: {max_concurrent_requests: 1}\n" + (https ? DaemonProcess.tlsConfig : ""))
             let daemon = try await DaemonProcess(config: config, port: Self.port, https: https)
             defer { daemon.stop() }
 
             let clock = ContinuousClock()
             let started = clock.now
-            let slowPath = https ? "/dns-query?dns=\(try DaemonServingTests.dnsParameter("www.hd.test", .a, id: 5))" : "/v1/resolve?host=www.hd.test&type=a"
+            let slowPath =
+                https ? "/dns-query?dns=\(try DaemonServingTests.dnsParameter("www.hd.test", .a, id: 5))" : "/v1/resolve?host=www.hd.test&type=a"
             async let slow = daemon.get(slowPath)
             try await Task.sleep(for: .milliseconds(500))
             // Over the limit: 503 at once, with Retry-After.
@@ -301,8 +334,10 @@ extension DaemonSuites {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: directory) }
             let ca = TestEnvironment.root + "/.testenv/ca/"
-            for (files, expected) in [("{cert: /etc/hostname, key: \(ca)daemon.test.key}", "tls.cert: '/etc/hostname' is not a PEM certificate chain"),
-                                      ("{cert: \(ca)daemon.test.pem, key: \(ca)origin.hd.test.key}", "is the key the certificate's?")] {
+            for (files, expected) in [
+                ("{cert: /etc/hostname, key: \(ca)daemon.test.key}", "tls.cert: '/etc/hostname' is not a PEM certificate chain"),
+                ("{cert: \(ca)daemon.test.pem, key: \(ca)origin.hd.test.key}", "is the key the certificate's?"),
+            ] {
                 let file = directory.appendingPathComponent("c.yaml")
                 try DaemonProcess.config(port: Self.port, extra: "tls: \(files)").write(to: file, atomically: true, encoding: .utf8)
                 let output = try await CLI.run(["daemon", "--config", file.path])

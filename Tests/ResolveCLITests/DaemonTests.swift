@@ -96,8 +96,10 @@ extension DaemonSuites {
             #expect(try await get("/dns-query?dns=***").status == 400)
             #expect(try await get("/dns-query").status == 400)
             #expect(try await get("/no-such-path").status == 404)
-            let put = try await CurlEngine.shared.perform(CurlRequest(url: "http://127.0.0.1:\(Self.port)/dns-query", method: "PUT",
-                                                                      body: [1], protocols: "http"))
+            let put = try await CurlEngine.shared.perform(
+                CurlRequest(
+                    url: "http://127.0.0.1:\(Self.port)/dns-query", method: "PUT",
+                    body: [1], protocols: "http"))
             #expect(put.status == 405)
             #expect(put.header("allow") == "GET, POST")
             #expect(text(try await get("/healthz")) == "ok\n")

@@ -5,8 +5,11 @@ import Testing
 
 /// `resolve compare` end to end: the contract's JSON lines, the human form, the exit codes.
 struct ResolveCompareTests {
-    static let base = ["compare"] + CLI.dohA + ["--allow-private", "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)",
-                                                "--probe-port", "\(TestEnvironment.originPort)"]
+    static let base =
+        ["compare"] + CLI.dohA + [
+            "--allow-private", "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)",
+            "--probe-port", "\(TestEnvironment.originPort)",
+        ]
 
     @Test func jsonLinesFollowTheContractAndExitThreeWhenHijacked() async throws {
         try TestEnvironment.requireRunning()
@@ -47,8 +50,11 @@ struct ResolveCompareTests {
 
     @Test func noProbeLeavesADifferenceSuspicious() async throws {
         try TestEnvironment.requireRunning()
-        let arguments = ["compare"] + CLI.dohA + ["--allow-private", "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)",
-                                                  "--no-probe", "--json", "bank.hd.test"]
+        let arguments =
+            ["compare"] + CLI.dohA + [
+                "--allow-private", "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)",
+                "--no-probe", "--json", "bank.hd.test",
+            ]
         let output = try await CLI.run(arguments)
         #expect(output.status == 0)
         let line = try #require(try output.jsonLines().first)
@@ -73,9 +79,12 @@ struct ResolveCompareTests {
 
     @Test func plainHTTPProbesWithAMarker() async throws {
         try TestEnvironment.requireRunning()
-        let arguments = ["compare"] + CLI.dohA + ["--allow-private", "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)",
-                                                  "--probe-port", "\(TestEnvironment.originPlainPort)",
-                                                  "--http-marker", TestEnvironment.genuineMarker, "--json", "bank.hd.test", "cdn.hd.test"]
+        let arguments =
+            ["compare"] + CLI.dohA + [
+                "--allow-private", "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)",
+                "--probe-port", "\(TestEnvironment.originPlainPort)",
+                "--http-marker", TestEnvironment.genuineMarker, "--json", "bank.hd.test", "cdn.hd.test",
+            ]
         let output = try await CLI.run(arguments)
         #expect(output.status == 3)
         let lines = try output.jsonLines()
@@ -87,8 +96,11 @@ struct ResolveCompareTests {
     @Test func aHostThatCannotBeCheckedExitsOne() async throws {
         try TestEnvironment.requireRunning()
         // Nothing answers DNS on 127.0.0.1:9: the system side fails.
-        let arguments = ["compare"] + CLI.dohA + ["--allow-private", "--system-dns", "127.0.0.1:9", "--timeout", "1",
-                                                  "--json", "origin.hd.test"]
+        let arguments =
+            ["compare"] + CLI.dohA + [
+                "--allow-private", "--system-dns", "127.0.0.1:9", "--timeout", "1",
+                "--json", "origin.hd.test",
+            ]
         let output = try await CLI.run(arguments)
         #expect(output.status == 1)
         let line = try #require(try output.jsonLines().first)

@@ -37,8 +37,9 @@ import Testing
         #expect(posted.stdout.lowercased().contains("x-request-method: post"))
 
         // --data-file - streams standard input (length unknown up front).
-        let piped = try await CLI.run(Self.base + ["-i", "-X", "PUT", "--data-file", "-", TestEnvironment.origin("/upload")],
-                                      stdin: Data("from stdin".utf8))
+        let piped = try await CLI.run(
+            Self.base + ["-i", "-X", "PUT", "--data-file", "-", TestEnvironment.origin("/upload")],
+            stdin: Data("from stdin".utf8))
         #expect(piped.stdout.lowercased().contains("x-request-body: from stdin"))
         #expect(piped.stdout.lowercased().contains("x-request-method: put"))
 
@@ -72,9 +73,11 @@ import Testing
         #expect(failing.status == 22)
     }
 
-    @Test(arguments: [["ftp://origin.hd.test/"], ["-d", "a", "--data-file", "/dev/null", "https://origin.hd.test/"],
-                      ["-H", "no-colon", "https://origin.hd.test/"], ["-H", ": value", "https://origin.hd.test/"],
-                      ["-H", "X-A: 1\r\nX-Injected: 2", "https://origin.hd.test/"], ["--max-redirs", "-1", "https://origin.hd.test/"]])
+    @Test(arguments: [
+        ["ftp://origin.hd.test/"], ["-d", "a", "--data-file", "/dev/null", "https://origin.hd.test/"],
+        ["-H", "no-colon", "https://origin.hd.test/"], ["-H", ": value", "https://origin.hd.test/"],
+        ["-H", "X-A: 1\r\nX-Injected: 2", "https://origin.hd.test/"], ["--max-redirs", "-1", "https://origin.hd.test/"],
+    ])
     func usageErrorsExit2(arguments: [String]) async throws {
         let output = try await CLI.run(Self.base + arguments)
         #expect(output.status == 2)
@@ -129,8 +132,10 @@ import Testing
         #expect(output.stdout.hasSuffix("cookie=a=b\n"), "\(output.stdout)")
     }
 
-    @Test(arguments: [["-X", "GET /x HTTP/1.1\r\nHost: a\r\n\r\nGET"], ["-X", "GE T"], ["https://origin.hd.test:99999/"],
-                      ["--type", "mx", "https://origin.hd.test/"]])
+    @Test(arguments: [
+        ["-X", "GET /x HTTP/1.1\r\nHost: a\r\n\r\nGET"], ["-X", "GE T"], ["https://origin.hd.test:99999/"],
+        ["--type", "mx", "https://origin.hd.test/"],
+    ])
     func requestLinesAndPortsAreCheckedBeforeAnythingIsSent(arguments: [String]) async throws {
         let output = try await CLI.run(Self.base + arguments + (arguments.last!.hasPrefix("https") ? [] : [TestEnvironment.origin("/echo")]))
         #expect(output.status == 2, "\(output.stderr)")

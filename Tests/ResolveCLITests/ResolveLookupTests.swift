@@ -64,8 +64,9 @@ struct CLI {
         done.wait()
         let stderr = stderrBox.data
         process.waitUntilExit()
-        return Output(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-                      stderr: String(decoding: stderr, as: UTF8.self))
+        return Output(
+            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+            stderr: String(decoding: stderr, as: UTF8.self))
     }
 
     /// Carries stderr from its reader thread; the semaphore orders the write before the read.
@@ -130,8 +131,9 @@ struct CLI {
     @Test func failsOverToTheSecondResolver() async throws {
         try TestEnvironment.requireRunning()
         let blackhole = try BlackholeListener()
-        let output = try await CLI.run(["--doh", "https://doh-a.test:\(blackhole.port)/dns-query", "--bootstrap", "doh-a.test=127.0.0.1"]
-                                 + CLI.dohB + ["--json", "--timeout", "2", "www.hd.test"])
+        let output = try await CLI.run(
+            ["--doh", "https://doh-a.test:\(blackhole.port)/dns-query", "--bootstrap", "doh-a.test=127.0.0.1"]
+                + CLI.dohB + ["--json", "--timeout", "2", "www.hd.test"])
         #expect(output.status == 0, "\(output.stdout) \(output.stderr)")
         let line = try #require(try output.jsonLines().first)
         #expect(line["upstream"] as? String == TestEnvironment.dohB)
@@ -145,8 +147,10 @@ struct CLI {
     ])
     func brokenResolverErrorsCarryTheirCode(path: String, code: String) async throws {
         try TestEnvironment.requireRunning()
-        let output = try await CLI.run(["--doh", TestEnvironment.hostile(path), "--bootstrap", "hostile.test=127.0.0.3",
-                                  "--ca-file", TestEnvironment.caFile, "--json", "--type", "a", "www.hd.test"])
+        let output = try await CLI.run([
+            "--doh", TestEnvironment.hostile(path), "--bootstrap", "hostile.test=127.0.0.3",
+            "--ca-file", TestEnvironment.caFile, "--json", "--type", "a", "www.hd.test",
+        ])
         #expect(output.status == 1)
         let error = try #require(try output.jsonLines().first?["error"] as? [String: Any])
         #expect(error["code"] as? String == code)
@@ -176,7 +180,7 @@ struct CLI {
         ["www.hd.test", "--timeout", "0"],
         ["www.hd.test", "--timeout", "abc"],
         ["www.hd.test", "--doh", "http://doh-a.test/dns-query"],
-        ["www.hd.test", "--doh", "https://doh-a.test/dns-query"],           // no bootstrap
+        ["www.hd.test", "--doh", "https://doh-a.test/dns-query"],  // no bootstrap
         ["www.hd.test", "--doh", "https://doh-a.test/q", "--bootstrap", "doh-a.test=not-an-ip"],
         ["www.hd.test", "--doh", "https://doh-a.test/q", "--bootstrap", "other.test=127.0.0.1"],
         ["www.hd.test", "--doh", "https://127.0.0.1/q", "--ca-file", "/nonexistent.pem"],
@@ -205,16 +209,20 @@ struct CLI {
     @Test func systemFallbackIsMarkedSystem() async throws {
         try TestEnvironment.requireRunning()
         let dead = "https://doh-a.test:\(unusedLoopbackPort())/dns-query"
-        let output = try await CLI.run(["--doh", dead, "--bootstrap", "doh-a.test=127.0.0.1", "--fallback", "system",
-                                        "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)", "--json", "--type", "a",
-                                        "system-only.hd.test"])
+        let output = try await CLI.run([
+            "--doh", dead, "--bootstrap", "doh-a.test=127.0.0.1", "--fallback", "system",
+            "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)", "--json", "--type", "a",
+            "system-only.hd.test",
+        ])
         #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
         let line = try #require(try output.jsonLines().first)
         #expect(line["source"] as? String == "system")
         #expect((line["addresses"] as? [[String: Any]])?.first?["ip"] as? String == "198.18.77.77")
 
-        let strict = try await CLI.run(["--doh", dead, "--bootstrap", "doh-a.test=127.0.0.1",
-                                        "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)", "--json", "system-only.hd.test"])
+        let strict = try await CLI.run([
+            "--doh", dead, "--bootstrap", "doh-a.test=127.0.0.1",
+            "--system-dns", "127.0.0.1:\(TestEnvironment.systemDNSPort)", "--json", "system-only.hd.test",
+        ])
         #expect(strict.status == 1)
         #expect(try ((strict.jsonLines().first?["error"] as? [String: Any])?["code"] as? String) == "connect_failed")
     }

@@ -1,40 +1,43 @@
 import DNSCore
 import HTTPDNS
 import Testing
+
 @testable import ResolverConfig
 
 @Suite struct ConfigFileTests {
     static let full = """
-    upstreams:                       # trusted resolvers, in order of preference
-      - doh: https://doh-a.test:18443/dns-query
-        bootstrap: [127.0.0.1, "::1"]
-      - json: https://json.test:18443/resolve
-        bootstrap: 127.0.0.3
-      - doh: https://doh-b.test:18444/dns-query
-        bootstrap: [127.0.0.1]
-        method: post
-        pin: sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=
-    allow_private: true
-    fallback: system
-    system_dns: ["127.0.0.1:18055", "::1"]
-    timeout: 2.5
-    strategy: fastest
-    cache: {min_ttl: 30, max_ttl: 3600, negative_ttl: 15, stale_window: 600, capacity: 5000, persist: cache.bin,
-             persist_interval: 60, stale_answer_delay: 1.8, prefetch: false}
-    listen: "127.0.0.1:8053"
-    dns_listen: "127.0.0.1:5353"
-    preresolve: [www.hd.test]
-    watch:
-      - {host: www.hd.test, port: 443, interval: 30}
-    auth_token: s3cret-token-0123456789
-    protect_dns_query: true
-    limits: {max_body_bytes: 4096, max_url_length: 2048, max_concurrent_requests: 64}
-    """
+        upstreams:                       # trusted resolvers, in order of preference
+          - doh: https://doh-a.test:18443/dns-query
+            bootstrap: [127.0.0.1, "::1"]
+          - json: https://json.test:18443/resolve
+            bootstrap: 127.0.0.3
+          - doh: https://doh-b.test:18444/dns-query
+            bootstrap: [127.0.0.1]
+            method: post
+            pin: sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=
+        allow_private: true
+        fallback: system
+        system_dns: ["127.0.0.1:18055", "::1"]
+        timeout: 2.5
+        strategy: fastest
+        cache: {min_ttl: 30, max_ttl: 3600, negative_ttl: 15, stale_window: 600, capacity: 5000, persist: cache.bin,
+                 persist_interval: 60, stale_answer_delay: 1.8, prefetch: false}
+        listen: "127.0.0.1:8053"
+        dns_listen: "127.0.0.1:5353"
+        preresolve: [www.hd.test]
+        watch:
+          - {host: www.hd.test, port: 443, interval: 30}
+        auth_token: s3cret-token-0123456789
+        protect_dns_query: true
+        limits: {max_body_bytes: 4096, max_url_length: 2048, max_concurrent_requests: 64}
+        """
 
     @Test func readsEveryKey() throws {
         let config = try ConfigFile.parse(Self.full, file: "c.yaml", directory: "/etc/httpdns")
-        #expect(config.configuration.upstreams.map(\.url) == [
-            "https://doh-a.test:18443/dns-query", "https://json.test:18443/resolve", "https://doh-b.test:18444/dns-query"])
+        #expect(
+            config.configuration.upstreams.map(\.url) == [
+                "https://doh-a.test:18443/dns-query", "https://json.test:18443/resolve", "https://doh-b.test:18444/dns-query",
+            ])
         #expect(config.configuration.upstreams[0].bootstrap.map(\.description) == ["127.0.0.1", "::1"])
         #expect(config.configuration.upstreams[1].kind == .json)
         #expect(config.configuration.upstreams[2].kind == .doh(.post))
@@ -80,7 +83,10 @@ import Testing
         ("upstreams:\n  - doh: https://127.0.0.1/q\ncache: {capacity: -5}\n", "c.yaml:3: cache.capacity: expected a whole number"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nallow_private: maybe\n", "c.yaml:3: allow_private: expected true or false"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nfallback: sometimes\n", "c.yaml:3: fallback: expected one of none, system"),
-        ("upstreams:\n  - doh: https://127.0.0.1/q\n    bootstrap: [not-an-ip]\n", "c.yaml:3: upstreams[0].bootstrap: 'not-an-ip' is not an IP address"),
+        (
+            "upstreams:\n  - doh: https://127.0.0.1/q\n    bootstrap: [not-an-ip]\n",
+            "c.yaml:3: upstreams[0].bootstrap: 'not-an-ip' is not an IP address"
+        ),
         ("upstreams:\n  - doh: http://127.0.0.1/q\n", "c.yaml:2: upstreams[0]: 'http://127.0.0.1/q': trusted resolvers must use https"),
         ("upstreams:\n  - doh: https://dns.test/q\n", "upstreams: upstream https://dns.test/q has no bootstrap address"),
         ("upstreams:\n  - dho: https://127.0.0.1/q\n", "c.yaml:2: upstreams[0].dho: unknown key"),
@@ -89,15 +95,27 @@ import Testing
         ("upstreams:\n  - doh: https://127.0.0.1/q\nsystem_dns: [dns.test]\n", "c.yaml:3: system_dns: 'dns.test' is not IP or IP:port"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nwatch:\n  - {port: 443}\n", "c.yaml:4: watch[0]: needs host"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\ncache: {min_ttl: 100, max_ttl: 10}\n", "cache.min_ttl: is larger than cache.max_ttl"),
-        ("upstreams:\n  - doh: https://127.0.0.1/q\ncache: {stale_answer_delay: 90}\n", "c.yaml:3: cache.stale_answer_delay: must be at most 30 seconds"),
-        ("upstreams:\n  - doh: https://127.0.0.1/q\ncache: {persist_interval: 0}\n", "c.yaml:3: cache.persist_interval: expected a number of seconds"),
+        (
+            "upstreams:\n  - doh: https://127.0.0.1/q\ncache: {stale_answer_delay: 90}\n",
+            "c.yaml:3: cache.stale_answer_delay: must be at most 30 seconds"
+        ),
+        (
+            "upstreams:\n  - doh: https://127.0.0.1/q\ncache: {persist_interval: 0}\n",
+            "c.yaml:3: cache.persist_interval: expected a number of seconds"
+        ),
         ("upstreams: [\n", "c.yaml: not valid YAML"),
         ("", "c.yaml: the file is empty"),
         ("- just\n- a list\n", "c.yaml:1: : expected a mapping"),
-        ("upstreams:\n  - doh: https://127.0.0.1/q\ntls: {cert: /nonexistent.pem, key: /etc/hostname}\n", "c.yaml:3: tls.cert: cannot read '/nonexistent.pem'"),
+        (
+            "upstreams:\n  - doh: https://127.0.0.1/q\ntls: {cert: /nonexistent.pem, key: /etc/hostname}\n",
+            "c.yaml:3: tls.cert: cannot read '/nonexistent.pem'"
+        ),
         ("upstreams:\n  - doh: https://127.0.0.1/q\ntls: {cert: /etc/hostname}\n", "c.yaml:3: tls: needs both cert and key"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nauth_token: short\n", "c.yaml:3: auth_token: expected at least 16 printable characters"),
-        ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_body_bytes: 70000}\n", "c.yaml:3: limits.max_body_bytes: expected a whole number in 12...65535"),
+        (
+            "upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_body_bytes: 70000}\n",
+            "c.yaml:3: limits.max_body_bytes: expected a whole number in 12...65535"
+        ),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_requests: 5}\n", "c.yaml:3: limits.max_requests: unknown key"),
         // A listener the daemon could not bind: a bare IPv6 address has no port.
         ("upstreams:\n  - doh: https://127.0.0.1/q\nlisten: \"::1\"\n", "c.yaml:3: listen: expected IPv4:port or [IPv6]:port"),
@@ -105,7 +123,10 @@ import Testing
         ("upstreams:\n  - doh: https://127.0.0.1/q\nlisten: \"localhost:8053\"\n", "c.yaml:3: listen: expected IPv4:port"),
         // libcurl reads the CA file only when a transfer starts: a file that is not PEM is refused here.
         ("upstreams:\n  - doh: https://127.0.0.1/q\nca_file: /etc/hostname\n", "upstreams: CA file '/etc/hostname' holds no PEM certificate"),
-        ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {request_timeout: 0}\n", "c.yaml:3: limits.request_timeout: expected a number of seconds"),
+        (
+            "upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {request_timeout: 0}\n",
+            "c.yaml:3: limits.request_timeout: expected a number of seconds"
+        ),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_connections: 0}\n", "c.yaml:3: limits.max_connections: expected a whole number"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {probe: 'not a name'}\n", "c.yaml:3: readiness.probe:"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {interval: 0.5}\n", "c.yaml:3: readiness.interval: must be at least 1 second"),
@@ -121,7 +142,8 @@ import Testing
     }
 
     @Test func listenersAndTheNewLimitsAreRead() throws {
-        let config = try ConfigFile.parse("""
+        let config = try ConfigFile.parse(
+            """
             upstreams:
               - doh: https://127.0.0.1/q
             listen: "[::1]:8053"

@@ -1,11 +1,14 @@
 import DNSCore
 import Testing
+
 @testable import ResolverDaemon
 
 /// Raw query bytes, written out by hand so each test shows the exact shape it sends.
 enum Wire {
-    static func header(id: UInt16 = 0x1234, flags: UInt16 = 0x0100, questions: UInt16 = 1, answers: UInt16 = 0, authorities: UInt16 = 0,
-                       additionals: UInt16 = 0) -> [UInt8] {
+    static func header(
+        id: UInt16 = 0x1234, flags: UInt16 = 0x0100, questions: UInt16 = 1, answers: UInt16 = 0, authorities: UInt16 = 0,
+        additionals: UInt16 = 0
+    ) -> [UInt8] {
         [id, flags, questions, answers, authorities, additionals].flatMap { [UInt8($0 >> 8), UInt8($0 & 0xff)] }
     }
 
@@ -19,8 +22,10 @@ enum Wire {
 
     /// An OPT record: root owner, `size`, version, DO, the given option bytes.
     static func opt(size: UInt16 = 1232, version: UInt8 = 0, dnssecOK: Bool = false, options: [UInt8] = []) -> [UInt8] {
-        [0, 0, 41, UInt8(size >> 8), UInt8(size & 0xff), 0, version, dnssecOK ? 0x80 : 0, 0,
-         UInt8(options.count >> 8), UInt8(options.count & 0xff)] + options
+        [
+            0, 0, 41, UInt8(size >> 8), UInt8(size & 0xff), 0, version, dnssecOK ? 0x80 : 0, 0,
+            UInt8(options.count >> 8), UInt8(options.count & 0xff),
+        ] + options
     }
 
     static func query(_ text: String, type: UInt16 = 1, id: UInt16 = 0x1234, edns: [UInt8]? = nil) -> [UInt8] {
@@ -46,7 +51,10 @@ enum Wire {
         }
         // QR set: a response is never answered (no reflection).
         let response = Wire.header(flags: 0x8180) + Wire.question("www.hd.test")
-        guard case .unanswerable? = problem(response) else { Issue.record("a response must get nothing"); return }
+        guard case .unanswerable? = problem(response) else {
+            Issue.record("a response must get nothing")
+            return
+        }
     }
 
     @Test func malformedQueriesAreFormatErrorsWithTheirIDAndFlags() {
@@ -60,9 +68,15 @@ enum Wire {
             ("trailing garbage", Wire.query("www.hd.test") + [0xde, 0xad]),
             ("an additional count with no record", Wire.header(additionals: 1) + Wire.question("www.hd.test")),
             ("two OPT records", Wire.header(additionals: 2) + Wire.question("www.hd.test") + Wire.opt() + Wire.opt()),
-            ("an OPT not owned by the root", Wire.header(additionals: 1) + Wire.question("www.hd.test") + [1, 0x61, 0] + Array(Wire.opt().dropFirst())),
+            (
+                "an OPT not owned by the root",
+                Wire.header(additionals: 1) + Wire.question("www.hd.test") + [1, 0x61, 0] + Array(Wire.opt().dropFirst())
+            ),
             ("an option overrunning the OPT", Wire.query("www.hd.test", edns: Wire.opt(options: [0, 10, 0, 8, 1, 2]))),
-            ("a name over 255 octets", Wire.header() + Array(repeating: [63] + Array(repeating: UInt8(0x61), count: 63), count: 5).flatMap { $0 } + [0, 0, 1, 0, 1]),
+            (
+                "a name over 255 octets",
+                Wire.header() + Array(repeating: [63] + Array(repeating: UInt8(0x61), count: 63), count: 5).flatMap { $0 } + [0, 0, 1, 0, 1]
+            ),
         ]
         for (what, wire) in cases {
             guard case let .formatError(_, id, flags)? = problem(wire) else {
@@ -81,14 +95,20 @@ enum Wire {
     @Test func otherOpcodesAreNotImplementedAndNewerEDNSVersionsBadVersion() throws {
         for opcode: UInt16 in [1, 2, 4, 5, 15] {
             let wire = Wire.header(flags: opcode << 11) + Wire.question("www.hd.test")
-            guard case .notImplemented(let got, _, _)? = problem(wire) else { Issue.record("opcode \(opcode)"); continue }
+            guard case .notImplemented(let got, _, _)? = problem(wire) else {
+                Issue.record("opcode \(opcode)")
+                continue
+            }
             #expect(got == UInt8(opcode))
             let reply = DNSAnswers.reply(to: problem(wire)!)!
             #expect(reply[3] & 0x0f == 4, "NOTIMP")
             #expect((reply[2] >> 3) & 0x0f == UInt8(opcode), "the opcode is copied")
         }
         let wire = Wire.query("www.hd.test", edns: Wire.opt(version: 1))
-        guard case .badVersion? = problem(wire) else { Issue.record("EDNS version 1 must be BADVERS"); return }
+        guard case .badVersion? = problem(wire) else {
+            Issue.record("EDNS version 1 must be BADVERS")
+            return
+        }
         let reply = try DNSMessage(decoding: DNSAnswers.reply(to: problem(wire)!)!)
         #expect(reply.responseCode.rawValue == 16, "BADVERS")
         let opt = try #require(reply.additionals.first { $0.type == .opt })

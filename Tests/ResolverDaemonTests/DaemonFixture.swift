@@ -1,11 +1,12 @@
 import DNSCore
-import Hummingbird
 import HTTPDNS
+import Hummingbird
 import Logging
 import MetricsTestKit
 import ResolverConfig
 import SystemResolver
 import TestSupport
+
 @testable import ResolverDaemon
 
 /// A gateway over a resolver with scripted upstreams: what the connection handlers talk to in the
@@ -16,9 +17,12 @@ struct DaemonFixture {
     let gateway: RequestGateway
     let metrics: TestMetrics
 
-    init(upstream: ScriptedUpstream = ScriptedUpstream("https://doh.test/dns-query", .addresses(["198.18.0.10"], ttl: 300)),
-         extra: String = "") throws {
-        let config = try ConfigFile.parse("""
+    init(
+        upstream: ScriptedUpstream = ScriptedUpstream("https://doh.test/dns-query", .addresses(["198.18.0.10"], ttl: 300)),
+        extra: String = ""
+    ) throws {
+        let config = try ConfigFile.parse(
+            """
             upstreams: [{doh: "https://doh.test/dns-query", bootstrap: [127.0.0.1]}]
             allow_private: true
             system_dns: ["127.0.0.1:9"]
@@ -35,8 +39,12 @@ struct DaemonFixture {
 
     /// How many requests the metrics counted for this route, method and status.
     func requests(_ route: String, _ method: String, _ status: Int) -> Int64 {
-        let counter = try? metrics.expectCounter("hb.requests", [("http.route", route), ("http.request.method", method),
-                                                                 ("http.response.status_code", String(status))])
+        let counter = try? metrics.expectCounter(
+            "hb.requests",
+            [
+                ("http.route", route), ("http.request.method", method),
+                ("http.response.status_code", String(status)),
+            ])
         return counter?.totalValue ?? 0
     }
 }

@@ -1,6 +1,7 @@
 import DNSCore
 import Foundation
 import Testing
+
 @testable import ResolverDaemon
 
 /// Replays the daemon fuzzers' seeds and every crasher they found (Scripts/fuzz.sh stub|doh):
@@ -49,8 +50,9 @@ import Testing
                 result = DoHRequest.query(method: "GET", target: "/dns-query?" + String(decoding: rest, as: UTF8.self), contentType: nil, body: [])
             } else {
                 let newline = rest.firstIndex(of: 0x0a) ?? rest.count
-                result = DoHRequest.query(method: "POST", target: "/dns-query", contentType: String(decoding: rest[..<newline], as: UTF8.self),
-                                          body: newline < rest.count ? Array(rest[(newline + 1)...]) : [])
+                result = DoHRequest.query(
+                    method: "POST", target: "/dns-query", contentType: String(decoding: rest[..<newline], as: UTF8.self),
+                    body: newline < rest.count ? Array(rest[(newline + 1)...]) : [])
             }
             if case .success(let wire) = result, (try? DNSQuery(wire)) != nil { parsed += 1 }
         }

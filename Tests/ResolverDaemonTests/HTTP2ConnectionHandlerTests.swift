@@ -5,6 +5,7 @@ import NIOHPACK
 import NIOHTTP2
 import TestSupport
 import Testing
+
 @testable import ResolverDaemon
 
 /// The HTTP/2 handler in an embedded pipeline: frames in, frames out, the gateway and router real,
@@ -21,9 +22,12 @@ import Testing
     }
 
     func channel(_ fixture: DaemonFixture, configuration: HTTP2ServerConnection.Configuration = .init()) async throws -> NIOAsyncTestingChannel {
-        let channel = NIOAsyncTestingChannel()
-        try await channel.pipeline.addHandler(HTTP2ConnectionHandler(gateway: fixture.gateway, configuration: configuration, logger: .init(label: "test")))
-        return channel
+        let gateway = fixture.gateway
+        // The handler is made and added on the channel's loop: it is not Sendable.
+        return try await NIOAsyncTestingChannel { channel in
+            try channel.pipeline.syncOperations.addHandler(
+                HTTP2ConnectionHandler(gateway: gateway, configuration: configuration, logger: .init(label: "test")))
+        }
     }
 
     func frames(_ channel: NIOAsyncTestingChannel) async throws -> [HTTP2Frame] {
@@ -51,7 +55,8 @@ import Testing
         let channel = try await channel(fixture)
         for (index, id) in [UInt16(11), 22, 33].enumerated() {
             let stream = HTTP2StreamID(2 * index + 1)
-            channel.pipeline.fireChannelRead(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: Self.get(try Self.dohPath("www.hd.test", id: id)), endStream: true))))
+            channel.pipeline.fireChannelRead(
+                HTTP2Frame(streamID: stream, payload: .headers(.init(headers: Self.get(try Self.dohPath("www.hd.test", id: id)), endStream: true))))
         }
         #expect(try await frames(channel).isEmpty, "nothing is flushed before the read completes")
         channel.pipeline.fireChannelReadComplete()
@@ -70,9 +75,13 @@ import Testing
     @Test func aLookupIsAnsweredWhenItFinishes() async throws {
         let fixture = try DaemonFixture(upstream: ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(50), ["198.18.0.77"])))
         let channel = try await channel(fixture)
-        try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: Self.get(try Self.dohPath("slow.hd.test", id: 5)), endStream: true))))
+        try await channel.writeInbound(
+            HTTP2Frame(streamID: 1, payload: .headers(.init(headers: Self.get(try Self.dohPath("slow.hd.test", id: 5)), endStream: true))))
         let headers = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        guard case .headers(let head) = headers.payload else { Issue.record("\(headers)"); return }
+        guard case .headers(let head) = headers.payload else {
+            Issue.record("\(headers)")
+            return
+        }
         #expect(head.headers.first(name: ":status") == "200")
         let data = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
         let body = response(1, in: [data]).body
@@ -105,15 +114,23 @@ import Testing
         try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: malformed, endStream: true))))
         let reset = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
         #expect(reset.streamID == 1)
-        guard case .rstStream(.protocolError) = reset.payload else { Issue.record("\(reset)"); return }
+        guard case .rstStream(.protocolError) = reset.payload else {
+            Issue.record("\(reset)")
+            return
+        }
 
-        let post = HPACKHeaders([(":method", "POST"), (":scheme", "https"), (":path", "/dns-query"),
-                                 ("content-type", "application/dns-message"), ("content-length", "70000")])
+        let post = HPACKHeaders([
+            (":method", "POST"), (":scheme", "https"), (":path", "/dns-query"),
+            ("content-type", "application/dns-message"), ("content-length", "70000"),
+        ])
         try await channel.writeInbound(HTTP2Frame(streamID: 3, payload: .headers(.init(headers: post, endStream: false))))
         var written: [HTTP2Frame] = []
         for _ in 0..<3 { written.append(try await channel.waitForOutboundWrite(as: HTTP2Frame.self)) }
         #expect(response(3, in: written).status == "413")
-        guard case .rstStream(.noError) = written.last?.payload else { Issue.record("RST_STREAM NO_ERROR last: \(written)"); return }
+        guard case .rstStream(.noError) = written.last?.payload else {
+            Issue.record("RST_STREAM NO_ERROR last: \(written)")
+            return
+        }
     }
 
     @Test func bodiesRefillTheirStreamWindowAndSlowOnesGet408() async throws {
@@ -121,9 +138,13 @@ import Testing
         let channel = try await channel(fixture)
         let post = HPACKHeaders([(":method", "POST"), (":scheme", "https"), (":path", "/dns-query"), ("content-type", "application/dns-message")])
         try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: post, endStream: false))))
-        try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .data(.init(data: .byteBuffer(ByteBuffer(repeating: 0, count: 20_000)), endStream: false))))
+        try await channel.writeInbound(
+            HTTP2Frame(streamID: 1, payload: .data(.init(data: .byteBuffer(ByteBuffer(repeating: 0, count: 20_000)), endStream: false))))
         let update = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        guard case .windowUpdate(20_000) = update.payload, update.streamID == 1 else { Issue.record("\(update)"); return }
+        guard case .windowUpdate(20_000) = update.payload, update.streamID == 1 else {
+            Issue.record("\(update)")
+            return
+        }
         await channel.testingEventLoop.advanceTime(by: .seconds(11))
         var written: [HTTP2Frame] = []
         for _ in 0..<2 { written.append(try await channel.waitForOutboundWrite(as: HTTP2Frame.self)) }
@@ -133,15 +154,22 @@ import Testing
     @Test func quiescingSendsGOAWAYAndClosesOnceAnswered() async throws {
         let fixture = try DaemonFixture(upstream: ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(50), ["198.18.0.77"])))
         let channel = try await channel(fixture)
-        try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: Self.get(try Self.dohPath("drain.hd.test", id: 1)), endStream: true))))
+        try await channel.writeInbound(
+            HTTP2Frame(streamID: 1, payload: .headers(.init(headers: Self.get(try Self.dohPath("drain.hd.test", id: 1)), endStream: true))))
         channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
         let goAway = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        guard case .goAway(let last, .noError, _) = goAway.payload else { Issue.record("\(goAway)"); return }
+        guard case .goAway(let last, .noError, _) = goAway.payload else {
+            Issue.record("\(goAway)")
+            return
+        }
         #expect(last == 1)
         // A new stream after GOAWAY is refused; the one in flight is still answered.
         try await channel.writeInbound(HTTP2Frame(streamID: 3, payload: .headers(.init(headers: Self.get("/healthz"), endStream: true))))
         let refused = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        guard case .rstStream(.refusedStream) = refused.payload else { Issue.record("\(refused)"); return }
+        guard case .rstStream(.refusedStream) = refused.payload else {
+            Issue.record("\(refused)")
+            return
+        }
         var written: [HTTP2Frame] = []
         for _ in 0..<2 { written.append(try await channel.waitForOutboundWrite(as: HTTP2Frame.self)) }
         #expect(response(1, in: written).status == "200")

@@ -2,6 +2,7 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP2
 import Testing
+
 @testable import ResolverDaemon
 
 @Suite struct HTTP2ServerConnectionTests {
@@ -109,7 +110,8 @@ import Testing
             }
         }
         var connection = connection()
-        if case .dispatch = connection.receivedHeaders(stream(1), Self.request(extra: [("te", "trailers")]), endStream: true, now: start) {} else {
+        if case .dispatch = connection.receivedHeaders(stream(1), Self.request(extra: [("te", "trailers")]), endStream: true, now: start) {
+        } else {
             Issue.record("te: trailers is allowed")
         }
     }

@@ -3,6 +3,7 @@ import NIOCore
 import NIOEmbedded
 import TestSupport
 import Testing
+
 @testable import ResolverDaemon
 
 /// DNS over TCP in an embedded pipeline: pipelined queries, backpressure, bounded work in flight.
@@ -16,9 +17,11 @@ import Testing
     }
 
     func channel(_ fixture: DaemonFixture) async throws -> NIOAsyncTestingChannel {
-        let channel = NIOAsyncTestingChannel()
-        try await channel.pipeline.addHandler(TCPQueryHandler(state: fixture.state, lookups: LookupBudget(limit: 100)))
-        return channel
+        let state = fixture.state
+        // The handler is made and added on the channel's loop: it is not Sendable.
+        return try await NIOAsyncTestingChannel { channel in
+            try channel.pipeline.syncOperations.addHandler(TCPQueryHandler(state: state, lookups: LookupBudget(limit: 100)))
+        }
     }
 
     @Test func aClientThatDoesNotReadGetsNothingMoreQueuedUntilItDoes() async throws {
@@ -27,7 +30,10 @@ import Testing
         let channel = try await channel(fixture)
         channel.isWritable = false
         var burst = ByteBuffer()
-        for id in 1...200 { var one = try Self.framed("www.hd.test", id: UInt16(id)); burst.writeBuffer(&one) }
+        for id in 1...200 {
+            var one = try Self.framed("www.hd.test", id: UInt16(id))
+            burst.writeBuffer(&one)
+        }
         try await channel.writeInbound(burst)
         #expect(try await channel.readOutbound(as: ByteBuffer.self) == nil, "not writable: nothing answered, the queries wait in the buffer")
         channel.isWritable = true
@@ -49,7 +55,10 @@ import Testing
         let fixture = try DaemonFixture(upstream: upstream)
         let channel = try await channel(fixture)
         var burst = ByteBuffer()
-        for id in 1...40 { var one = try Self.framed("n\(id).hd.test", id: UInt16(id)); burst.writeBuffer(&one) }
+        for id in 1...40 {
+            var one = try Self.framed("n\(id).hd.test", id: UInt16(id))
+            burst.writeBuffer(&one)
+        }
         try await channel.writeInbound(burst)
         try await Task.sleep(for: .milliseconds(100))
         #expect(upstream.events.count == TCPQueryHandler.maxPending, "the rest wait until answers go out")

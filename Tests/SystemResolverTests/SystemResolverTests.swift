@@ -1,6 +1,7 @@
 import DNSCore
 import TestSupport
 import Testing
+
 @testable import SystemResolver
 
 /// c-ares against the loopback dnsmasq of Scripts/testenv.sh, never the machine's resolv.conf.
@@ -16,12 +17,14 @@ import Testing
         let resolver = try SystemResolver(servers: [Self.server])
         defer { resolver.shutdown() }
         guard case let .addresses(addresses, _) = try await resolver.query(try question("www.hd.test"), timeout: .seconds(2)) else {
-            Issue.record("expected addresses"); return
+            Issue.record("expected addresses")
+            return
         }
         #expect(addresses.map(\.ip.description) == ["198.18.0.10"])
         #expect(addresses.allSatisfy { $0.ttl > 0 && $0.ttl <= 300 })
         guard case let .addresses(v6, _) = try await resolver.query(try question("www.hd.test", .aaaa), timeout: .seconds(2)) else {
-            Issue.record("expected AAAA"); return
+            Issue.record("expected AAAA")
+            return
         }
         #expect(v6.map(\.ip.description) == ["2001:2::10"])
         #expect(resolver.identifier == "dns://\(Self.server)")
@@ -32,7 +35,10 @@ import Testing
         let resolver = try SystemResolver(servers: [Self.server])
         defer { resolver.shutdown() }
         let answer = try await resolver.query(try question("hijacked.hd.test"), timeout: .seconds(2))
-        guard case let .addresses(addresses, _) = answer else { Issue.record("expected addresses"); return }
+        guard case let .addresses(addresses, _) = answer else {
+            Issue.record("expected addresses")
+            return
+        }
         #expect(addresses.map(\.ip.description) == ["198.18.66.66"])
     }
 
@@ -42,7 +48,10 @@ import Testing
         defer { resolver.shutdown() }
         #expect(try await resolver.query(try question("nope.hd.test"), timeout: .seconds(2)) == .nxdomain(negativeTTL: 60))
         let nodata = try await resolver.query(try question("v6only.hd.test"), timeout: .seconds(2))
-        guard case .nodata = nodata else { Issue.record("expected NODATA, got \(nodata)"); return }
+        guard case .nodata = nodata else {
+            Issue.record("expected NODATA, got \(nodata)")
+            return
+        }
         await #expect { try await resolver.query(try question("outside.example.test"), timeout: .seconds(2)) } throws: {
             ($0 as? DNSError)?.code == .refused
         }

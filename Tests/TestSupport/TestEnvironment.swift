@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -76,7 +77,6 @@ public enum TestEnvironment {
     }
 }
 
-
 /// Binds a socket of `type` to 127.0.0.1 on a free port; returns the descriptor and the port.
 func bindLoopback(_ type: Int32) throws -> (descriptor: Int32, port: Int) {
     let fd = socket(AF_INET, type, 0)
@@ -87,7 +87,10 @@ func bindLoopback(_ type: Int32) throws -> (descriptor: Int32, port: Int) {
     let bound = withUnsafePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
     }
-    guard bound == 0 else { close(fd); throw POSIXError(.EADDRINUSE) }
+    guard bound == 0 else {
+        close(fd)
+        throw POSIXError(.EADDRINUSE)
+    }
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     _ = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
@@ -104,7 +107,10 @@ public final class BlackholeListener: @unchecked Sendable {
 
     public init() throws {
         let (fd, port) = try bindLoopback(Int32(SOCK_STREAM.rawValue))
-        guard listen(fd, 64) == 0 else { close(fd); throw POSIXError(.EADDRINUSE) }
+        guard listen(fd, 64) == 0 else {
+            close(fd)
+            throw POSIXError(.EADDRINUSE)
+        }
         descriptor = fd
         self.port = port
     }

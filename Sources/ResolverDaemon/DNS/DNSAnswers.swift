@@ -61,14 +61,15 @@ enum DNSAnswers {
     /// The response to a lookup that ended in `code`: NXDOMAIN and NODATA with `negativeTTL` for
     /// HTTP caches, the rest with their RCODE.
     static func response(to query: DNSQuery, _ code: DNSError.Code, negativeTTL: UInt32) -> Answer {
-        let rcode: ResponseCode = switch code {
-        case .nxdomain: .nameError
-        case .nodata: .noError
-        case .invalidName: .formatError
-        // The rebinding guard dropped every answer; or the upstream itself refused.
-        case .rejectedPrivate, .refused: .refused
-        default: .serverFailure
-        }
+        let rcode: ResponseCode =
+            switch code {
+            case .nxdomain: .nameError
+            case .nodata: .noError
+            case .invalidName: .formatError
+            // The rebinding guard dropped every answer; or the upstream itself refused.
+            case .rejectedPrivate, .refused: .refused
+            default: .serverFailure
+            }
         // The engine keeps the zone's SOA to itself: a negative answer goes without one, and HTTP
         // caches get the configured negative TTL.
         let ttl = code == .nxdomain || code == .nodata ? negativeTTL : 0

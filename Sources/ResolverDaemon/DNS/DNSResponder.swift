@@ -12,10 +12,13 @@ enum DNSResponder {
 
     /// The answer when the engine has it without a lookup (a fresh cached A or AAAA), built without
     /// suspending; nil when ``answer(_:resolver:now:)`` has to be awaited. For the event loop.
-    static func answerWithoutWaiting(_ query: DNSQuery, resolver: HTTPDNSResolver,
-                                     now: ContinuousClock.Instant = .now) -> Answer? {
+    static func answerWithoutWaiting(
+        _ query: DNSQuery, resolver: HTTPDNSResolver,
+        now: ContinuousClock.Instant = .now
+    ) -> Answer? {
         guard let type = query.addressType,
-              let resolution = resolver.resolveWithoutWaiting(query.question.name.description, type: type) else { return nil }
+            let resolution = resolver.resolveWithoutWaiting(query.question.name.description, type: type)
+        else { return nil }
         return DNSAnswers.response(to: query, resolution, now: now)
     }
 

@@ -21,8 +21,9 @@ struct DNSResponseWriter {
         bytes = []
         bytes.reserveCapacity(query.questionEnd + 128)
         edns = query.edns
-        Self.appendHeader(&bytes, id: query.id, flags: Self.responseFlags(query.flags, rcode: rcode, truncated: truncated),
-                          questions: 1)
+        Self.appendHeader(
+            &bytes, id: query.id, flags: Self.responseFlags(query.flags, rcode: rcode, truncated: truncated),
+            questions: 1)
         bytes.append(contentsOf: query.wire[Self.questionNameOffset..<query.questionEnd])
     }
 

@@ -256,8 +256,9 @@ final class TCPQueryHandler: ChannelDuplexHandler {
     /// Answers complete queries while there is room; keeps the rest in the buffer.
     private func answerWhatFits(context: ChannelHandlerContext) {
         while !closing, pending < Self.maxPending, context.channel.isWritable,
-              let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self),
-              buffer.readableBytes >= 2 + Int(length) {
+            let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self),
+            buffer.readableBytes >= 2 + Int(length)
+        {
             buffer.moveReaderIndex(forwardBy: 2)
             let wire = buffer.readBytes(length: Int(length)) ?? []
             lastActivity = now

@@ -72,8 +72,10 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler {
         switch (unwrapInboundIn(data), state) {
         case (.head(let head), .idle):
             let declared = head.headers.first(name: "content-length").flatMap(Int.init)
-            if let refused = gateway.refusal(method: head.method.rawValue, target: head.uri, contentLength: declared,
-                                             authorization: head.headers.first(name: "authorization")) {
+            if let refused = gateway.refusal(
+                method: head.method.rawValue, target: head.uri, contentLength: declared,
+                authorization: head.headers.first(name: "authorization"))
+            {
                 gateway.recordEarly(refused, target: head.uri, method: head.method.rawValue)
                 let hasBody = (declared ?? 0) > 0 || head.headers.contains(name: "transfer-encoding")
                 if hasBody {
@@ -126,9 +128,10 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler {
         guard let context else { return }
         let keepAlive = head.isKeepAlive && !closeWhenDone
         state = .answering(keepAlive: keepAlive)
-        let request = GatewayRequest(method: head.method.rawValue, target: head.uri, scheme: scheme,
-                                     authority: head.headers.first(name: "host"), fields: .http1(head.headers), body: body,
-                                     contentLength: head.headers.first(name: "content-length").flatMap(Int.init))
+        let request = GatewayRequest(
+            method: head.method.rawValue, target: head.uri, scheme: scheme,
+            authority: head.headers.first(name: "host"), fields: .http1(head.headers), body: body,
+            contentLength: head.headers.first(name: "content-length").flatMap(Int.init))
         switch gateway.respond(to: request, on: context.channel) {
         case .ready(let answer):
             write(answer, version: head.version, keepAlive: keepAlive)
@@ -147,8 +150,9 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler {
         headers.add(name: "date", value: date.now())
         headers.add(name: "server", value: "resolve-daemon")
         if !keepAlive { headers.add(name: "connection", value: "close") }
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: .init(statusCode: answer.status), headers: headers))),
-                      promise: nil)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: version, status: .init(statusCode: answer.status), headers: headers))),
+            promise: nil)
         if answer.body.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(answer.body))), promise: nil) }
         served += 1
         // The next state is set before `.end` is written: writing it lets NIOHTTP1's pipelining

@@ -1,10 +1,11 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import Logging
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The I/O of one HTTP/2 connection: frames from NIOHTTP2Handler go into ``HTTP2ServerConnection``,
 /// its actions come out as frames; complete requests go to the ``RequestGateway``. No child channel
@@ -138,9 +139,10 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
     private func dispatch(_ id: HTTP2StreamID, _ request: HTTP2ServerConnection.Request) {
         guard let context else { return }
         let head = request.head
-        let gatewayRequest = GatewayRequest(method: head.method, target: head.path, scheme: head.headers.first(name: ":scheme"),
-                                            authority: head.authority, fields: .http2(head.headers), body: request.body,
-                                            contentLength: head.contentLength)
+        let gatewayRequest = GatewayRequest(
+            method: head.method, target: head.path, scheme: head.headers.first(name: ":scheme"),
+            authority: head.authority, fields: .http2(head.headers), body: request.body,
+            contentLength: head.contentLength)
         switch gateway.respond(to: gatewayRequest, on: context.channel) {
         case .ready(let answer):
             write(id, answer)
@@ -234,8 +236,9 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
     private func sendGoAway(_ last: HTTP2StreamID) {
         guard let context else { return }
         let promise = context.eventLoop.makePromise(of: Void.self)
-        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: last, errorCode: .noError, opaqueData: nil))),
-                              promise: promise)
+        context.writeAndFlush(
+            wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: last, errorCode: .noError, opaqueData: nil))),
+            promise: promise)
         lastWrite = promise.futureResult
     }
 

@@ -131,8 +131,9 @@ struct HTTP2ServerConnection {
             streams[id] = Stream(head: head, body: nil, state: .answering(ended: true))
             return .dispatch(id, Request(head: head, body: nil))
         }
-        streams[id] = Stream(head: head, body: nil,
-                             state: .receiving(deadline: now() + configuration.requestTimeout, received: 0, unacknowledged: 0))
+        streams[id] = Stream(
+            head: head, body: nil,
+            state: .receiving(deadline: now() + configuration.requestTimeout, received: 0, unacknowledged: 0))
         return .none
     }
 
@@ -222,7 +223,8 @@ struct HTTP2ServerConnection {
         }
         for id in touched {
             guard var stream = streams[id], case let .receiving(deadline, received, unacknowledged) = stream.state,
-                  unacknowledged > 0 else { continue }
+                unacknowledged > 0
+            else { continue }
             updates.append((id, unacknowledged))
             stream.state = .receiving(deadline: deadline, received: received, unacknowledged: 0)
             streams[id] = stream

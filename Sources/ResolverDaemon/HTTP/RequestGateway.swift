@@ -1,6 +1,6 @@
 import Dispatch
-import Hummingbird
 import HTTPTypes
+import Hummingbird
 import Logging
 import NIOCore
 import NIOHPACK
@@ -79,8 +79,10 @@ final class RequestGateway: Sendable {
         let started = DispatchTime.now().uptimeNanoseconds
         let runtime = state.current
         let route = Self.route(of: request.target)
-        if let refused = runtime.policy.check(method: request.method, target: request.target, contentLength: request.contentLength,
-                                              authorization: request.fields.first("authorization")) {
+        if let refused = runtime.policy.check(
+            method: request.method, target: request.target, contentLength: request.contentLength,
+            authorization: request.fields.first("authorization"))
+        {
             return .ready(record(refused, route: route, method: request.method, started: started))
         }
         if (request.body?.readableBytes ?? 0) > runtime.config.limits.maxBodyBytes {
@@ -110,8 +112,10 @@ final class RequestGateway: Sendable {
     private func dns(_ request: GatewayRequest, runtime: Runtime, channel: any Channel, started: UInt64) -> Outcome {
         let route = DoHRequest.path, method = request.method
         let wire: [UInt8]
-        switch DoHRequest.query(method: method, target: request.target, contentType: request.fields.first("content-type"),
-                                   body: request.body.map { Array(buffer: $0) } ?? []) {
+        switch DoHRequest.query(
+            method: method, target: request.target, contentType: request.fields.first("content-type"),
+            body: request.body.map { Array(buffer: $0) } ?? [])
+        {
         case .success(let bytes): wire = bytes
         case .failure(let refusal):
             if refusal.status == 400 { metrics.dohMalformed.increment() }
@@ -145,16 +149,20 @@ final class RequestGateway: Sendable {
     static func dnsAnswer(_ answer: DNSResponder.Answer) -> HTTPAnswer {
         var body = ByteBuffer()
         body.writeBytes(answer.bytes)
-        return HTTPAnswer(status: 200, headers: [("content-type", "application/dns-message"), ("cache-control", "max-age=\(answer.minTTL)")],
-                          body: body)
+        return HTTPAnswer(
+            status: 200, headers: [("content-type", "application/dns-message"), ("cache-control", "max-age=\(answer.minTTL)")],
+            body: body)
     }
 
     // MARK: The router
 
-    private static func route(_ request: GatewayRequest, router: RouterResponder<BasicRequestContext>, channel: any Channel,
-                              logger: Logger) async -> HTTPAnswer {
-        let head = HTTPRequest(method: HTTPRequest.Method(request.method) ?? .get, scheme: request.scheme, authority: request.authority,
-                               path: request.target, headerFields: request.fields.httpFields)
+    private static func route(
+        _ request: GatewayRequest, router: RouterResponder<BasicRequestContext>, channel: any Channel,
+        logger: Logger
+    ) async -> HTTPAnswer {
+        let head = HTTPRequest(
+            method: HTTPRequest.Method(request.method) ?? .get, scheme: request.scheme, authority: request.authority,
+            path: request.target, headerFields: request.fields.httpFields)
         let hbRequest = Request(head: head, body: RequestBody(buffer: request.body ?? ByteBuffer()))
         let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
         var response: Response

@@ -72,7 +72,8 @@ struct RequestHead: Sendable {
         }
         guard let scheme, !scheme.isEmpty else { throw Malformed(reason: "no :scheme") }
         guard let path, let start = path.utf8.first,
-              start == UInt8(ascii: "/") || (path == "*" && method == "OPTIONS") else { throw Malformed(reason: "no usable :path") }
+            start == UInt8(ascii: "/") || (path == "*" && method == "OPTIONS")
+        else { throw Malformed(reason: "no usable :path") }
         return RequestHead(method: method, path: path, authority: authority, headers: headers, contentLength: contentLength)
     }
 
@@ -116,8 +117,8 @@ struct RequestHead: Sendable {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
             return true
         case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
-             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
-             UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+            UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+            UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
             return true
         default:
             return false

@@ -1,8 +1,9 @@
+import NIOCore
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
-import NIOCore
-import Synchronization
 
 /// The first handler of every accepted TCP connection (HTTP and DNS), next to the socket.
 ///
@@ -24,8 +25,9 @@ final class ConnectionGuard: ChannelDuplexHandler {
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private static let quickAck = ChannelOptions.Types.SocketOption(level: SocketOptionLevel(IPPROTO_TCP),
-                                                                      name: SocketOptionName(TCP_QUICKACK))
+    private static let quickAck = ChannelOptions.Types.SocketOption(
+        level: SocketOptionLevel(IPPROTO_TCP),
+        name: SocketOptionName(TCP_QUICKACK))
 
     private let deadline: TimeAmount
     private let onTimeout: @Sendable () -> Void

@@ -24,9 +24,10 @@ struct HTTPListener: Service {
             func amount(_ duration: Duration) -> TimeAmount { .nanoseconds(Int64(duration / .nanoseconds(1))) }
             handshakeTimeout = amount(limits.requestTimeout)
             http1 = .init(maxBodyBytes: limits.maxBodyBytes, requestTimeout: amount(limits.requestTimeout), idleTimeout: amount(limits.idleTimeout))
-            http2 = .init(maxBodyBytes: limits.maxBodyBytes, requestTimeout: amount(limits.requestTimeout),
-                          firstRequestTimeout: amount(limits.requestTimeout), idleTimeout: amount(limits.idleTimeout),
-                          drainTimeout: amount(drainTimeout))
+            http2 = .init(
+                maxBodyBytes: limits.maxBodyBytes, requestTimeout: amount(limits.requestTimeout),
+                firstRequestTimeout: amount(limits.requestTimeout), idleTimeout: amount(limits.idleTimeout),
+                drainTimeout: amount(drainTimeout))
         }
     }
 
@@ -57,9 +58,11 @@ struct HTTPListener: Service {
             }
             .bind(host: host, port: port).get()
         onBound(server.localAddress)
-        logger.notice("listening", metadata: [
-            "address": "\(server.localAddress.map { "\($0)" } ?? "\(host):\(port)")", "scheme": "\(sslContext == nil ? "http" : "https")",
-        ])
+        logger.notice(
+            "listening",
+            metadata: [
+                "address": "\(server.localAddress.map { "\($0)" } ?? "\(host):\(port)")", "scheme": "\(sslContext == nil ? "http" : "https")",
+            ])
         await withGracefulShutdownHandler {
             try? await server.closeFuture.get()
         } onGracefulShutdown: {
@@ -81,26 +84,27 @@ struct HTTPListener: Service {
         }
         try sync.addHandler(NIOSSLServerHandler(context: sslContext))
         let gateway = self.gateway, logger = self.logger
-        try sync.addHandler(ApplicationProtocolNegotiationHandler { result, channel in
-            channel.eventLoop.makeCompletedFuture {
-                switch result {
-                case .negotiated("h2"):
-                    var connection = NIOHTTP2Handler.ConnectionConfiguration()
-                    // RFC 9113 §8.2-§8.3 checks are RequestHead's, and a body's length is checked
-                    // against content-length by HTTP2ServerConnection.
-                    connection.headerBlockValidation = .disabled
-                    connection.contentLengthValidation = .disabled
-                    let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: connection))
-                    try sync.addHandler(HTTP2ConnectionHandler(gateway: gateway, configuration: limits.http2, logger: logger))
-                case .negotiated("http/1.1"), .fallback:
-                    try Self.addHTTP1(channel, gateway: gateway, limits: limits, scheme: "https", logger: logger)
-                case .negotiated:
-                    throw NIOHTTP2Errors.invalidALPNToken()
+        try sync.addHandler(
+            ApplicationProtocolNegotiationHandler { result, channel in
+                channel.eventLoop.makeCompletedFuture {
+                    switch result {
+                    case .negotiated("h2"):
+                        var connection = NIOHTTP2Handler.ConnectionConfiguration()
+                        // RFC 9113 §8.2-§8.3 checks are RequestHead's, and a body's length is checked
+                        // against content-length by HTTP2ServerConnection.
+                        connection.headerBlockValidation = .disabled
+                        connection.contentLengthValidation = .disabled
+                        let sync = channel.pipeline.syncOperations
+                        try sync.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: connection))
+                        try sync.addHandler(HTTP2ConnectionHandler(gateway: gateway, configuration: limits.http2, logger: logger))
+                    case .negotiated("http/1.1"), .fallback:
+                        try Self.addHTTP1(channel, gateway: gateway, limits: limits, scheme: "https", logger: logger)
+                    case .negotiated:
+                        throw NIOHTTP2Errors.invalidALPNToken()
+                    }
+                    guardHandler.protocolReady()
                 }
-                guardHandler.protocolReady()
-            }
-        })
+            })
     }
 
     private static func addHTTP1(_ channel: any Channel, gateway: RequestGateway, limits: Limits, scheme: String, logger: Logger) throws {

@@ -1,18 +1,19 @@
 // README "Intercepting HTTP requests": the client, the rewriter and URLSession.
 import DNSInterceptor
 import Foundation
+import HTTPDNS
+
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import HTTPDNS
 
 func interceptor(_ resolver: HTTPDNSResolver, bigFileURL: URL, handle: FileHandle, request: URLRequest) async throws {
     var options = HTTPDNSClient.Options()
-    options.cookieStorage = .shared                      // optional; no cookies by default
+    options.cookieStorage = .shared  // optional; no cookies by default
     let client = HTTPDNSClient(resolver: resolver, options: options)
 
     let (data, response) = try await client.data(for: URLRequest(url: URL(string: "https://api.example.com/v1")!))
-    let exchange = try await client.download(URLRequest(url: bigFileURL), to: "/tmp/file.bin")   // constant memory
+    let exchange = try await client.download(URLRequest(url: bigFileURL), to: "/tmp/file.bin")  // constant memory
     print(exchange.remoteAddress ?? "-", exchange.resolution?.source ?? .literal, exchange.redirects)
 
     // The head first, then the body as it arrives; the transfer pauses while you are 1 MiB behind.
@@ -25,12 +26,12 @@ func interceptor(_ resolver: HTTPDNSResolver, bigFileURL: URL, handle: FileHandl
     _ = try await client.upload(upload, fromFile: URL(fileURLWithPath: "/var/backups/db.tar"))
 
     let target = try await resolver.rewrite(URL(string: "https://api.example.com:8443/v1?x=1")!)
-    _ = target.ipURL        // https://192.0.2.7:8443/v1?x=1   (IPv6 in brackets)
-    _ = target.hostHeader   // "api.example.com:8443"
-    _ = target.serverName   // "api.example.com"  (SNI, and the name the certificate must be valid for)
-    _ = target.connectTo    // "api.example.com:8443:192.0.2.7:8443"  (curl --connect-to)
+    _ = target.ipURL  // https://192.0.2.7:8443/v1?x=1   (IPv6 in brackets)
+    _ = target.hostHeader  // "api.example.com:8443"
+    _ = target.serverName  // "api.example.com"  (SNI, and the name the certificate must be valid for)
+    _ = target.connectTo  // "api.example.com:8443:192.0.2.7:8443"  (curl --connect-to)
     _ = target.curlResolve  // "api.example.com:8443:192.0.2.7,2001:db8::7"  (curl --resolve)
-    let ipRequest = target.applied(to: request)   // URLRequest to ipURL with Host set (`rewrite(request)` works too)
+    let ipRequest = target.applied(to: request)  // URLRequest to ipURL with Host set (`rewrite(request)` works too)
 
     let configuration = URLSessionConfiguration.default
     configuration.useHTTPDNS(client, policy: HTTPDNSInterceptionPolicy(allow: ["example.com"], deny: ["static.example.com"]))

@@ -10,20 +10,20 @@ func library() async throws -> HTTPDNSResolver {
         ]),
         options: HTTPDNSOptions(timeout: .seconds(3)))
 
-    let resolution = try await resolver.resolve("api.example.com")      // A and AAAA, IPv6 first
+    let resolution = try await resolver.resolve("api.example.com")  // A and AAAA, IPv6 first
     for address in resolution.addresses { print(address.ip, address.ttl) }
     print(resolution.source, resolution.upstream ?? "-", resolution.expiresAt)
     return resolver
 }
 
 func cache(_ resolver: HTTPDNSResolver) async throws {
-    let cached = resolver.cachedResolution(for: "api.example.com")   // no I/O: fresh or stale from memory, or nil
-    resolver.prefetch(["api.example.com", "cdn.example.com"])   // warm the cache in the background
-    let warmed = await resolver.warm(["api.example.com"])        // ...or wait for it, per-name results
+    let cached = resolver.cachedResolution(for: "api.example.com")  // no I/O: fresh or stale from memory, or nil
+    resolver.prefetch(["api.example.com", "cdn.example.com"])  // warm the cache in the background
+    let warmed = await resolver.warm(["api.example.com"])  // ...or wait for it, per-name results
     resolver.removeAll()
 
-    try resolver.loadCache(from: "cache.bin")                   // corrupt/foreign file: throws, cache untouched
+    try resolver.loadCache(from: "cache.bin")  // corrupt/foreign file: throws, cache untouched
     let persisting = resolver.persistPeriodically(to: "cache.bin", every: .seconds(300))
-    persisting.cancel()                                          // writes once more, atomically
+    persisting.cancel()  // writes once more, atomically
     _ = (warmed, cached)
 }
