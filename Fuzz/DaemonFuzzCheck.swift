@@ -13,7 +13,7 @@ func syntheticAnswer(for query: DNSQuery, seed: [UInt8]) -> DNSAnswers.Answer {
         addresses.append(ResolvedAddress(ip: ip, ttl: UInt32(seed.count)))
     }
     let canonical = (seed.first ?? 0) & 1 == 1 ? "target.hd.test" : nil
-    let now = ContinuousClock.now
+    let now = ResolverInstant(offset: .seconds(1_000))
     let resolution = Resolution(
         host: query.question.name.description, addresses: addresses, canonicalName: canonical, source: .cache,
         upstream: nil, elapsed: .zero, expiresAt: now + .seconds(300))

@@ -39,7 +39,7 @@ public actor AddressRanker {
 
     private struct Measurement {
         var address: RankedAddress
-        var at: ContinuousClock.Instant
+        var at: ResolverInstant
     }
 
     public nonisolated let resolver: any HostResolving

@@ -13,7 +13,7 @@ package enum CacheDecision: Equatable, Sendable {
     /// Nothing usable: ask the upstreams.
     case miss
 
-    package init(_ entry: CacheEntry?, at now: ContinuousClock.Instant, options: ResolverOptions, hasFallback: Bool) {
+    package init(_ entry: CacheEntry?, at now: ResolverInstant, options: ResolverOptions, hasFallback: Bool) {
         guard let entry else {
             self = .miss
             return

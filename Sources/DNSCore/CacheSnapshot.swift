@@ -15,7 +15,7 @@ enum CacheSnapshot {
     static let sources: [Resolution.Source] = [.doh, .json, .cache, .stale, .system, .literal]
 
     static func encode(
-        _ entries: [(CacheKey, CacheEntry)], monotonicNow: ContinuousClock.Instant,
+        _ entries: [(CacheKey, CacheEntry)], monotonicNow: ResolverInstant,
         wallMilliseconds: UInt64
     ) -> [UInt8] {
         var out = magic
@@ -60,7 +60,7 @@ enum CacheSnapshot {
     /// Decodes a snapshot into entries anchored at `monotonicNow`.
     /// - Throws: ``DNSError`` with ``DNSError/Code/corruptCacheFile`` naming what is wrong.
     static func decode(
-        _ bytes: [UInt8], monotonicNow: ContinuousClock.Instant,
+        _ bytes: [UInt8], monotonicNow: ResolverInstant,
         wallMilliseconds: UInt64
     ) throws(DNSError) -> [(CacheKey, CacheEntry)] {
         var reader = SnapshotReader(bytes: bytes)

@@ -34,13 +34,13 @@ public struct Resolution: Sendable, Hashable {
     /// Wall time the lookup took.
     public var elapsed: Duration
     /// Monotonic instant after which the answer is stale (the smallest TTL).
-    public var expiresAt: ContinuousClock.Instant
+    public var expiresAt: ResolverInstant
     /// Upstreams that failed before one answered, in order.
     public var failedAttempts: [DNSError.Attempt]
 
     public init(
         host: String, addresses: [ResolvedAddress], canonicalName: String? = nil, source: Source,
-        upstream: String?, elapsed: Duration, expiresAt: ContinuousClock.Instant,
+        upstream: String?, elapsed: Duration, expiresAt: ResolverInstant,
         failedAttempts: [DNSError.Attempt] = []
     ) {
         self.host = host

@@ -14,14 +14,14 @@ package struct CacheEntry: Sendable {
     package var payload: Payload
     package var source: Resolution.Source
     package var upstream: String?
-    package var storedAt: ContinuousClock.Instant
+    package var storedAt: ResolverInstant
     /// Fresh until this instant.
-    package var expiresAt: ContinuousClock.Instant
+    package var expiresAt: ResolverInstant
     /// Servable as stale until this instant (RFC 8767); equals `expiresAt` for failures.
-    package var staleUntil: ContinuousClock.Instant
+    package var staleUntil: ResolverInstant
 
     /// Whether a hit at `now` falls in the last 10 % of the entry's lifetime (prefetch window).
-    package func isNearExpiry(at now: ContinuousClock.Instant) -> Bool {
+    package func isNearExpiry(at now: ResolverInstant) -> Bool {
         let lifetime = expiresAt - storedAt
         return now < expiresAt && expiresAt - now <= lifetime / 10
     }

@@ -21,10 +21,10 @@ package final class ResolutionMemo: Sendable {
     /// A class, so a lookup retains one reference under the lock instead of copying every field.
     private final class Item: Sendable {
         let resolution: Resolution
-        let validUntil: ContinuousClock.Instant
+        let validUntil: ResolverInstant
         let generation: UInt64
 
-        init(resolution: Resolution, validUntil: ContinuousClock.Instant, generation: UInt64) {
+        init(resolution: Resolution, validUntil: ResolverInstant, generation: UInt64) {
             self.resolution = resolution
             self.validUntil = validUntil
             self.generation = generation
@@ -67,7 +67,7 @@ package final class ResolutionMemo: Sendable {
 
     /// The kept resolution for `host`, if still valid at `now`.
     @inline(__always)
-    package func resolution(for host: String, type: AddressQuery, now: ContinuousClock.Instant) -> Resolution? {
+    package func resolution(for host: String, type: AddressQuery, now: ResolverInstant) -> Resolution? {
         let key = Key(host: host, type: type)
         let current = currentGeneration
         guard let item = shard(host).items.withLock({ $0[key] }),
@@ -78,7 +78,7 @@ package final class ResolutionMemo: Sendable {
 
     package func store(
         _ resolution: Resolution, for host: String, type: AddressQuery,
-        validUntil: ContinuousClock.Instant, generation: UInt64
+        validUntil: ResolverInstant, generation: UInt64
     ) {
         let key = Key(host: host, type: type)
         shard(host).items.withLock { items in

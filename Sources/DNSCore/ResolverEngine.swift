@@ -12,6 +12,8 @@ package final class ResolverEngine: Sendable {
     package let cache: ResolutionCache
     private let fallback: (any DNSUpstream)?
     package let clock: any ResolverClock
+    /// Where background refreshes and prefetches run (tests drain it).
+    private let spawner: any TaskSpawner
     private let flights = SingleFlight<CacheKey, FetchOutcome>()
     private let memo = ResolutionMemo()
     package let metrics: ResolverMetrics
@@ -40,9 +42,10 @@ package final class ResolverEngine: Sendable {
     package init(
         upstreams: [any DNSUpstream], options: ResolverOptions = .init(),
         fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),
-        metrics: (any MetricsFactory)? = nil, logger: Logger? = nil
+        spawner: any TaskSpawner = UnstructuredTasks(), metrics: (any MetricsFactory)? = nil, logger: Logger? = nil
     ) {
         self.options = options
+        self.spawner = spawner
         let logger = logger ?? .silent
         self.metrics = ResolverMetrics(factory: metrics, upstreams: upstreams.map(\.identifier))
         self.logger = logger
@@ -54,9 +57,9 @@ package final class ResolverEngine: Sendable {
 
     /// Resolves `host`; see `HTTPDNSResolver.resolve(_:type:)`.
     package func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
-        let started = ContinuousClock.now
+        let started = clock.now
         if var hit = resolveWithoutWaiting(host, type: type) {
-            hit.elapsed = .now - started
+            hit.elapsed = clock.now - started
             return hit
         }
         let name = try DomainName(host)
@@ -73,7 +76,7 @@ package final class ResolverEngine: Sendable {
             outcomes = await [v4, v6]
         }
         if Task.isCancelled { throw DNSError(.cancelled, "the lookup of \(host) was cancelled") }
-        return try merge(host: host, name: name, outcomes: outcomes, elapsed: .now - started)
+        return try merge(host: host, name: name, outcomes: outcomes, elapsed: clock.now - started)
     }
 
     /// The hit path of `resolve` alone, for callers that must not suspend (an event loop): an IP
@@ -106,7 +109,7 @@ package final class ResolverEngine: Sendable {
     /// when a lookup may return it without the slow path: every entry fresh, none a remembered
     /// failure, none in its prefetch window. Usable ones are kept in the memo.
     private func fromCache(
-        _ host: String, _ type: AddressQuery, now: ContinuousClock.Instant
+        _ host: String, _ type: AddressQuery, now: ResolverInstant
     )
         -> (resolution: Resolution, usable: Resolution?)?
     {
@@ -140,7 +143,7 @@ package final class ResolverEngine: Sendable {
     /// Resolves `hosts` in the background to warm the cache (pre-resolve at start-up).
     package func prefetch(_ hosts: [String], type: AddressQuery = .both) {
         for host in hosts {
-            Task { _ = try? await self.resolve(host, type: type) }
+            spawner.spawn { _ = try? await self.resolve(host, type: type) }
         }
     }
 
@@ -148,6 +151,12 @@ package final class ResolverEngine: Sendable {
     package func removeAll() {
         cache.removeAll()
         memo.removeAll()
+    }
+
+    /// Lookups of (`name`, `type`) waiting on another's upstream round (for tests).
+    package func followers(of name: String, type: RecordType) -> Int {
+        guard let name = try? DomainName(name) else { return 0 }
+        return flights.followers(CacheKey(name, type))
     }
 
     /// Entries in the cache now.
@@ -178,7 +187,7 @@ package final class ResolverEngine: Sendable {
         /// Where the answer came from; nil for a failure, which came from nowhere.
         var source: Resolution.Source?
         var upstream: String?
-        var expiresAt: ContinuousClock.Instant
+        var expiresAt: ResolverInstant
         var stale = false
         var failures: [DNSError.Attempt] = []
     }
@@ -230,7 +239,7 @@ package final class ResolverEngine: Sendable {
     /// The outcome of a finished upstream round for `key`.
     private func finish(
         _ key: CacheKey, _ type: RecordType, _ result: FetchOutcome,
-        startedAt now: ContinuousClock.Instant
+        startedAt now: ResolverInstant
     ) async -> TypeOutcome {
         switch result {
         case let .answered(entry, failures):
@@ -268,14 +277,15 @@ package final class ResolverEngine: Sendable {
         let first = FirstOf<FetchOutcome?>()
         return await withCheckedContinuation { continuation in
             first.arm(continuation)
-            let timer = Task {
-                try? await Task.sleep(for: delay)
+            let clock = self.clock
+            let deadline = clock.now + delay
+            spawner.spawn {
+                try? await clock.sleep(until: deadline)
                 first.resume(with: nil)
             }
-            Task {
+            spawner.spawn {
                 let result = await self.round(key)
                 first.resume(with: result)
-                timer.cancel()
             }
         }
     }
@@ -284,7 +294,7 @@ package final class ResolverEngine: Sendable {
     @discardableResult
     private func refreshInBackground(_ key: CacheKey) -> Bool {
         guard !flights.isRunning(key) else { return false }
-        Task { _ = await self.round(key) }
+        spawner.spawn { _ = await self.round(key) }
         return true
     }
 
@@ -296,7 +306,7 @@ package final class ResolverEngine: Sendable {
     /// Asks the pool and stores what it learns. A total failure keeps a stale answer in place (so it
     /// goes on being served until its window ends) and is otherwise remembered for `failureTTL`.
     private func fetch(_ key: CacheKey) async -> FetchOutcome {
-        let outcome = await pool.query(DNSMessage.Question(name: key.name, type: key.type), deadline: .now + options.timeout)
+        let outcome = await pool.query(DNSMessage.Question(name: key.name, type: key.type), deadline: clock.now + options.timeout)
         let now = clock.now
         guard let answer = outcome.answer, let upstream = outcome.upstream else {
             let error = DNSError.combining(outcome.failures)
@@ -370,7 +380,7 @@ package final class ResolverEngine: Sendable {
 
     /// Turns a cache entry into an outcome at `now`, with remaining TTLs; nil when it is unusable.
     private func outcome(
-        from entry: CacheEntry, type: RecordType, now: ContinuousClock.Instant, allowStale: Bool,
+        from entry: CacheEntry, type: RecordType, now: ResolverInstant, allowStale: Bool,
         fetched: Bool = false
     ) -> TypeOutcome? {
         let fresh = now < entry.expiresAt
@@ -401,7 +411,7 @@ package final class ResolverEngine: Sendable {
         var answering: TypeOutcome?
         var nxdomain = false
         var failures: [DNSError.Attempt] = []
-        var expiresAt: ContinuousClock.Instant?
+        var expiresAt: ResolverInstant?
         for outcome in outcomes {
             // A and AAAA asked of the same upstreams often fail alike: each failure once.
             for failure in outcome.failures where !failures.contains(failure) { failures.append(failure) }

@@ -21,6 +21,11 @@ package final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: Sen
         flights.withLock { $0[key] != nil }
     }
 
+    /// Callers waiting on the work for `key` (its leader aside).
+    package func followers(_ key: Key) -> Int {
+        flights.withLock { $0[key]?.count ?? 0 }
+    }
+
     package func run(_ key: Key, _ work: @escaping @Sendable () async -> Result<Value, DNSError>) async -> Result<Value, DNSError> {
         while true {
             if Task.isCancelled { return .failure(DNSError(.cancelled, "cancelled")) }

@@ -28,23 +28,23 @@ package final class UpstreamPool: Sendable {
     package struct Health: Sendable {
         package var rtt: Double? = nil
         package var consecutiveFailures = 0
-        package var openUntil: ContinuousClock.Instant? = nil
+        package var openUntil: ResolverInstant? = nil
         package var backoff: Duration = .zero
-        package var lastUsed: ContinuousClock.Instant? = nil
+        package var lastUsed: ResolverInstant? = nil
         /// When the upstream last answered at the DNS level: an answer, NXDOMAIN, NODATA, or an
         /// RCODE such as SERVFAIL or REFUSED (it is reachable and speaking DNS).
-        package var lastResponse: ContinuousClock.Instant? = nil
+        package var lastResponse: ResolverInstant? = nil
         /// When an exchange with it last failed below DNS: refused, timed out, TLS, HTTP, garbage.
-        package var lastTransportFailure: ContinuousClock.Instant? = nil
+        package var lastTransportFailure: ResolverInstant? = nil
 
         /// Reachable: it responded within `window` of `now`, and nothing failed since.
-        package func isReachable(now: ContinuousClock.Instant, window: Duration) -> Bool {
+        package func isReachable(now: ResolverInstant, window: Duration) -> Bool {
             guard let lastResponse, now - lastResponse <= window else { return false }
             return lastTransportFailure.map { $0 < lastResponse } ?? true
         }
 
         /// The last exchange of any outcome.
-        package var lastExchange: ContinuousClock.Instant? {
+        package var lastExchange: ResolverInstant? {
             switch (lastResponse, lastTransportFailure) {
             case let (response?, failure?): max(response, failure)
             case let (response, failure): response ?? failure
@@ -118,19 +118,19 @@ package final class UpstreamPool: Sendable {
         return closed + open
     }
 
-    /// Asks the upstreams until one answers or the real-time `deadline` passes. NXDOMAIN and NODATA
+    /// Asks the upstreams until one answers or the clock's `deadline` passes. NXDOMAIN and NODATA
     /// are answers and end the search.
-    package func query(_ question: DNSMessage.Question, deadline: ContinuousClock.Instant) async -> PoolOutcome {
+    package func query(_ question: DNSMessage.Question, deadline: ResolverInstant) async -> PoolOutcome {
         var failures: [DNSError.Attempt] = []
         var order = self.order()
         if strategy == .race, order.count >= 2 {
             let pair = Array(order.prefix(2))
             order.removeFirst(2)
-            let share = (deadline - .now) * 2 / (order.count + 2)
+            let share = (deadline - clock.now) * 2 / (order.count + 2)
             if let outcome = await race(question, pair, timeout: share, failures: &failures) { return outcome }
         }
         for (position, index) in order.enumerated() {
-            let remaining = deadline - .now
+            let remaining = deadline - clock.now
             guard remaining > .milliseconds(1), !Task.isCancelled else { break }
             // The remaining budget shared among the upstreams still to try: a blackholed first
             // upstream cannot starve the others.
@@ -153,7 +153,7 @@ package final class UpstreamPool: Sendable {
         _ question: DNSMessage.Question, _ pair: [Int], timeout: Duration,
         failures: inout [DNSError.Attempt]
     ) async -> PoolOutcome? {
-        let start = ContinuousClock.now
+        let start = clock.now
         return await withTaskGroup(of: (Int, Result<AddressAnswer, DNSError>).self) { group in
             for index in pair {
                 group.addTask { (index, await self.ask(index, question, timeout: timeout)) }
@@ -163,7 +163,7 @@ package final class UpstreamPool: Sendable {
                 case let .success(answer):
                     group.cancelAll()
                     // The loser is charged the winner's time, so it does not look faster than it is.
-                    let elapsed = Self.seconds(.now - start)
+                    let elapsed = Self.seconds(clock.now - start)
                     for loser in pair where loser != index { record(loser, rtt: elapsed, success: nil) }
                     return PoolOutcome(answer: answer, upstream: upstreams[index], failures: failures)
                 case let .failure(error):
@@ -175,18 +175,18 @@ package final class UpstreamPool: Sendable {
     }
 
     private func ask(_ index: Int, _ question: DNSMessage.Question, timeout: Duration) async -> Result<AddressAnswer, DNSError> {
-        let start = ContinuousClock.now
+        let start = clock.now
         let upstream = upstreams[index].identifier
         do {
             let answer = try await upstreams[index].query(question, timeout: timeout)
-            let elapsed = ContinuousClock.now - start
+            let elapsed = clock.now - start
             metrics.recordExchange(upstream: upstream, duration: elapsed, failure: nil)
             record(index, rtt: Self.seconds(elapsed), success: true)
             noteReachability(index, responded: true)
             return .success(answer)
         } catch {
             guard error.code != .cancelled else { return .failure(error) }
-            let elapsed = ContinuousClock.now - start
+            let elapsed = clock.now - start
             metrics.recordExchange(upstream: upstream, duration: elapsed, failure: error.code)
             logger.debug(
                 "upstream query failed",

@@ -26,6 +26,10 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
 
     public var options: HTTPDNSOptions { engine.options }
 
+    /// The resolver's clock: what ``Resolution/expiresAt`` is measured in
+    /// (`resolution.expiresAt - resolver.clock.now` is the time an answer has left).
+    public var clock: any ResolverClock { engine.clock }
+
     /// - Parameters:
     ///   - fallback: the system's DNS (`SystemResolver`), used only when `options.fallback` is `.system`.
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` when an upstream cannot be
@@ -54,14 +58,27 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     }
 
     /// Builds a resolver over any upstreams (tests inject fakes here).
-    public init(
+    public convenience init(
         configuration: HTTPDNSConfiguration = .init(upstreams: []), options: HTTPDNSOptions = .init(),
         upstreams: [any DNSUpstream], fallback: (any DNSUpstream)? = nil,
         clock: any ResolverClock = MonotonicClock(), metrics: (any MetricsFactory)? = nil, logger: Logger? = nil
     ) {
+        self.init(
+            configuration: configuration, options: options, upstreams: upstreams, fallback: fallback, clock: clock,
+            spawner: UnstructuredTasks(), metrics: metrics, logger: logger)
+    }
+
+    /// As above, with the engine's background work (refreshes, prefetches, pre-resolving) started
+    /// by `spawner`: tests pass one they can drain.
+    package init(
+        configuration: HTTPDNSConfiguration = .init(upstreams: []), options: HTTPDNSOptions = .init(),
+        upstreams: [any DNSUpstream], fallback: (any DNSUpstream)? = nil,
+        clock: any ResolverClock = MonotonicClock(), spawner: any TaskSpawner, metrics: (any MetricsFactory)? = nil,
+        logger: Logger? = nil
+    ) {
         self.configuration = configuration
         self.engine = ResolverEngine(
-            upstreams: upstreams, options: options, fallback: fallback, clock: clock,
+            upstreams: upstreams, options: options, fallback: fallback, clock: clock, spawner: spawner,
             metrics: metrics, logger: logger)
         if !configuration.preresolve.isEmpty {
             engine.prefetch(configuration.preresolve)
@@ -163,16 +180,17 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
         }
     }
 
-    /// Snapshots the cache to `path` every `interval` until the returned task is cancelled, and once
-    /// more when it is (so a shutdown that cancels it keeps the latest answers). A failed write is
-    /// reported to `onError` and retried at the next tick; the process keeps serving.
+    /// Snapshots the cache to `path` every `interval` of the resolver's clock until the returned task
+    /// is cancelled, and once more when it is (so a shutdown that cancels it keeps the latest
+    /// answers). A failed write is reported to `onError` and retried at the next tick; the process
+    /// keeps serving.
     public func persistPeriodically(
         to path: String, every interval: Duration,
         onError: @escaping @Sendable (DNSError) -> Void = { _ in }
     ) -> Task<Void, Never> {
         Task {
             while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
+                try? await self.clock.sleep(for: interval)
                 do throws(DNSError) { try self.saveCache(to: path) } catch { onError(error) }
             }
         }

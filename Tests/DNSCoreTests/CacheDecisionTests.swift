@@ -4,7 +4,7 @@ import Testing
 
 /// Serve-stale and prefetch as a pure function of (entry, now, options).
 @Suite struct CacheDecisionTests {
-    let stored = ContinuousClock.now
+    let stored = ResolverInstant(offset: .seconds(1_000))
 
     func entry(_ payload: CacheEntry.Payload, lifetime: Duration = .seconds(100), staleWindow: Duration = .seconds(600)) -> CacheEntry {
         CacheEntry(

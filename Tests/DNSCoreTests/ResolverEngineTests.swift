@@ -6,6 +6,8 @@ import Testing
 
 @Suite struct ResolverEngineTests {
     let clock = ManualClock()
+    /// The engine's background refreshes, drained by the tests instead of waited for.
+    let tasks = DrainableTasks()
 
     func engine(
         _ upstreams: [ScriptedUpstream], fallback: ScriptedUpstream? = nil,
@@ -13,13 +15,7 @@ import Testing
     ) -> ResolverEngine {
         var options = ResolverOptions(timeout: .seconds(2))
         configure(&options)
-        return ResolverEngine(upstreams: upstreams, options: options, fallback: fallback, clock: clock)
-    }
-
-    /// Lets background refresh tasks run; they need no time, only a turn on the executor.
-    func settle() async {
-        for _ in 0..<50 { await Task.yield() }
-        try? await Task.sleep(for: .milliseconds(20))
+        return ResolverEngine(upstreams: upstreams, options: options, fallback: fallback, clock: clock, spawner: tasks)
     }
 
     @Test func freshAnswersComeFromTheCacheWithRemainingTTL() async throws {
@@ -99,7 +95,7 @@ import Testing
         #expect(stale.isStale)
         #expect(stale.addresses.map(\.ip.description) == ["198.18.0.1"])
         #expect(stale.addresses.map(\.ttl) == [30], "RFC 8767: stale answers carry TTL 30")
-        await settle()
+        await tasks.drain()
         #expect(upstream.queries == 2)
         let refreshed = try await engine.resolve("www.hd.test", type: .a)
         #expect(refreshed.source == .cache)
@@ -116,10 +112,10 @@ import Testing
         upstream.reply(.fail(.timeout))
         clock.advance(by: .seconds(120))
         #expect(try await engine.resolve("www.hd.test", type: .a).source == .stale)
-        await settle()
+        await tasks.drain()
         clock.advance(by: .seconds(400))
         #expect(try await engine.resolve("www.hd.test", type: .a).source == .stale, "failed refreshes keep the stale answer")
-        await settle()
+        await tasks.drain()
         clock.advance(by: .seconds(200))  // 720 s after storing: past expiry (60) + window (600)
         await #expect { try await engine.resolve("www.hd.test", type: .a) } throws: { ($0 as? DNSError)?.code == .timeout }
     }
@@ -140,12 +136,12 @@ import Testing
         _ = try await engine.resolve("hot.hd.test", type: .a)
         clock.advance(by: .seconds(89))
         _ = try await engine.resolve("hot.hd.test", type: .a)
-        await settle()
+        await tasks.drain()
         #expect(upstream.queries == 1, "89 % of the TTL: no prefetch yet")
         clock.advance(by: .seconds(2))
         let hit = try await engine.resolve("hot.hd.test", type: .a)
         #expect(hit.source == .cache)
-        await settle()
+        await tasks.drain()
         #expect(upstream.queries == 2, "91 %: refreshed in the background")
         clock.advance(by: .seconds(50))
         #expect(try await engine.resolve("hot.hd.test", type: .a).source == .cache, "a name in steady use never misses")
@@ -164,20 +160,14 @@ import Testing
         #expect(upstream.queries == 1)
     }
 
-    /// Waits (bounded) until `condition` holds: task start order is not guaranteed under load.
-    func eventually(_ condition: () -> Bool) async throws {
-        for _ in 0..<300 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
-    }
-
-    /// One lookup leading a slow query and a second one waiting on it.
+    /// One lookup leading a slow query (5 s of the engine's clock) and a second one waiting on it.
     func leaderAndFollower() async throws -> (ResolverEngine, ScriptedUpstream, Task<Resolution, Error>, Task<Resolution, Error>) {
-        // Slow enough that the set-up (which may be stalled on a loaded 2-core machine) ends first.
-        let upstream = ScriptedUpstream(.slow(.seconds(5), ["198.18.0.1"]))
+        let upstream = ScriptedUpstream(clock: clock, .slow(.seconds(5), ["198.18.0.1"]))
         let engine = engine([upstream]) { $0.timeout = .seconds(20) }
         let leader = Task { try await engine.resolve("www.hd.test", type: .a) }
-        try await eventually { upstream.queries == 1 }
+        await clock.waitForSleepers(1)  // the leader's query is under way
         let follower = Task { try await engine.resolve("www.hd.test", type: .a) }
-        try await Task.sleep(for: .milliseconds(200))
+        while engine.followers(of: "www.hd.test", type: .a) < 1 { await Task.yield() }
         return (engine, upstream, leader, follower)
     }
 
@@ -185,6 +175,8 @@ import Testing
         let (engine, upstream, leader, follower) = try await leaderAndFollower()
         leader.cancel()
         await #expect { try await leader.value } throws: { ($0 as? DNSError)?.code == .cancelled }
+        await clock.waitForSleepers(1)  // the query, started again for the follower
+        clock.advance(by: .seconds(5))
         #expect(try await follower.value.addresses.map(\.ip.description) == ["198.18.0.1"])
         // The cancelled caller led the flight, so the query was started again for the other.
         #expect(upstream.queries == 2)
@@ -195,6 +187,7 @@ import Testing
         let (_, upstream, leader, follower) = try await leaderAndFollower()
         follower.cancel()
         await #expect { try await follower.value } throws: { ($0 as? DNSError)?.code == .cancelled }
+        clock.advance(by: .seconds(5))
         #expect(try await leader.value.addresses.map(\.ip.description) == ["198.18.0.1"])
         #expect(upstream.queries == 1)
     }
@@ -289,15 +282,15 @@ import Testing
         let healthy = ScriptedUpstream("https://healthy.test/q", .addresses(["198.18.0.1"], ttl: 300))
         let pool = UpstreamPool([broken, healthy], clock: clock, failureThreshold: 3, baseBackoff: .seconds(1))
         let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
-        for _ in 0..<3 { _ = await pool.query(question, deadline: .now + .seconds(1)) }
+        for _ in 0..<3 { _ = await pool.query(question, deadline: clock.now + .seconds(1)) }
         #expect(broken.queries == 3)
         #expect(pool.isOpen(0))
         #expect(pool.order() == [1, 0], "an open circuit is tried last")
-        _ = await pool.query(question, deadline: .now + .seconds(1))
+        _ = await pool.query(question, deadline: clock.now + .seconds(1))
         #expect(broken.queries == 3, "skipped while open")
         clock.advance(by: .seconds(2))
         #expect(pool.order() == [0, 1], "re-probed after the backoff")
-        _ = await pool.query(question, deadline: .now + .seconds(1))
+        _ = await pool.query(question, deadline: clock.now + .seconds(1))
         #expect(broken.queries == 4)
         #expect(pool.healthSnapshot[0].backoff == .seconds(2), "a failed re-probe doubles the backoff")
     }
@@ -305,13 +298,15 @@ import Testing
     @Test func fastestStrategyPrefersTheLowerDecayedRTT() async throws {
         let slow = ScriptedUpstream("https://slow.test/q", .slow(.milliseconds(40), ["198.18.0.1"]))
         let fast = ScriptedUpstream("https://fast.test/q", .addresses(["198.18.0.2"], ttl: 300))
+        // Round-trip times are measured on the pool's clock: a real one here, as the fake sleeps in real time.
+        let clock = MonotonicClock()
         let pool = UpstreamPool([slow, fast], strategy: .fastest, clock: clock)
         let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
         // Both unmeasured at first: each gets measured once.
-        _ = await pool.query(question, deadline: .now + .seconds(1))
-        _ = await pool.query(question, deadline: .now + .seconds(1))
+        _ = await pool.query(question, deadline: clock.now + .seconds(1))
+        _ = await pool.query(question, deadline: clock.now + .seconds(1))
         var winners: [String] = []
-        for _ in 0..<10 { winners.append(await pool.query(question, deadline: .now + .seconds(1)).upstream?.identifier ?? "-") }
+        for _ in 0..<10 { winners.append(await pool.query(question, deadline: clock.now + .seconds(1)).upstream?.identifier ?? "-") }
         #expect(winners.filter { $0 == "https://fast.test/q" }.count >= 9)
     }
 
@@ -321,7 +316,7 @@ import Testing
         let pool = UpstreamPool([slow, fast], strategy: .race, clock: clock)
         let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
         let start = ContinuousClock.now
-        let outcome = await pool.query(question, deadline: .now + .seconds(40))
+        let outcome = await pool.query(question, deadline: clock.now + .seconds(40))
         #expect(outcome.upstream?.identifier == "https://fast.test/q")
         #expect(ContinuousClock.now - start < .seconds(8), "the slow one (20 s) is cancelled, not waited for")
         #expect(slow.queries == 1 && fast.queries == 1)
@@ -331,7 +326,7 @@ import Testing
         let broken = ScriptedUpstream("https://broken.test/q", .fail(.malformedResponse))
         let slow = ScriptedUpstream("https://slow.test/q", .slow(.milliseconds(50), ["198.18.0.1"]))
         let pool = UpstreamPool([broken, slow], strategy: .race, clock: clock)
-        let outcome = await pool.query(.init(name: try DomainName("www.hd.test"), type: .a), deadline: .now + .seconds(2))
+        let outcome = await pool.query(.init(name: try DomainName("www.hd.test"), type: .a), deadline: clock.now + .seconds(2))
         #expect(outcome.upstream?.identifier == "https://slow.test/q")
         #expect(outcome.failures.map(\.code) == [.malformedResponse])
     }

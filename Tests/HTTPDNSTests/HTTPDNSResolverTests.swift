@@ -81,10 +81,11 @@ import Testing
             replies: { type in
                 type == .a ? .addresses(["198.18.0.1", "198.18.0.2"], ttl: 100) : .addresses(["2001:2::1"], ttl: 50)
             })
-        let resolution = try await resolver([upstream]).resolve("www.hd.test")
+        let resolver = resolver([upstream])
+        let resolution = try await resolver.resolve("www.hd.test")
         #expect(resolution.addresses.map(\.ip.description) == ["2001:2::1", "198.18.0.1", "198.18.0.2"])
         #expect(Set(upstream.events.map(\.type)) == [.a, .aaaa])
-        let ttl = resolution.expiresAt - ContinuousClock.now
+        let ttl = resolution.expiresAt - resolver.clock.now
         #expect(ttl <= .seconds(50) && ttl > .seconds(45), "expiry follows the smallest TTL")
     }
 
@@ -133,10 +134,11 @@ import Testing
     }
 
     @Test func cancellationEndsTheLookupPromptly() async throws {
-        let upstream = ScriptedUpstream("https://slow.test/dns-query", .slow(.seconds(30), ["198.18.0.1"]))
-        let resolver = resolver([upstream], timeout: .seconds(20))
+        let manual = ManualClock()
+        let upstream = ScriptedUpstream("https://slow.test/dns-query", clock: manual, .slow(.seconds(30), ["198.18.0.1"]))
+        let resolver = HTTPDNSResolver(options: HTTPDNSOptions(timeout: .seconds(20)), upstreams: [upstream], clock: manual)
         let task = Task { try await resolver.resolve("www.hd.test") }
-        try await Task.sleep(for: .milliseconds(50))
+        await manual.waitForSleepers(2)  // A and AAAA asked
         let clock = ContinuousClock()
         let start = clock.now
         task.cancel()
@@ -247,10 +249,11 @@ import Testing
 
     @Test func preresolvedNamesAreCachedBeforeTheirFirstLookup() async throws {
         let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1", "2001:2::1"]))
+        let tasks = DrainableTasks()
         let resolver = HTTPDNSResolver(
             configuration: .init(upstreams: [], preresolve: ["www.hd.test", "api.hd.test"]),
-            upstreams: [upstream])
-        for _ in 0..<200 where upstream.events.count < 4 { try await Task.sleep(for: .milliseconds(5)) }
+            upstreams: [upstream], spawner: tasks)
+        await tasks.drain()
         #expect(Set(upstream.events.map(\.name)) == ["www.hd.test", "api.hd.test"])
         #expect(upstream.events.count == 4, "A and AAAA of each name, once")
         #expect(try await resolver.resolve("api.hd.test").source == .cache)
@@ -271,10 +274,14 @@ import Testing
         let path = temporaryPath("periodic")
         defer { try? FileManager.default.removeItem(atPath: path) }
         let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1"]))
-        let resolver = HTTPDNSResolver(upstreams: [upstream])
+        let clock = ManualClock()
+        let resolver = HTTPDNSResolver(upstreams: [upstream], clock: clock)
         _ = try await resolver.resolve("www.hd.test", type: .a)
-        let task = resolver.persistPeriodically(to: path, every: .milliseconds(50))
-        for _ in 0..<200 where !FileManager.default.fileExists(atPath: path) { try await Task.sleep(for: .milliseconds(5)) }
+        let task = resolver.persistPeriodically(to: path, every: .seconds(60))
+        await clock.waitForSleepers(1)
+        #expect(!FileManager.default.fileExists(atPath: path), "nothing before the first interval")
+        clock.advance(by: .seconds(60))
+        await clock.waitForSleepers(1)  // written, and asleep again until the next one
         let reader = HTTPDNSResolver(upstreams: [upstream])
         #expect(try reader.loadCache(from: path) == 1)
 
@@ -288,11 +295,14 @@ import Testing
     @Test func aFailedSnapshotIsReportedAndTheResolverKeepsServing() async throws {
         let errors = Mutex<[DNSError]>([])
         let upstream = ScriptedUpstream("https://a.test/dns-query", .addresses(["198.18.0.1"]))
-        let resolver = HTTPDNSResolver(upstreams: [upstream])
-        let task = resolver.persistPeriodically(to: "/nonexistent-dir.test/cache.bin", every: .milliseconds(20)) { error in
+        let clock = ManualClock()
+        let resolver = HTTPDNSResolver(upstreams: [upstream], clock: clock)
+        let task = resolver.persistPeriodically(to: "/nonexistent-dir.test/cache.bin", every: .seconds(60)) { error in
             errors.withLock { $0.append(error) }
         }
-        for _ in 0..<200 where errors.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(5)) }
+        await clock.waitForSleepers(1)
+        clock.advance(by: .seconds(60))
+        await clock.waitForSleepers(1)  // the write failed and was reported; asleep until the next interval
         task.cancel()
         await task.value
         #expect(errors.withLock { $0.first?.message.contains("cannot write") } == true)

@@ -30,23 +30,27 @@ public final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
 
     public let identifier: String
     public let source: Resolution.Source
+    /// The clock `.slow` sleeps on: a test's manual clock, or real time when nil.
+    private let clock: (any ResolverClock)?
     private let state: Mutex<(script: @Sendable (RecordType) -> Reply, log: [Event])>
 
-    public init(_ identifier: String, source: Resolution.Source = .doh, _ reply: Reply) {
+    public init(_ identifier: String, source: Resolution.Source = .doh, clock: (any ResolverClock)? = nil, _ reply: Reply) {
         self.identifier = identifier
         self.source = source
+        self.clock = clock
         state = Mutex(({ _ in reply }, []))
     }
 
     /// An upstream named `https://fake.test/dns-query`.
-    public convenience init(_ reply: Reply) {
-        self.init("https://fake.test/dns-query", reply)
+    public convenience init(clock: (any ResolverClock)? = nil, _ reply: Reply) {
+        self.init("https://fake.test/dns-query", clock: clock, reply)
     }
 
     /// Answers by record type.
     public init(_ identifier: String, source: Resolution.Source = .doh, replies: @escaping @Sendable (RecordType) -> Reply) {
         self.identifier = identifier
         self.source = source
+        self.clock = nil
         state = Mutex((replies, []))
     }
 
@@ -71,7 +75,11 @@ public final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
         case let .fail(code):
             throw DNSError(code, "scripted \(code.rawValue)")
         case let .slow(delay, ips):
-            do { try await Task.sleep(for: min(delay, timeout)) } catch { throw DNSError(.cancelled, "cancelled") }
+            do {
+                if let clock { try await clock.sleep(for: min(delay, timeout)) } else { try await Task.sleep(for: min(delay, timeout)) }
+            } catch {
+                throw DNSError(.cancelled, "cancelled")
+            }
             if delay > timeout { throw DNSError(.timeout, "no answer within \(timeout)") }
             return Self.answer(ips, ttl: 300, question: question)
         }

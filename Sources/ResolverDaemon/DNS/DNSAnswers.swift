@@ -40,7 +40,7 @@ enum DNSAnswers {
 
     /// The response carrying `resolution`: a CNAME to the canonical name when there is one, the
     /// addresses with their TTLs capped at what remains of the answer's life.
-    static func response(to query: DNSQuery, _ resolution: Resolution, now: ContinuousClock.Instant) -> Answer {
+    static func response(to query: DNSQuery, _ resolution: Resolution, now: ResolverInstant) -> Answer {
         let remaining = max(0, (resolution.expiresAt - now).components.seconds)
         var writer = DNSResponseWriter(answering: query)
         var owner = DNSResponseWriter.questionNameOffset

@@ -11,24 +11,24 @@ enum DNSResponder {
     typealias Answer = DNSAnswers.Answer
 
     /// The answer when the engine has it without a lookup (a fresh cached A or AAAA), built without
-    /// suspending; nil when ``answer(_:resolver:now:)`` has to be awaited. For the event loop.
+    /// suspending; nil when ``answer(_:resolver:)`` has to be awaited. For the event loop.
     static func answerWithoutWaiting(
         _ query: DNSQuery, resolver: HTTPDNSResolver,
-        now: ContinuousClock.Instant = .now
+        now: ResolverInstant? = nil
     ) -> Answer? {
         guard let type = query.addressType,
             let resolution = resolver.resolveWithoutWaiting(query.question.name.description, type: type)
         else { return nil }
-        return DNSAnswers.response(to: query, resolution, now: now)
+        return DNSAnswers.response(to: query, resolution, now: now ?? resolver.clock.now)
     }
 
     /// Answers `query`, looking up or forwarding as needed.
-    static func answer(_ query: DNSQuery, resolver: HTTPDNSResolver, now: ContinuousClock.Instant = .now) async -> Answer {
+    static func answer(_ query: DNSQuery, resolver: HTTPDNSResolver) async -> Answer {
         guard let type = query.addressType else { return await forward(query, resolver: resolver) }
-        if let ready = answerWithoutWaiting(query, resolver: resolver, now: now) { return ready }
+        if let ready = answerWithoutWaiting(query, resolver: resolver) { return ready }
         do {
             let resolution = try await resolver.resolve(query.question.name.description, type: type)
-            return DNSAnswers.response(to: query, resolution, now: .now)
+            return DNSAnswers.response(to: query, resolution, now: resolver.clock.now)
         } catch {
             // A name DNS allows but a host name does not: the upstream decides (BIND says NXDOMAIN).
             if error.code == .invalidName, resolver.canForward { return await forward(query, resolver: resolver) }
