@@ -1,3 +1,5 @@
+import Foundation
+
 /// The one way a transfer is sent to addresses that HTTPDNS chose: DoH upstreams' bootstrap
 /// addresses, the HTTP client's resolved origins, and the hijack probes.
 ///
@@ -36,62 +38,74 @@ package enum Pinning {
         return "pin-" + String(repeating: "0", count: 16 - hex.count) + hex + ".httpdns.invalid"
     }
 
+    /// libcurl's `message` with every pin name of `resolve` replaced by the addresses it stands for
+    /// ("Failed to connect to 127.0.0.9,127.0.0.1 port 443", not to `pin-….httpdns.invalid`).
+    package static func readable(_ message: String, resolve: [String]) -> String {
+        guard message.contains(".httpdns.invalid") else { return message }
+        var message = message
+        for entry in resolve {
+            let fields = entry.dropFirst(entry.hasPrefix("+") ? 1 : 0).split(separator: ":", maxSplits: 2)
+            guard fields.count == 3, fields[0].hasSuffix(".httpdns.invalid") else { continue }
+            message = message.replacingOccurrences(of: String(fields[0]), with: String(fields[2]))
+        }
+        return message
+    }
+
     /// RESOLVE entries mapping each IP literal among the URL's host and the connect-to targets to
     /// itself. libcurl passes even a literal through its resolver-start hook; with the literal in
-    /// its DNS cache it looks nothing up, so the hook can refuse every real lookup.
+    /// its DNS cache it looks nothing up, so the hook can refuse every real lookup. Runs for every
+    /// transfer on the engine's thread: a scan over bytes that allocates only for a literal.
     static func literalEntries(url: String, connectTo: [String]) -> [String] {
         var entries: [String] = []
-        if let (host, port) = hostAndPort(of: url), isLiteral(host) { entries.append("+\(host):\(port):\(host)") }
-        for entry in connectTo {
-            // host:port:connect-host:connect-port, the connect host in brackets when IPv6.
-            guard let target = connectTarget(of: entry), isLiteral(target.host) else { continue }
-            entries.append("+\(target.host):\(target.port):\(target.host)")
+        if let entry = urlLiteralEntry(url) { entries.append(entry) }
+        for entry in connectTo where !entry.hasSuffix(".httpdns.invalid") {
+            if let literal = connectTargetLiteralEntry(entry) { entries.append(literal) }
         }
         return entries
     }
 
-    private static func isLiteral(_ host: String) -> Bool {
-        if host.hasPrefix("[") { return host.hasSuffix("]") }
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        return parts.count == 4 && parts.allSatisfy { !$0.isEmpty && $0.count <= 3 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }
+    /// `+host:port:host` when the URL's host is an IP literal.
+    private static func urlLiteralEntry(_ url: String) -> String? {
+        let bytes = Array(url.utf8.prefix(300))
+        guard let slashes = bytes.firstRange(of: Array("://".utf8)) else { return nil }
+        let scheme = bytes[..<slashes.lowerBound]
+        let defaultPort = scheme.count == 4 ? 80 : 443  // "http" or "https"
+        var index = slashes.upperBound
+        let authorityEnd =
+            bytes[index...].firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") } ?? bytes.endIndex
+        if let at = bytes[index..<authorityEnd].lastIndex(of: UInt8(ascii: "@")) { index = at + 1 }
+        return literalEntry(bytes[index..<authorityEnd], defaultPort: defaultPort)
     }
 
-    /// The host (IPv6 in brackets) and port of an http(s) URL.
-    private static func hostAndPort(of url: String) -> (String, Int)? {
-        guard let schemeEnd = url.range(of: "://") else { return nil }
-        let scheme = url[..<schemeEnd.lowerBound].lowercased()
-        var authority = url[schemeEnd.upperBound...]
-        if let end = authority.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) { authority = authority[..<end] }
-        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
-        let defaultPort = scheme == "http" ? 80 : 443
-        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
-            let host = String(authority[...close])
-            let rest = authority[authority.index(after: close)...]
-            return (host, rest.hasPrefix(":") ? Int(rest.dropFirst()) ?? defaultPort : defaultPort)
-        }
-        let parts = authority.split(separator: ":", maxSplits: 1)
-        guard let host = parts.first else { return nil }
-        return (String(host), parts.count > 1 ? Int(parts[1]) ?? defaultPort : defaultPort)
+    /// `+host:port:host` when the connect-to target of `host:port:target:port` is an IP literal.
+    private static func connectTargetLiteralEntry(_ entry: String) -> String? {
+        let bytes = Array(entry.utf8)
+        var index = bytes.startIndex
+        // Skip host:port (the host possibly bracketed).
+        if bytes.first == UInt8(ascii: "["), let close = bytes.firstIndex(of: UInt8(ascii: "]")) { index = close + 1 }
+        guard let first = bytes[index...].firstIndex(of: UInt8(ascii: ":")),
+            let second = bytes[(first + 1)...].firstIndex(of: UInt8(ascii: ":"))
+        else { return nil }
+        return literalEntry(bytes[(second + 1)...], defaultPort: nil)
     }
 
-    private static func connectTarget(of entry: String) -> (host: String, port: Int)? {
-        // Skip the first host:port (the first host may be empty or bracketed).
-        var rest = Substring(entry)
-        if rest.hasPrefix("["), let close = rest.firstIndex(of: "]") { rest = rest[rest.index(after: close)...] }
-        guard let first = rest.firstIndex(of: ":") else { return nil }
-        rest = rest[rest.index(after: first)...]
-        guard let second = rest.firstIndex(of: ":") else { return nil }
-        rest = rest[rest.index(after: second)...]
-        let host: String, tail: Substring
-        if rest.hasPrefix("["), let close = rest.firstIndex(of: "]") {
-            host = String(rest[...close])
-            tail = rest[rest.index(after: close)...]
+    /// For `host[:port]` bytes whose host is an IPv4 or bracketed IPv6 literal.
+    private static func literalEntry(_ authority: ArraySlice<UInt8>, defaultPort: Int?) -> String? {
+        var hostEnd: Int
+        if authority.first == UInt8(ascii: "[") {
+            guard let close = authority.firstIndex(of: UInt8(ascii: "]")) else { return nil }
+            hostEnd = close + 1
         } else {
-            guard let colon = rest.firstIndex(of: ":") else { return nil }
-            host = String(rest[..<colon])
-            tail = rest[colon...]
+            hostEnd = authority.firstIndex(of: UInt8(ascii: ":")) ?? authority.endIndex
+            let host = authority[authority.startIndex..<hostEnd]
+            guard !host.isEmpty, host.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || $0 == UInt8(ascii: ".") }),
+                host.filter({ $0 == UInt8(ascii: ".") }).count == 3
+            else { return nil }
         }
-        guard tail.hasPrefix(":"), let port = Int(tail.dropFirst()) else { return nil }
-        return (host, port)
+        let host = String(decoding: authority[authority.startIndex..<hostEnd], as: UTF8.self)
+        let rest = authority[hostEnd...]
+        let port = rest.first == UInt8(ascii: ":") ? Int(String(decoding: rest.dropFirst(), as: UTF8.self)) : defaultPort
+        guard let port else { return nil }
+        return "+\(host):\(port):\(host)"
     }
 }

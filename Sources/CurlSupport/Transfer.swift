@@ -182,7 +182,7 @@ final class Transfer: @unchecked Sendable {
 
     private func error(for code: CURLcode) -> CurlError {
         let detail = String(cString: errorBuffer)
-        let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+        let message = Pinning.readable(detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail, resolve: request.resolve)
         let raw = Int32(code.rawValue)
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST where !request.allowsNameResolution:

@@ -82,3 +82,14 @@ import Testing
         }
     }
 }
+
+extension PinningTests {
+    @Test func errorMessagesNameTheAddressesNotThePinName() {
+        let pin = Pinning.pin(host: "doh-a.test", port: 443, to: ["127.0.0.9", "127.0.0.1"])
+        let name = String(pin.connectTo[0].split(separator: ":")[2])
+        #expect(
+            Pinning.readable("Failed to connect to \(name) port 443: Couldn't connect", resolve: pin.resolve)
+                == "Failed to connect to 127.0.0.9,127.0.0.1 port 443: Couldn't connect")
+        #expect(Pinning.readable("unrelated", resolve: pin.resolve) == "unrelated")
+    }
+}

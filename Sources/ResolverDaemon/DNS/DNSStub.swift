@@ -156,7 +156,7 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
 /// DNS over TCP (RFC 1035 §4.2.2: each message preceded by its length as two bytes), with the
 /// reading of a connection paused while it has ``maxPending`` answers under way or its answers are
 /// not being read (the channel is not writable).
-final class TCPQueryHandler: ChannelDuplexHandler {
+final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
@@ -185,10 +185,7 @@ final class TCPQueryHandler: ChannelDuplexHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         lastActivity = context.eventLoop.now
-        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in
-            handler.value.tick(now: handler.value.now)
-        }
+        timer = startTicking(context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

@@ -12,7 +12,7 @@ import NIOHTTP1
 /// - a connection must send a complete head within `requestTimeout` of opening, and within
 ///   `idleTimeout` of its previous response; otherwise it is closed. Partial headers do not extend
 ///   either.
-final class HTTP1ConnectionHandler: ChannelInboundHandler {
+final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
@@ -56,10 +56,7 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         state = .idle(since: context.eventLoop.now)
-        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in
-            handler.value.tick(now: handler.value.now)
-        }
+        timer = startTicking(context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

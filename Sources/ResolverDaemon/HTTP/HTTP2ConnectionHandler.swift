@@ -11,7 +11,7 @@ import Glibc
 /// its actions come out as frames; complete requests go to the ``RequestGateway``. No child channel
 /// and no task per stream: a cached DoH answer is written in the same read that brought its query,
 /// and every answer of one read leaves in one flush.
-final class HTTP2ConnectionHandler: ChannelInboundHandler {
+final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
 
@@ -34,9 +34,6 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
     /// answers a second with one flush per read, 61,000 with a flush every 16; BENCHMARKS.md).
     static let flushEvery = 16
 
-    /// How often timeouts are checked.
-    static let tickInterval = TimeAmount.seconds(1)
-
     init(gateway: RequestGateway, configuration: HTTP2ServerConnection.Configuration, logger: Logger) {
         self.gateway = gateway
         self.logger = logger
@@ -49,10 +46,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         connection = HTTP2ServerConnection(configuration: connection.configuration, now: context.eventLoop.now)
-        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleRepeatedTask(initialDelay: Self.tickInterval, delay: Self.tickInterval) { _ in
-            handler.value.tick(now: handler.value.now)
-        }
+        timer = startTicking(context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

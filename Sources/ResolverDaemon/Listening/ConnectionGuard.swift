@@ -148,3 +148,18 @@ final class ConnectionRegistry: Sendable {
         for channel in left { try? await channel.closeFuture.get() }
     }
 }
+
+/// A connection handler that keeps time: deadlines are checked once a second on its event loop,
+/// with the loop's clock (which a test's embedded loop moves by hand).
+protocol TickingHandler: AnyObject {
+    func tick(now: NIODeadline)
+}
+
+extension TickingHandler {
+    /// Calls ``tick(now:)`` every `interval` on `context`'s loop until the returned task is cancelled.
+    func startTicking(_ context: ChannelHandlerContext, every interval: TimeAmount = .seconds(1)) -> RepeatedTask {
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        return loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in handler.value.tick(now: loop.now) }
+    }
+}
