@@ -126,6 +126,8 @@ package final class Daemon: Sendable {
     /// How long the HTTP listener waits for its connections to finish on shutdown before it closes
     /// them; the whole stop stays well inside the service group's own limit.
     static let drainTimeout: Duration = .seconds(5)
+    /// How long a closed TLS connection waits for the client's close_notify.
+    static let tlsShutdownTimeout: TimeAmount = .seconds(1)
 
     private let state: DaemonState
     private let exposition: @Sendable () -> [UInt8]
@@ -270,6 +272,11 @@ package final class Daemon: Sendable {
         var tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
         tls.minimumTLSVersion = .tlsv12
         tls.applicationProtocols = ["h2", "http/1.1"]
+        // After our close_notify, wait at most this long for the client's before closing the socket
+        // (NIOSSL waits 5 s by default): the wait lets the client read the last answer before a
+        // close turns into a reset, but a client that never answers held the descriptor, and the
+        // shutdown drain, for 5 s. RFC 8446 §6.1 does not require waiting at all.
+        tls.shutdownTimeout = Daemon.tlsShutdownTimeout
         do {
             return try NIOSSLContext(configuration: tls)
         } catch {

@@ -649,7 +649,9 @@ class ConnectionAttacks(AdversarialTestCase):
             time.sleep(0.3)
             status, seconds = daemon.stop(30)
             self.assertEqual(status, 0, daemon.log_text()[-2000:])
-            self.assertLess(seconds, 8, "the drain is bounded")
+            # The unfinished stream gets 408 at request_timeout (3 s); its TLS close then waits at most
+            # 1 s for a close_notify this client never sends (NIOSSL's default 5 s made the stop 7.7-8.7 s).
+            self.assertLess(seconds, 6, "the drain is bounded")
             self.assertTrue(os.path.exists(os.path.join(daemon.directory, "cache.bin")), "the cache was written")
             silent.close()
             client.close()

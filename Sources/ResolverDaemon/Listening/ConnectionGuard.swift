@@ -158,7 +158,7 @@ protocol TickingHandler: AnyObject {
 extension TickingHandler {
     /// Calls ``tick(now:)`` every `interval` on `context`'s loop until the returned task is cancelled.
     func startTicking(_ context: ChannelHandlerContext, every interval: TimeAmount = .seconds(1)) -> RepeatedTask {
-        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let handler = NIOLoopBound<any TickingHandler>(self, eventLoop: context.eventLoop)
         let loop = context.eventLoop
         return loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in handler.value.tick(now: loop.now) }
     }
