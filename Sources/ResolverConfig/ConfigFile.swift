@@ -17,6 +17,70 @@ import Yams
 /// cache: {min_ttl: 60, max_ttl: 86400}
 /// ```
 public struct ConfigFile: Sendable {
+    /// What every command reads: the trusted upstreams, the resolver's options, the plain-DNS side
+    /// and the cache file.
+    public var lookup: LookupSettings
+    /// What only `resolve daemon` reads: its listeners, watched hosts, limits and readiness.
+    public var daemon = DaemonSettings()
+
+    /// Reads and validates `path`.
+    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` naming the line and key.
+    public static func load(_ path: String) throws(DNSError) -> ConfigFile {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw DNSError(.invalidConfiguration, "cannot read config file '\(path)'")
+        }
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        return try parse(text, file: path, directory: directory)
+    }
+
+    /// Parses configuration text; `file` names it in errors, `directory` anchors relative paths.
+    public static func parse(_ text: String, file: String = "config", directory: String = ".") throws(DNSError) -> ConfigFile {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: text)
+        } catch let error as YamlError {
+            throw DNSError(.invalidConfiguration, "\(file): not valid YAML: \(Self.describe(error))")
+        } catch {
+            throw DNSError(.invalidConfiguration, "\(file): not valid YAML")
+        }
+        var reader = Reader(file: file, directory: directory)
+        guard let root else { throw DNSError(.invalidConfiguration, "\(file): the file is empty") }
+        return try reader.read(root)
+    }
+
+    private static func describe(_ error: YamlError) -> String {
+        switch error {
+        case let .scanner(_, problem, mark, _), let .parser(_, problem, mark, _):
+            return "line \(mark.line): \(problem)"
+        default:
+            return "\(error)"
+        }
+    }
+}
+
+/// The settings of a lookup, shared by every command: `upstreams`, `ca_file`, the resolver options
+/// (`timeout`, `strategy`, `fallback`, `cache.*` TTLs, ...), `system_dns`, `preresolve` and `cache.persist`.
+public struct LookupSettings: Sendable {
+    public var configuration: HTTPDNSConfiguration
+    public var options: HTTPDNSOptions
+    /// Plain DNS servers (`IP[:port]`) for fallback and comparison; empty means /etc/resolv.conf.
+    public var systemDNS: [String] = []
+    /// Where the cache is persisted, if anywhere.
+    public var persistPath: String?
+    /// Names resolved at start-up (``HTTPDNSConfiguration/preresolve``).
+    public var preresolve: [String] {
+        get { configuration.preresolve }
+        set { configuration.preresolve = newValue }
+    }
+}
+
+/// The settings only `resolve daemon` reads: `listen`, `dns_listen`, `tls`, `watch`, `auth_token`,
+/// `protect_dns_query`, `limits`, `readiness` and `cache.persist_interval`. A lookup command given
+/// the same file ignores them.
+public struct DaemonSettings: Sendable {
     /// A watched host of the daemon.
     public struct Watch: Sendable, Hashable {
         public var host: String
@@ -24,27 +88,16 @@ public struct ConfigFile: Sendable {
         public var interval: Duration
     }
 
-    public var configuration: HTTPDNSConfiguration
-    public var options: HTTPDNSOptions
-    /// Plain DNS servers (`IP[:port]`) for fallback and comparison; empty means /etc/resolv.conf.
-    public var systemDNS: [String] = []
-    /// Where the cache is persisted, if anywhere.
-    public var persistPath: String?
-    /// How often a long-running process (the daemon) snapshots the cache to ``persistPath``.
-    /// Default 300 s; it is also written on shutdown.
+    /// How often the daemon snapshots the cache to ``LookupSettings/persistPath``. Default 300 s;
+    /// it is also written on shutdown.
     public var persistInterval: Duration = .seconds(300)
-    /// Names resolved at start-up (``HTTPDNSConfiguration/preresolve``).
-    public var preresolve: [String] {
-        get { configuration.preresolve }
-        set { configuration.preresolve = newValue }
-    }
-    /// The daemon's HTTP listener, `host:port`. Default `127.0.0.1:8053`.
+    /// The HTTP listener, `host:port`. Default `127.0.0.1:8053`.
     public var listen = "127.0.0.1:8053"
-    /// The daemon's optional plain-DNS stub.
+    /// The optional plain-DNS stub.
     public var dnsListen: String?
     public var watch: [Watch] = []
-    /// The daemon's HTTPS: a PEM certificate chain and its key. With it the listener speaks TLS with
-    /// HTTP/2 and HTTP/1.1 offered by ALPN; without it, plain HTTP/1.1.
+    /// HTTPS: a PEM certificate chain and its key. With it the listener speaks TLS with HTTP/2 and
+    /// HTTP/1.1 offered by ALPN; without it, plain HTTP/1.1.
     public var tls: TLSFiles?
     /// When set, every daemon endpoint but `/healthz` (and `/dns-query` unless
     /// ``protectDNSQuery``) requires `Authorization: Bearer <token>`.
@@ -52,6 +105,8 @@ public struct ConfigFile: Sendable {
     public var protectDNSQuery = false
     public var limits = Limits()
     public var readiness = Readiness()
+
+    public init() {}
 
     /// Paths of the daemon's certificate chain and private key (PEM).
     public struct TLSFiles: Sendable, Hashable {
@@ -89,43 +144,6 @@ public struct ConfigFile: Sendable {
         /// three intervals after it last responded.
         public var interval: Duration = .seconds(10)
         public init() {}
-    }
-
-    /// Reads and validates `path`.
-    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` naming the line and key.
-    public static func load(_ path: String) throws(DNSError) -> ConfigFile {
-        let text: String
-        do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw DNSError(.invalidConfiguration, "cannot read config file '\(path)'")
-        }
-        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
-        return try parse(text, file: path, directory: directory)
-    }
-
-    /// Parses configuration text; `file` names it in errors, `directory` anchors relative paths.
-    public static func parse(_ text: String, file: String = "config", directory: String = ".") throws(DNSError) -> ConfigFile {
-        let root: Node?
-        do {
-            root = try Yams.compose(yaml: text)
-        } catch let error as YamlError {
-            throw DNSError(.invalidConfiguration, "\(file): not valid YAML: \(Self.describe(error))")
-        } catch {
-            throw DNSError(.invalidConfiguration, "\(file): not valid YAML")
-        }
-        var reader = Reader(file: file, directory: directory)
-        guard let root else { throw DNSError(.invalidConfiguration, "\(file): the file is empty") }
-        return try reader.read(root)
-    }
-
-    private static func describe(_ error: YamlError) -> String {
-        switch error {
-        case let .scanner(_, problem, mark, _), let .parser(_, problem, mark, _):
-            return "line \(mark.line): \(problem)"
-        default:
-            return "\(error)"
-        }
     }
 }
 
@@ -205,7 +223,7 @@ private struct Reader {
     mutating func read(_ root: Node) throws(DNSError) -> ConfigFile {
         var upstreams: [UpstreamEndpoint] = []
         var options = HTTPDNSOptions()
-        var config = ConfigFile(configuration: HTTPDNSConfiguration(upstreams: []), options: options)
+        var config = ConfigFile(lookup: LookupSettings(configuration: HTTPDNSConfiguration(upstreams: []), options: options))
         var caFile: String?
         let keys: Set<String> = [
             "upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
@@ -224,43 +242,43 @@ private struct Reader {
             case "allow_private": options.allowPrivate = try bool(value, key)
             case "fallback": options.fallback = try enumeration(value, key, ResolverOptions.Fallback.self)
             case "system_dns":
-                config.systemDNS = try strings(value, key)
-                for server in config.systemDNS where !Self.isServer(server) {
+                config.lookup.systemDNS = try strings(value, key)
+                for server in config.lookup.systemDNS where !Self.isServer(server) {
                     throw fail(value, key, "'\(server)' is not IP or IP:port")
                 }
             case "cache": try cache(value, into: &options, config: &config)
-            case "listen": config.listen = try endpoint(value, key)
-            case "dns_listen": config.dnsListen = try endpoint(value, key)
+            case "listen": config.daemon.listen = try endpoint(value, key)
+            case "dns_listen": config.daemon.dnsListen = try endpoint(value, key)
             case "watch":
                 // `watch:` with nothing after it: no watched hosts.
                 if case let .scalar(scalar) = value, ["", "~", "null"].contains(scalar.string) { continue }
                 guard case let .sequence(list) = value else { throw fail(value, key, "expected a list") }
-                for (index, item) in list.enumerated() { config.watch.append(try watch(item, "watch[\(index)]")) }
-            case "tls": config.tls = try tls(value)
+                for (index, item) in list.enumerated() { config.daemon.watch.append(try watch(item, "watch[\(index)]")) }
+            case "tls": config.daemon.tls = try tls(value)
             case "auth_token":
                 let token = try string(value, key)
                 guard token.utf8.count >= 16, token.utf8.allSatisfy({ (0x21...0x7e).contains($0) }) else {
                     throw fail(value, key, "expected at least 16 printable characters without spaces")
                 }
-                config.authToken = token
-            case "protect_dns_query": config.protectDNSQuery = try bool(value, key)
-            case "limits": config.limits = try limits(value)
-            case "readiness": config.readiness = try readiness(value)
+                config.daemon.authToken = token
+            case "protect_dns_query": config.daemon.protectDNSQuery = try bool(value, key)
+            case "limits": config.daemon.limits = try limits(value)
+            case "readiness": config.daemon.readiness = try readiness(value)
             case "timeout": options.timeout = try seconds(value, key, allowZero: false)
             case "strategy": options.strategy = try enumeration(value, key, UpstreamStrategy.self)
             case "prefer_ipv6": options.preferIPv6 = try bool(value, key)
             case "preresolve":
-                config.preresolve = try strings(value, key)
-                for host in config.preresolve {
+                config.lookup.preresolve = try strings(value, key)
+                for host in config.lookup.preresolve {
                     do { _ = try DomainName(host) } catch { throw fail(value, key, error.message) }
                 }
             default: throw fail(name, key, "unknown key")
             }
         }
         guard !upstreams.isEmpty else { throw fail(root, "upstreams", "at least one trusted upstream is required") }
-        config.configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile, preresolve: config.preresolve)
-        config.options = options
-        do { try config.configuration.validate() } catch { throw fail(root, "upstreams", error.message) }
+        config.lookup.configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile, preresolve: config.lookup.preresolve)
+        config.lookup.options = options
+        do { try config.lookup.configuration.validate() } catch { throw fail(root, "upstreams", error.message) }
         return config
     }
 
@@ -311,8 +329,8 @@ private struct Reader {
             case "failure_ttl": options.failureTTL = try seconds(value, path)
             case "stale_window": options.staleWindow = try seconds(value, path)
             case "capacity": options.cacheCapacity = try integer(value, path, 1...10_000_000)
-            case "persist": config.persistPath = try self.path(value, path)
-            case "persist_interval": config.persistInterval = try seconds(value, path, allowZero: false)
+            case "persist": config.lookup.persistPath = try self.path(value, path)
+            case "persist_interval": config.daemon.persistInterval = try seconds(value, path, allowZero: false)
             case "stale_answer_delay":
                 options.staleAnswerDelay = try seconds(value, path)
                 guard options.staleAnswerDelay <= .seconds(30) else { throw fail(value, path, "must be at most 30 seconds") }
@@ -323,7 +341,7 @@ private struct Reader {
         guard options.minTTL <= options.maxTTL else { throw fail(node, "cache.min_ttl", "is larger than cache.max_ttl") }
     }
 
-    func tls(_ node: Node) throws(DNSError) -> ConfigFile.TLSFiles {
+    func tls(_ node: Node) throws(DNSError) -> DaemonSettings.TLSFiles {
         var certificate: String?, key: String?
         for (name, _, value) in try mapping(node, "tls", allowed: ["cert", "key"]) {
             let file = try path(value, "tls.\(name)")
@@ -331,11 +349,11 @@ private struct Reader {
             if name == "cert" { certificate = file } else { key = file }
         }
         guard let certificate, let key else { throw fail(node, "tls", "needs both cert and key") }
-        return ConfigFile.TLSFiles(certificate: certificate, key: key)
+        return DaemonSettings.TLSFiles(certificate: certificate, key: key)
     }
 
-    func limits(_ node: Node) throws(DNSError) -> ConfigFile.Limits {
-        var limits = ConfigFile.Limits()
+    func limits(_ node: Node) throws(DNSError) -> DaemonSettings.Limits {
+        var limits = DaemonSettings.Limits()
         let keys: Set<String> = ["max_body_bytes", "max_url_length", "max_concurrent_requests", "max_connections", "request_timeout", "idle_timeout"]
         for (name, _, value) in try mapping(node, "limits", allowed: keys) {
             let path = "limits.\(name)"
@@ -354,8 +372,8 @@ private struct Reader {
         return limits
     }
 
-    func readiness(_ node: Node) throws(DNSError) -> ConfigFile.Readiness {
-        var readiness = ConfigFile.Readiness()
+    func readiness(_ node: Node) throws(DNSError) -> DaemonSettings.Readiness {
+        var readiness = DaemonSettings.Readiness()
         for (name, _, value) in try mapping(node, "readiness", allowed: ["probe", "interval"]) {
             let path = "readiness.\(name)"
             switch name {
@@ -372,7 +390,7 @@ private struct Reader {
         return readiness
     }
 
-    func watch(_ node: Node, _ key: String) throws(DNSError) -> ConfigFile.Watch {
+    func watch(_ node: Node, _ key: String) throws(DNSError) -> DaemonSettings.Watch {
         var host: String?, port = 443, interval = Duration.seconds(30)
         for (name, _, value) in try mapping(node, key, allowed: ["host", "port", "interval"]) {
             let path = "\(key).\(name)"
@@ -387,7 +405,7 @@ private struct Reader {
             }
         }
         guard let host else { throw fail(node, key, "needs host") }
-        return ConfigFile.Watch(host: host, port: port, interval: interval)
+        return DaemonSettings.Watch(host: host, port: port, interval: interval)
     }
 
     /// A listener: `IPv4:port` or `[IPv6]:port`, parsed as the daemon binds it.

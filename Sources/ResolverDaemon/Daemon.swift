@@ -27,10 +27,10 @@ final class Runtime: Sendable {
     /// `logger` gets the engine's upstream events (circuit opened/closed, failures); the engine's
     /// metrics go to `metrics`.
     convenience init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger) throws(DNSError) {
-        let system = try SystemResolver(servers: config.systemDNS)
+        let system = try SystemResolver(servers: config.lookup.systemDNS)
         let resolver = try HTTPDNSResolver(
-            configuration: config.configuration, options: config.options,
-            fallback: config.options.fallback == .system ? system : nil, metrics: metrics, logger: logger)
+            configuration: config.lookup.configuration, options: config.lookup.options,
+            fallback: config.lookup.options.fallback == .system ? system : nil, metrics: metrics, logger: logger)
         self.init(config, resolver: resolver, system: system)
     }
 
@@ -39,8 +39,8 @@ final class Runtime: Sendable {
         self.config = config
         self.system = system
         self.resolver = resolver
-        let probeTimeout = min(config.options.timeout, .seconds(3))
-        let caFile = config.configuration.caFile
+        let probeTimeout = min(config.lookup.options.timeout, .seconds(3))
+        let caFile = config.lookup.configuration.caFile
         detector = HijackDetector(
             trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: probeTimeout),
             prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile))
@@ -54,7 +54,7 @@ final class Runtime: Sendable {
 
     /// The question that keeps readiness true while answers come from the cache (`readiness.probe`).
     var readinessProbe: DNSMessage.Question {
-        let name = config.readiness.probe ?? config.watch.first?.host ?? config.preresolve.first
+        let name = config.daemon.readiness.probe ?? config.daemon.watch.first?.host ?? config.lookup.preresolve.first
         if let name, let domain = try? DomainName(name) { return DNSMessage.Question(name: domain, type: .a) }
         return DNSMessage.Question(name: .root, type: .ns)
     }
@@ -109,7 +109,7 @@ final class DaemonState: Sendable {
     }
 
     /// How long an upstream counts as reachable after it last responded.
-    var readyWindow: Duration { current.config.readiness.interval * 3 }
+    var readyWindow: Duration { current.config.daemon.readiness.interval * 3 }
 
     /// Ready when some trusted upstream responded within the window and has not failed since —
     /// the upstreams' own health, whatever the cache holds.
@@ -149,8 +149,8 @@ package final class Daemon: Sendable {
         let config = try ConfigFile.load(configPath)
         let runtime = try Runtime(config, metrics: metrics, logger: logger)
         _ = try Self.tlsContext(config)
-        _ = try Self.listenAddress(config.listen)
-        if let dns = config.dnsListen { _ = try Self.listenAddress(dns, key: "dns_listen") }
+        _ = try Self.listenAddress(config.daemon.listen)
+        if let dns = config.daemon.dnsListen { _ = try Self.listenAddress(dns, key: "dns_listen") }
         state = DaemonState(runtime: runtime, configPath: configPath, metrics: DaemonMetrics(factory: metrics), logger: logger)
         self.exposition = exposition
         self.signals = signals
@@ -173,7 +173,7 @@ package final class Daemon: Sendable {
     }
 
     private func listening() {
-        let dnsExpected = state.current.config.dnsListen != nil
+        let dnsExpected = state.current.config.daemon.dnsListen != nil
         let ready = bound.withLock { $0.http != nil && (!dnsExpected || ($0.dnsUDP != nil && $0.dnsTCP != nil)) }
         guard ready else { return }
         for continuation in started.withLock({ waiting in
@@ -193,7 +193,7 @@ package final class Daemon: Sendable {
         let logger = state.logger
         let runtime = state.current
         let config = runtime.config
-        let (host, port) = try Self.listenAddress(config.listen)
+        let (host, port) = try Self.listenAddress(config.daemon.listen)
 
         let maxConnections = Self.connectionLimit(config, logger: logger)
         let router = Router()
@@ -210,7 +210,7 @@ package final class Daemon: Sendable {
             .init(service: http), .init(service: Watcher(state: state)), .init(service: ReadinessMonitor(state: state)),
             .init(service: Reloader(state: state)),
         ]
-        if let dnsListen = config.dnsListen {
+        if let dnsListen = config.daemon.dnsListen {
             let (dnsHost, dnsPort) = try Self.listenAddress(dnsListen, key: "dns_listen")
             var stub = DNSStub(state: state, host: dnsHost, port: dnsPort, maxConnections: maxConnections)
             stub.onBound = { [self] udp, tcp in
@@ -230,7 +230,7 @@ package final class Daemon: Sendable {
         groupConfiguration.maximumCancellationDuration = .seconds(5)
         let serviceGroup = ServiceGroup(configuration: groupConfiguration)
         group.withLock { $0 = serviceGroup }
-        if let persist = config.persistPath {
+        if let persist = config.lookup.persistPath {
             do { _ = try runtime.resolver.loadCache(from: persist) } catch {
                 logger.warning("ignoring the cache file", metadata: ["error": "\(error.message)"])
             }
@@ -238,7 +238,7 @@ package final class Daemon: Sendable {
         var failure: (any Error)?
         do { try await serviceGroup.run() } catch { failure = error }
         let final = state.current
-        if let persist = final.config.persistPath {
+        if let persist = final.config.lookup.persistPath {
             do { try final.resolver.saveCache(to: persist) } catch {
                 logger.error("cache not saved", metadata: ["error": "\(error.message)"])
             }
@@ -255,7 +255,7 @@ package final class Daemon: Sendable {
     /// (what DoH clients expect); nil for plain HTTP/1.1. Built while the config is read, so that a
     /// key that does not match the certificate is an error of the config, not of the listener.
     static func tlsContext(_ config: ConfigFile) throws(DNSError) -> NIOSSLContext? {
-        guard let files = config.tls else { return nil }
+        guard let files = config.daemon.tls else { return nil }
         let chain: [NIOSSLCertificate]
         let key: NIOSSLPrivateKey
         do {
@@ -290,15 +290,15 @@ package final class Daemon: Sendable {
     static func connectionLimit(_ config: ConfigFile, logger: Logger) -> Int {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < 1 << 30 else {
-            return config.limits.maxConnections
+            return config.daemon.limits.maxConnections
         }
-        let listeners = config.dnsListen == nil ? 1 : 2
+        let listeners = config.daemon.dnsListen == nil ? 1 : 2
         let room = max(16, (Int(limit.rlim_cur) - 128) / listeners)
-        guard config.limits.maxConnections > room else { return config.limits.maxConnections }
+        guard config.daemon.limits.maxConnections > room else { return config.daemon.limits.maxConnections }
         logger.warning(
             "limits.max_connections lowered to fit the descriptor limit",
             metadata: [
-                "configured": "\(config.limits.maxConnections)", "used": "\(room)", "nofile": "\(limit.rlim_cur)",
+                "configured": "\(config.daemon.limits.maxConnections)", "used": "\(room)", "nofile": "\(limit.rlim_cur)",
             ])
         return room
     }
@@ -320,9 +320,9 @@ struct CachePersister: Service {
     func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
-                try? await Task.sleep(for: state.current.config.persistInterval)
+                try? await Task.sleep(for: state.current.config.daemon.persistInterval)
                 let runtime = state.current
-                guard !Task.isCancelled, let path = runtime.config.persistPath else { continue }
+                guard !Task.isCancelled, let path = runtime.config.lookup.persistPath else { continue }
                 do throws(DNSError) { try runtime.resolver.saveCache(to: path) } catch {
                     state.logger.error("cache not saved, retrying at the next interval", metadata: ["error": "\(error.message)"])
                 }
@@ -341,10 +341,10 @@ struct ReadinessMonitor: Service {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 let runtime = state.current
-                let interval = runtime.config.readiness.interval
+                let interval = runtime.config.daemon.readiness.interval
                 await runtime.resolver.probeIdleUpstreams(
                     runtime.readinessProbe, idle: interval,
-                    timeout: min(runtime.config.options.timeout, interval))
+                    timeout: min(runtime.config.lookup.options.timeout, interval))
                 state.metrics.ready.record(state.isReady ? 1 : 0)
                 try? await Task.sleep(for: interval / 2)
             }
@@ -372,25 +372,25 @@ struct Reloader: Service {
             let config = try ConfigFile.load(state.configPath)
             let running = state.current.config
             for (key, changed) in [
-                ("listen", config.listen != running.listen), ("tls", config.tls != running.tls),
-                ("dns_listen", config.dnsListen != running.dnsListen),
-                ("limits.max_connections", config.limits.maxConnections != running.limits.maxConnections),
-                ("limits.request_timeout", config.limits.requestTimeout != running.limits.requestTimeout),
-                ("limits.idle_timeout", config.limits.idleTimeout != running.limits.idleTimeout),
+                ("listen", config.daemon.listen != running.daemon.listen), ("tls", config.daemon.tls != running.daemon.tls),
+                ("dns_listen", config.daemon.dnsListen != running.daemon.dnsListen),
+                ("limits.max_connections", config.daemon.limits.maxConnections != running.daemon.limits.maxConnections),
+                ("limits.request_timeout", config.daemon.limits.requestTimeout != running.daemon.limits.requestTimeout),
+                ("limits.idle_timeout", config.daemon.limits.idleTimeout != running.daemon.limits.idleTimeout),
             ] where changed {
                 logger.warning("\(key) changed: takes effect after a restart", metadata: ["key": "\(key)"])
             }
             // The TLS files must make a TLS context: a restart must not fail on what a reload accepted.
             _ = try Daemon.tlsContext(config)
             let old = state.replace(with: try Runtime(config, metrics: state.metrics.factory, logger: logger))
-            state.forget(except: Set(config.watch.map(\.host)))
+            state.forget(except: Set(config.daemon.watch.map(\.host)))
             // Lookups still running on the old runtime finish with its upstreams; its c-ares
             // thread is stopped once they had time to.
             Task {
                 try? await Task.sleep(for: .seconds(30))
                 old.shutdown()
             }
-            logger.notice("configuration reloaded", metadata: ["file": "\(state.configPath)", "watched": "\(config.watch.count)"])
+            logger.notice("configuration reloaded", metadata: ["file": "\(state.configPath)", "watched": "\(config.daemon.watch.count)"])
         } catch {
             logger.error("configuration NOT reloaded, the previous one keeps serving", metadata: ["error": "\(error.message)"])
         }

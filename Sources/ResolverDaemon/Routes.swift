@@ -56,7 +56,7 @@ enum Routes {
     static func statusJSON(_ state: DaemonState) -> String {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        let order = state.current.config.watch.map(\.host)
+        let order = state.current.config.daemon.watch.map(\.host)
         let statuses = Dictionary(state.allStatuses().map { ($0.host, $0) }, uniquingKeysWith: { a, _ in a })
         var hosts: [JSONValue] = []
         for host in order {

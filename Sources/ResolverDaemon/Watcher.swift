@@ -18,7 +18,7 @@ struct Watcher: Service {
         await cancelWhenGracefulShutdown {
             var due: [String: ContinuousClock.Instant] = [:]
             while !Task.isCancelled {
-                let watches = state.current.config.watch
+                let watches = state.current.config.daemon.watch
                 let now = ContinuousClock.now
                 let ready = watches.filter { due[$0.host].map { $0 <= now } ?? true }
                 for watch in ready {
@@ -35,7 +35,7 @@ struct Watcher: Service {
         }
     }
 
-    func check(_ watch: ConfigFile.Watch) async {
+    func check(_ watch: DaemonSettings.Watch) async {
         let runtime = state.current
         let detector = HijackDetector(
             trusted: runtime.detector.trusted, system: runtime.detector.system,

@@ -103,10 +103,10 @@ struct LookupOptions: ParsableArguments {
         get throws { try AddressQuery(rawValue: type.lowercased()).orThrow(ValidationError("--type must be a, aaaa or both, not '\(type)'")) }
     }
 
-    /// The config file, when one was given.
-    func loadConfig() throws -> ConfigFile? {
+    /// The config file's lookup settings, when one was given (its daemon settings are the daemon's).
+    func loadConfig() throws -> LookupSettings? {
         guard let config else { return nil }
-        do { return try ConfigFile.load(config) } catch { throw ValidationError(error.message) }
+        do { return try ConfigFile.load(config).lookup } catch { throw ValidationError(error.message) }
     }
 
     /// Builds the resolver's configuration and options from the config file and the flags (flags win).
@@ -189,7 +189,7 @@ struct LookupOptions: ParsableArguments {
     }
 
     /// The plain-DNS side: --system-dns, else the config's system_dns, else /etc/resolv.conf.
-    func makeSystemResolver(_ file: ConfigFile?) throws(DNSError) -> SystemResolver {
+    func makeSystemResolver(_ file: LookupSettings?) throws(DNSError) -> SystemResolver {
         try SystemResolver(servers: systemDNS.isEmpty ? (file?.systemDNS ?? []) : systemDNS)
     }
 }

@@ -35,46 +35,48 @@ import Testing
     @Test func readsEveryKey() throws {
         let config = try ConfigFile.parse(Self.full, file: "c.yaml", directory: "/etc/httpdns")
         #expect(
-            config.configuration.upstreams.map(\.url) == [
+            config.lookup.configuration.upstreams.map(\.url) == [
                 "https://doh-a.test:18443/dns-query", "https://json.test:18443/resolve", "https://doh-b.test:18444/dns-query",
             ])
-        #expect(config.configuration.upstreams[0].bootstrap.map(\.description) == ["127.0.0.1", "::1"])
-        #expect(config.configuration.upstreams[1].kind == .json)
-        #expect(config.configuration.upstreams[2].kind == .doh(.post))
-        #expect(config.configuration.upstreams[2].pinnedPublicKey?.hasPrefix("sha256//") == true)
-        #expect(config.options.allowPrivate)
-        #expect(config.options.fallback == .system)
-        #expect(config.options.timeout == .milliseconds(2500))
-        #expect(config.options.strategy == .fastest)
-        #expect(config.options.minTTL == .seconds(30) && config.options.maxTTL == .seconds(3600))
-        #expect(config.options.negativeTTL == .seconds(15) && config.options.staleWindow == .seconds(600))
-        #expect(config.options.cacheCapacity == 5000)
-        #expect(config.persistPath == "/etc/httpdns/cache.bin")
-        #expect(config.persistInterval == .seconds(60))
-        #expect(config.options.staleAnswerDelay == .milliseconds(1800))
-        #expect(!config.options.prefetch)
-        #expect(config.configuration.preresolve == ["www.hd.test"], "pre-resolve reaches the resolver's configuration")
-        #expect(config.systemDNS == ["127.0.0.1:18055", "::1"])
-        #expect(config.dnsListen == "127.0.0.1:5353")
-        #expect(config.preresolve == ["www.hd.test"])
-        #expect(config.watch == [.init(host: "www.hd.test", port: 443, interval: .seconds(30))])
-        #expect(config.authToken == "s3cret-token-0123456789" && config.protectDNSQuery)
-        #expect(config.limits.maxBodyBytes == 4096 && config.limits.maxURLLength == 2048 && config.limits.maxConcurrentRequests == 64)
-        #expect(config.tls == nil)
+        #expect(config.lookup.configuration.upstreams[0].bootstrap.map(\.description) == ["127.0.0.1", "::1"])
+        #expect(config.lookup.configuration.upstreams[1].kind == .json)
+        #expect(config.lookup.configuration.upstreams[2].kind == .doh(.post))
+        #expect(config.lookup.configuration.upstreams[2].pinnedPublicKey?.hasPrefix("sha256//") == true)
+        #expect(config.lookup.options.allowPrivate)
+        #expect(config.lookup.options.fallback == .system)
+        #expect(config.lookup.options.timeout == .milliseconds(2500))
+        #expect(config.lookup.options.strategy == .fastest)
+        #expect(config.lookup.options.minTTL == .seconds(30) && config.lookup.options.maxTTL == .seconds(3600))
+        #expect(config.lookup.options.negativeTTL == .seconds(15) && config.lookup.options.staleWindow == .seconds(600))
+        #expect(config.lookup.options.cacheCapacity == 5000)
+        #expect(config.lookup.persistPath == "/etc/httpdns/cache.bin")
+        #expect(config.daemon.persistInterval == .seconds(60))
+        #expect(config.lookup.options.staleAnswerDelay == .milliseconds(1800))
+        #expect(!config.lookup.options.prefetch)
+        #expect(config.lookup.configuration.preresolve == ["www.hd.test"], "pre-resolve reaches the resolver's configuration")
+        #expect(config.lookup.systemDNS == ["127.0.0.1:18055", "::1"])
+        #expect(config.daemon.dnsListen == "127.0.0.1:5353")
+        #expect(config.lookup.preresolve == ["www.hd.test"])
+        #expect(config.daemon.watch == [.init(host: "www.hd.test", port: 443, interval: .seconds(30))])
+        #expect(config.daemon.authToken == "s3cret-token-0123456789" && config.daemon.protectDNSQuery)
+        #expect(
+            config.daemon.limits.maxBodyBytes == 4096 && config.daemon.limits.maxURLLength == 2048 && config.daemon.limits.maxConcurrentRequests == 64
+        )
+        #expect(config.daemon.tls == nil)
     }
 
     @Test func tlsNamesReadableFilesAndAnEmptyWatchIsNone() throws {
         let config = try ConfigFile.parse("upstreams:\n  - doh: https://127.0.0.1/q\ntls: {cert: /etc/hostname, key: /etc/hostname}\nwatch:\n")
-        #expect(config.tls == .init(certificate: "/etc/hostname", key: "/etc/hostname"))
-        #expect(config.watch.isEmpty)
-        #expect(ConfigFile.Limits() == config.limits, "defaults: 65,535-byte bodies, 8,192-byte URLs, 1,024 requests")
+        #expect(config.daemon.tls == .init(certificate: "/etc/hostname", key: "/etc/hostname"))
+        #expect(config.daemon.watch.isEmpty)
+        #expect(DaemonSettings.Limits() == config.daemon.limits, "defaults: 65,535-byte bodies, 8,192-byte URLs, 1,024 requests")
     }
 
     @Test func defaultsApplyWhenKeysAreMissing() throws {
         let config = try ConfigFile.parse("upstreams:\n  - doh: https://127.0.0.1:18443/dns-query\n")
-        #expect(config.options == HTTPDNSOptions())
-        #expect(config.listen == "127.0.0.1:8053")
-        #expect(config.systemDNS.isEmpty && config.watch.isEmpty && config.persistPath == nil)
+        #expect(config.lookup.options == HTTPDNSOptions())
+        #expect(config.daemon.listen == "127.0.0.1:8053")
+        #expect(config.lookup.systemDNS.isEmpty && config.daemon.watch.isEmpty && config.lookup.persistPath == nil)
     }
 
     @Test(arguments: [
@@ -150,12 +152,12 @@ import Testing
             limits: {max_connections: 200, request_timeout: 3, idle_timeout: 30}
             readiness: {probe: www.hd.test, interval: 5}
             """)
-        #expect(config.listen == "[::1]:8053")
-        #expect(config.limits.maxConnections == 200)
-        #expect(config.limits.requestTimeout == .seconds(3))
-        #expect(config.limits.idleTimeout == .seconds(30))
-        #expect(config.readiness.probe == "www.hd.test")
-        #expect(config.readiness.interval == .seconds(5))
+        #expect(config.daemon.listen == "[::1]:8053")
+        #expect(config.daemon.limits.maxConnections == 200)
+        #expect(config.daemon.limits.requestTimeout == .seconds(3))
+        #expect(config.daemon.limits.idleTimeout == .seconds(30))
+        #expect(config.daemon.readiness.probe == "www.hd.test")
+        #expect(config.daemon.readiness.interval == .seconds(5))
     }
 
     @Test func unreadableFileIsAClearError() {

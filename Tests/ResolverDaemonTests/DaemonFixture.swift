@@ -29,8 +29,9 @@ struct DaemonFixture {
             \(extra)
             """)
         metrics = TestMetrics()
-        resolver = HTTPDNSResolver(configuration: config.configuration, options: config.options, upstreams: [upstream], metrics: metrics)
-        let runtime = Runtime(config, resolver: resolver, system: try SystemResolver(servers: config.systemDNS))
+        resolver = HTTPDNSResolver(
+            configuration: config.lookup.configuration, options: config.lookup.options, upstreams: [upstream], metrics: metrics)
+        let runtime = Runtime(config, resolver: resolver, system: try SystemResolver(servers: config.lookup.systemDNS))
         state = DaemonState(runtime: runtime, configPath: "test.yaml", metrics: DaemonMetrics(factory: metrics), logger: Logger(label: "test"))
         let router = Router()
         Routes.install(on: router, state: state, exposition: { Array("# metrics\n".utf8) })

@@ -85,7 +85,7 @@ final class RequestGateway: Sendable {
         {
             return .ready(record(refused, route: route, method: request.method, started: started))
         }
-        if (request.body?.readableBytes ?? 0) > runtime.config.limits.maxBodyBytes {
+        if (request.body?.readableBytes ?? 0) > runtime.config.daemon.limits.maxBodyBytes {
             return .ready(record(runtime.policy.bodyTooLarge(), route: route, method: request.method, started: started))
         }
         if route == DoHRequest.path {
@@ -187,7 +187,7 @@ final class RequestGateway: Sendable {
 
     private func enter(_ runtime: Runtime) -> Bool {
         let running = state.requestsInFlight.add(1, ordering: .relaxed).newValue
-        guard running <= runtime.config.limits.maxConcurrentRequests else {
+        guard running <= runtime.config.daemon.limits.maxConcurrentRequests else {
             state.requestsInFlight.subtract(1, ordering: .relaxed)
             return false
         }
@@ -197,7 +197,7 @@ final class RequestGateway: Sendable {
     private func leave() { state.requestsInFlight.subtract(1, ordering: .relaxed) }
 
     private static func busy(_ runtime: Runtime) -> HTTPAnswer {
-        .text(503, "too many requests in flight (limit \(runtime.config.limits.maxConcurrentRequests))\n", headers: [("retry-after", "1")])
+        .text(503, "too many requests in flight (limit \(runtime.config.daemon.limits.maxConcurrentRequests))\n", headers: [("retry-after", "1")])
     }
 
     private func record(_ answer: HTTPAnswer, route: Substring, method: String, started: UInt64) -> HTTPAnswer {

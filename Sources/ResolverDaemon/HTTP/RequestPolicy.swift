@@ -21,14 +21,14 @@ struct HTTPAnswer: Sendable {
 /// declared body over the limit (413). The concurrency limit (503 with `Retry-After: 1`) is the
 /// gateway's, since a cached DoH answer holds nothing and is exempt.
 struct RequestPolicy: Sendable {
-    var limits: ConfigFile.Limits
+    var limits: DaemonSettings.Limits
     var authToken: String?
     var protectDNSQuery: Bool
 
     init(_ config: ConfigFile) {
-        limits = config.limits
-        authToken = config.authToken
-        protectDNSQuery = config.protectDNSQuery
+        limits = config.daemon.limits
+        authToken = config.daemon.authToken
+        protectDNSQuery = config.daemon.protectDNSQuery
     }
 
     /// The daemon's paths and the methods each takes.

@@ -20,7 +20,7 @@ struct HTTPListener: Service {
         var http1: HTTP1ConnectionHandler.Configuration
         var http2: HTTP2ServerConnection.Configuration
 
-        init(_ limits: ConfigFile.Limits, drainTimeout: Duration) {
+        init(_ limits: DaemonSettings.Limits, drainTimeout: Duration) {
             func amount(_ duration: Duration) -> TimeAmount { .nanoseconds(Int64(duration / .nanoseconds(1))) }
             handshakeTimeout = amount(limits.requestTimeout)
             http1 = .init(maxBodyBytes: limits.maxBodyBytes, requestTimeout: amount(limits.requestTimeout), idleTimeout: amount(limits.idleTimeout))
@@ -74,7 +74,7 @@ struct HTTPListener: Service {
     private func setUp(_ channel: any Channel) throws {
         let sync = channel.pipeline.syncOperations
         let metrics = gateway.metrics
-        let limits = Limits(gateway.state.current.config.limits, drainTimeout: drainTimeout)
+        let limits = Limits(gateway.state.current.config.daemon.limits, drainTimeout: drainTimeout)
         let guardHandler = ConnectionGuard(deadline: limits.handshakeTimeout) { metrics.connectionRejected(.http, reason: "timeout") }
         try sync.addHandler(guardHandler)
         guard let sslContext else {
