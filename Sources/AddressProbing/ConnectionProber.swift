@@ -12,10 +12,12 @@ import Synchronization
 ///   server sends. Weaker evidence: anyone on the path can copy a marker, nobody can forge a
 ///   certificate.
 public struct AddressProbe: Sendable, Hashable {
+    /// What the probe did on the connection (see the type's description).
     public enum Kind: String, Sendable, Hashable, Codable {
         case tcp, tls, http
     }
 
+    /// What the probe found; the raw values are the JSON output's `outcome` strings.
     public enum Outcome: String, Sendable, Hashable, Codable {
         case ok
         /// TLS: the chain does not lead to a trusted root.
@@ -73,6 +75,7 @@ public protocol AddressProbing: Sendable {
 
 /// Probes over a connection of its own (never a pooled one), through the shared libcurl engine.
 public struct ConnectionProber: AddressProbing {
+    /// The kind of probe to make, with what an HTTP probe looks for.
     public enum Mode: Sendable, Hashable {
         case tcp
         case tls

@@ -3,6 +3,7 @@
 /// Decoding never traps: every defect is a specific ``WireError``. Names are case-folded as they are
 /// read, so comparisons are DNS's case-insensitive ones.
 public struct DNSMessage: Sendable, Hashable {
+    /// What a query asks: a name, a record type and a class (IN unless said otherwise).
     public struct Question: Sendable, Hashable {
         public var name: DomainName
         public var type: RecordType
@@ -15,6 +16,7 @@ public struct DNSMessage: Sendable, Hashable {
         }
     }
 
+    /// A zone's start of authority (RFC 1035 §3.3.13), which negative answers carry for their TTL.
     public struct SOA: Sendable, Hashable {
         public var primary: DomainName
         public var mailbox: DomainName
@@ -39,6 +41,7 @@ public struct DNSMessage: Sendable, Hashable {
         }
     }
 
+    /// A record's data, interpreted for the types this library reads (A, AAAA, CNAME, SOA).
     public enum RecordData: Sendable, Hashable {
         case address(IPAddress)
         case cname(DomainName)
@@ -47,6 +50,7 @@ public struct DNSMessage: Sendable, Hashable {
         case opaque([UInt8])
     }
 
+    /// A resource record of the answer, authority or additional section.
     public struct Record: Sendable, Hashable {
         public var name: DomainName
         public var type: RecordType
@@ -67,6 +71,7 @@ public struct DNSMessage: Sendable, Hashable {
         }
     }
 
+    /// The Internet class, the only one this library asks in.
     public static let classIN: UInt16 = 1
     /// The largest message DNS can carry over any transport.
     public static let maxSize = 65_535
@@ -91,7 +96,9 @@ public struct DNSMessage: Sendable, Hashable {
         self.additionals = additionals
     }
 
+    /// QR: the message is a response.
     public var isResponse: Bool { flags & 0x8000 != 0 }
+    /// 0 for a standard query (RFC 1035 §4.1.1).
     public var opcode: UInt8 { UInt8((flags >> 11) & 0x0f) }
 
     /// The full RCODE: the header's 4 bits extended by the OPT record's 8 (RFC 6891 §6.1.3).

@@ -55,7 +55,9 @@ package final class ResolverEngine: Sendable {
         self.clock = clock
     }
 
-    /// Resolves `host`; see `HTTPDNSResolver.resolve(_:type:)`.
+    /// Resolves `host`: an IP literal as it is, a fresh cached answer at once, else one lookup per
+    /// address family shared by every caller asking the same (single flight), served stale when
+    /// the options allow. Throws the lookup's ``DNSError``.
     package func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
         let started = clock.now
         if var hit = resolveWithoutWaiting(host, type: type) {

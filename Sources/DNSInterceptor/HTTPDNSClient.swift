@@ -23,6 +23,8 @@ import FoundationNetworking
 /// All requests share the process's one libcurl engine with the resolver's own DoH queries, so
 /// connections (HTTP/2, keep-alive) are reused across requests.
 public final class HTTPDNSClient: Sendable {
+    /// How the client connects, follows redirects and keeps bodies; every default is URLSession's
+    /// behaviour where it has one.
     public struct Options: Sendable {
         /// Extra trust anchors (PEM) for origins, added to the system's. Default: none.
         public var caFile: String?
@@ -58,6 +60,7 @@ public final class HTTPDNSClient: Sendable {
     public let resolver: HTTPDNSResolver
     public let options: Options
 
+    /// A client that resolves every origin (and every redirect's) through `resolver`.
     public init(resolver: HTTPDNSResolver, options: Options = Options()) {
         self.resolver = resolver
         self.options = options

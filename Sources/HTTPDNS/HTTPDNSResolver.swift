@@ -30,13 +30,18 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// (`resolution.expiresAt - resolver.clock.now` is the time an answer has left).
     public var clock: any ResolverClock { engine.clock }
 
+    /// A resolver over the configured DoH and JSON upstreams, reached at their bootstrap addresses.
+    ///
     /// - Parameters:
+    ///   - configuration: the trusted upstreams, the CA file and the names to resolve at once.
+    ///   - options: cache TTL bounds, stale serving, prefetch, timeouts, strategy, fallback policy.
     ///   - fallback: the system's DNS (`SystemResolver`), used only when `options.fallback` is `.system`.
-    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` when an upstream cannot be
-    ///   reached without DNS or the CA file is unreadable.
-    ///   - metrics: where the engine's counters and timers go (see `ResolverMetrics` for their names);
+    ///   - clock: what TTLs, deadlines, budgets and sleeps are measured with (a test passes its own).
+    ///   - metrics: where the engine's counters and timers go (`httpdns_*`, listed in the README);
     ///     by default the application's bootstrapped `MetricsSystem.factory`.
     ///   - logger: where upstream failures and circuit-breaker changes are logged; silent by default.
+    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` when an upstream cannot be
+    ///   reached without DNS or the CA file is unreadable.
     public convenience init(
         configuration: HTTPDNSConfiguration, options: HTTPDNSOptions = .init(),
         fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),

@@ -4,6 +4,7 @@ import HTTPDNS
 
 /// One side of a comparison: something that answers "which addresses does this host have".
 public protocol AnswerSource: Sendable {
+    /// The addresses of `host`, or why there are none. Never throws: a failure is an answer too.
     func answer(for host: String, type: AddressQuery) async -> ResolverAnswer
 }
 
@@ -118,7 +119,9 @@ public struct HijackDetector: Sendable {
     public var system: any AnswerSource
     /// nil: answers are compared without probing, so a difference stays `suspicious`.
     public var prober: (any AddressProbing)?
+    /// The port probed on each address that only one side returned (443 for TLS).
     public var probePort: Int
+    /// The address families asked on both sides.
     public var type: AddressQuery
 
     public init(
