@@ -170,8 +170,8 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
     private var heldRead = false
     private var lastActivity = NIODeadline.now()
     private var partialSince: NIODeadline?
-    private var timer: RepeatedTask?
-    private var context: ChannelHandlerContext?
+    var timer: RepeatedTask?
+    var context: ChannelHandlerContext?
     private var closing = false
 
     init(state: DaemonState, lookups: LookupBudget) {
@@ -179,18 +179,13 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
         self.lookups = lookups
     }
 
-    /// The event loop's clock (a test's embedded loop moves it by hand).
-    var now: NIODeadline { context?.eventLoop.now ?? .now() }
-
     func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
         lastActivity = context.eventLoop.now
-        timer = startTicking(context)
+        startTicking(context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        timer?.cancel()
-        self.context = nil
+        stopTicking()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -38,8 +38,8 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
     private var state: State
     private var served = 0
     private var closeWhenDone = false
-    private var context: ChannelHandlerContext?
-    private var timer: RepeatedTask?
+    var context: ChannelHandlerContext?
+    var timer: RepeatedTask?
     private var date = HTTPDate()
 
     init(gateway: RequestGateway, configuration: Configuration, scheme: String, logger: Logger) {
@@ -50,19 +50,13 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
         state = .idle(since: .now())
     }
 
-    /// The event loop's clock (a test's embedded loop moves it by hand).
-    var now: NIODeadline { context?.eventLoop.now ?? .now() }
-
     func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
         state = .idle(since: context.eventLoop.now)
-        timer = startTicking(context)
+        startTicking(context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
-        self.context = nil
+        stopTicking()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -18,10 +18,10 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
     private var connection: HTTP2ServerConnection
     private let gateway: RequestGateway
     private let logger: Logger
-    private var context: ChannelHandlerContext?
+    var context: ChannelHandlerContext?
     private var reading = false
     private var flushPending = false
-    private var timer: RepeatedTask?
+    var timer: RepeatedTask?
     /// The write of the last frame sent while draining: the connection closes after it is on the wire.
     private var lastWrite: EventLoopFuture<Void>?
     private var closing = false
@@ -40,19 +40,13 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
         connection = HTTP2ServerConnection(configuration: configuration, now: .now())
     }
 
-    /// The event loop's clock (a test's embedded loop moves it by hand).
-    var now: NIODeadline { context?.eventLoop.now ?? .now() }
-
     func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
         connection = HTTP2ServerConnection(configuration: connection.configuration, now: context.eventLoop.now)
-        timer = startTicking(context)
+        startTicking(context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
-        self.context = nil
+        stopTicking()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
