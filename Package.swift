@@ -26,6 +26,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        // The commercial HTTPDNS APIs' signing and encryption (MD5, HMAC-SHA256, AES-CBC/GCM).
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         // System libraries. shim.h holds only static inline wrappers for variadic C calls.
@@ -55,11 +57,13 @@ let package = Package(
         // Plain DNS via c-ares: the system's view, for fallback and comparison.
         .target(name: "SystemResolver", dependencies: ["CCares", "DNSCore"]),
 
-        // Public façade: trusted DoH / JSON upstreams, bootstrap, presets, system fallback.
+        // Public façade: trusted DoH / JSON / vendor-API upstreams, bootstrap, presets, system fallback.
         .target(
             name: "HTTPDNS",
             dependencies: [
                 "DNSCore", "CurlSupport", "SystemResolver",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]),

@@ -12,7 +12,7 @@
 /// 0 for none), count (UInt16), each family (UInt8 4|6) + bytes + TTL (UInt32).
 enum CacheSnapshot {
     static let magic: [UInt8] = Array("HDNSC1".utf8) + [0, 0]
-    static let sources: [Resolution.Source] = [.doh, .json, .cache, .stale, .system, .literal]
+    static let sources: [Resolution.Source] = [.doh, .json, .cache, .stale, .system, .literal, .httpdns]
 
     static func encode(
         _ entries: [(CacheKey, CacheEntry)], monotonicNow: ResolverInstant,

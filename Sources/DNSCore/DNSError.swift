@@ -29,6 +29,11 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
         case malformedResponse = "malformed_response"
         /// The response does not answer the question that was asked (ID, opcode, QR or question).
         case mismatchedResponse = "mismatched_response"
+        /// A vendor HTTPDNS service refused the request's credentials (signature, expiry, account,
+        /// token). Not retried on another service IP: it would fail the same everywhere.
+        case unauthorized
+        /// A vendor HTTPDNS service is rate-limiting the account (HTTP 429).
+        case rateLimited = "rate_limited"
         /// The resolver answered SERVFAIL.
         case serverFailure = "server_failure"
         /// The resolver refused the query, or answered another error RCODE.

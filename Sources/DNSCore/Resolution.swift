@@ -20,6 +20,8 @@ public struct Resolution: Sendable, Hashable {
         case system
         /// The host was an IP literal; nothing was resolved.
         case literal
+        /// A commercial HTTPDNS service's own API (Alibaba, Tencent, Baidu).
+        case httpdns
     }
 
     /// The host as the caller gave it.

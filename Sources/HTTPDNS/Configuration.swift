@@ -14,6 +14,8 @@ public struct UpstreamEndpoint: Sendable, Hashable {
         case doh(DoHMethod)
         /// The JSON API (`application/dns-json`, `?name=&type=`).
         case json
+        /// A commercial HTTPDNS service's own API (``UpstreamEndpoint/vendor(_:endpoint:bootstrap:tlsName:clientIP:batchSize:allowPlainHTTP:)``).
+        case vendor(VendorAPI)
     }
 
     /// RFC 8484 §4.1: GET (`?dns=` base64url, cache-friendly) or POST (`application/dns-message`).
@@ -32,6 +34,13 @@ public struct UpstreamEndpoint: Sendable, Hashable {
     public var bootstrap: [IPAddress]
     /// SPKI pins, `sha256//BASE64` (`;`-separated for several), checked after normal validation.
     public var pinnedPublicKey: String?
+    /// The name the server's certificate is checked against, when not ``host`` (vendor services
+    /// reached by one of several service IPs). Default: the host.
+    public var tlsName: String?
+    /// The client address sent for ECS-accurate answers (vendor services). Default: none.
+    public var clientIP: IPAddress?
+    /// Names per batch request (vendor services; 1 for DoH and JSON, which ask one name at a time).
+    public var batchSize = 1
 
     /// - Throws: ``DNSError`` (``DNSError/Code/invalidConfiguration``) for a URL that is not
     ///   `https://host[:port]/path`.
@@ -39,18 +48,30 @@ public struct UpstreamEndpoint: Sendable, Hashable {
         _ kind: Kind, url: String, bootstrap: [IPAddress] = [],
         pinnedPublicKey: String? = nil
     ) throws(DNSError) {
+        try self.init(kind, url: url, bootstrap: bootstrap, pinnedPublicKey: pinnedPublicKey, allowsPlainHTTP: false)
+    }
+
+    init(
+        _ kind: Kind, url: String, bootstrap: [IPAddress], pinnedPublicKey: String?, allowsPlainHTTP: Bool
+    ) throws(DNSError) {
         guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
             let host = components.host, !host.isEmpty
         else {
             throw DNSError(.invalidConfiguration, "'\(url)' is not a URL")
         }
-        guard scheme == "https" else {
+        guard scheme == "https" || (scheme == "http" && allowsPlainHTTP) else {
+            if scheme == "http", case .vendor = kind {
+                throw DNSError(
+                    .invalidConfiguration,
+                    "'\(url)': plain HTTP sends names and answers in the clear; use https, an encrypting mode, or allow_plain_http: true")
+            }
             throw DNSError(.invalidConfiguration, "'\(url)': trusted resolvers must use https (no plaintext fallback)")
         }
         guard components.user == nil, components.password == nil, components.fragment == nil else {
             throw DNSError(.invalidConfiguration, "'\(url)': credentials and fragments are not allowed")
         }
-        let port = components.port ?? 443
+        if case let .vendor(api) = kind { try VendorKeys.validate(api) }
+        let port = components.port ?? (scheme == "http" ? 80 : 443)
         guard (1...65535).contains(port) else {
             throw DNSError(.invalidConfiguration, "'\(url)': port \(port) is out of range")
         }
@@ -85,7 +106,7 @@ public struct UpstreamEndpoint: Sendable, Hashable {
         try UpstreamEndpoint(.json, url: url, bootstrap: try parse(bootstrap), pinnedPublicKey: pinnedPublicKey)
     }
 
-    private static func parse(_ addresses: [String]) throws(DNSError) -> [IPAddress] {
+    static func parse(_ addresses: [String]) throws(DNSError) -> [IPAddress] {
         var result: [IPAddress] = []
         for text in addresses {
             guard let address = IPAddress(text) else {
@@ -98,6 +119,9 @@ public struct UpstreamEndpoint: Sendable, Hashable {
 
     /// Whether the host is an IP literal, reachable without bootstrap.
     public var hostIsLiteral: Bool { IPAddress(host) != nil }
+
+    /// Whether the endpoint is reached over plain HTTP (a vendor API mode; see the README's notes).
+    public var isPlainHTTP: Bool { url.lowercased().hasPrefix("http:") }
 }
 
 /// Where to ask: the trusted resolvers and the trust anchors (hickory-dns's `ResolverConfig`).

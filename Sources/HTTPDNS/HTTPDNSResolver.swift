@@ -30,7 +30,8 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// (`resolution.expiresAt - resolver.clock.now` is the time an answer has left).
     public var clock: any ResolverClock { engine.clock }
 
-    /// A resolver over the configured DoH and JSON upstreams, reached at their bootstrap addresses.
+    /// A resolver over the configured DoH, JSON and vendor-API upstreams, reached at their bootstrap
+    /// addresses.
     ///
     /// - Parameters:
     ///   - configuration: the trusted upstreams, the CA file and the names to resolve at once.
@@ -55,6 +56,7 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
             switch endpoint.kind {
             case let .doh(method): return DoHUpstream(endpoint: endpoint, method: method, transport: transport)
             case .json: return JSONUpstream(endpoint: endpoint, transport: transport)
+            case let .vendor(api): return VendorUpstream(endpoint: endpoint, api: api, transport: transport)
             }
         }
         self.init(

@@ -191,17 +191,18 @@ struct HTTPTransport: Sendable {
     /// in its share of the time; an answer, a TLS failure or the budget running out is final.
     func perform(_ request: CurlRequest, endpoint: UpstreamEndpoint) async throws(DNSError) -> CurlResponse {
         guard !endpoint.hostIsLiteral, !endpoint.bootstrap.isEmpty else {
-            return try await perform(request)
+            return try await send(request)
         }
         let addresses = preferred.order(endpoint.bootstrap, for: endpoint.url)
         var pinned = request
         (pinned.connectTo, pinned.resolve) = Pinning.pin(host: endpoint.host, port: endpoint.port, to: addresses.map(\.urlHost))
-        let response = try await perform(pinned)
+        let response = try await send(pinned)
         if let remote = response.remoteIP.flatMap({ IPAddress($0) }) { preferred.remember(remote, for: endpoint.url) }
         return response
     }
 
-    private func perform(_ request: CurlRequest) async throws(DNSError) -> CurlResponse {
+    /// Sends `request` as it is, with libcurl's failures as ``DNSError``s.
+    func send(_ request: CurlRequest) async throws(DNSError) -> CurlResponse {
         do {
             return try await engine.perform(request)
         } catch let error as CurlError {
