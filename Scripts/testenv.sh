@@ -23,6 +23,10 @@
 #               nxrewrite.hd.test, and answers system-only.hd.test itself; no other upstream
 #               (no-resolv), so nothing leaves loopback
 #   impostor    nginx on 127.0.0.8: certificates for the hijacked names from another CA
+#   vendor      Tests/Fakes/vendor_httpdns.py: fakes of the Alibaba, Tencent and Baidu HTTPDNS APIs
+#               over the same zone (asked from doh-a's plain DNS): HTTPS 127.0.0.1:18490 and plain
+#               HTTP 127.0.0.1:18491; 127.0.0.21:18490 answers ServiceLevelDeny/503, 127.0.0.23:18490
+#               runs two hours ahead; account secrets in .testenv/vendor/
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,7 +77,7 @@ EOF
 origin_sans="$(printf 'DNS:%s.hd.test,' origin2 failover bank shop cdn sinkhole blocked dual nodes)DNS:*.cmp.hd.test"
 
 make_ca() {
-    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/impostor.pem" ] && [ -f "$ca_dir/daemon.test.pem" ] && [ "$(cat "$ca_dir/origin.sans" 2>/dev/null)" = "$origin_sans" ] && return 0
+    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/impostor.pem" ] && [ -f "$ca_dir/daemon.test.pem" ] && [ -f "$ca_dir/vendor.test.pem" ] && [ "$(cat "$ca_dir/origin.sans" 2>/dev/null)" = "$origin_sans" ] && return 0
     mkdir -p "$ca_dir"
     cd "$ca_dir"
     # The project's test CA, and a second unrelated CA for "untrusted" cases.
@@ -98,6 +102,8 @@ make_ca() {
     # resolve daemon's HTTPS listener in the tests and the demo (DoH clients connect by IP).
     issue daemon.test ca "DNS:localhost,IP:127.0.0.1"
     issue doh-untrusted.test other-ca
+    # The vendor fakes' service IPs (the client checks tls_name, or the IP it connects to).
+    issue vendor.test ca "IP:127.0.0.1,IP:127.0.0.21,IP:127.0.0.23"
     # HTTPS origins for the interceptor.
     issue origin.hd.test ca "$origin_sans"
     echo "$origin_sans" >origin.sans
@@ -384,8 +390,29 @@ address=/cmp.hd.test/127.0.0.10
 EOF
 }
 
+write_vendor_secrets() { # the fake vendor accounts' keys: test values, made here, never real ones
+    local dir="$env_dir/vendor"
+    mkdir -p "$dir"
+    printf '0123456789abcdef0123456789abcdef\n' >"$dir/alibaba.secret"
+    printf '00112233445566778899aabbccddeeff\n' >"$dir/alibaba.aes"
+    printf 'dnspodpass123456\n' >"$dir/tencent.key"
+    printf '7c1a9e5d3b\n' >"$dir/tencent.token"
+    printf 'baidu-test-secret\n' >"$dir/baidu.secret"
+    printf 'wrong-secret\n' >"$dir/wrong.secret"
+    printf 'ffeeddccbbaa99887766554433221100\n' >"$dir/wrong.aes"
+    printf 'notthekey1234567\n' >"$dir/wrong.key"
+    chmod 600 "$dir"/*
+}
+
+start_vendor_fake() {
+    setsid /usr/bin/python3 "$root/Tests/Fakes/vendor_httpdns.py" --dir "$env_dir/vendor" --dns "127.0.0.1:$DNS_PORT" \
+        --cert "$ca_dir/vendor.test.pem" --key "$ca_dir/vendor.test.key" \
+        --https-port "$VENDOR_PORT" --http-port "$VENDOR_PLAIN_PORT" --pidfile "$env_dir/vendor/vendor.pid" \
+        >"$env_dir/vendor/fake.log" 2>&1 &
+}
+
 start() {
-    need_packages bind9 dnsmasq-base nginx-light openssl python3
+    need_packages bind9 dnsmasq-base nginx-light openssl python3 python3-cryptography python3-dnspython
     stop >/dev/null 2>&1 || true
     mkdir -p "$env_dir"
     make_ca
@@ -405,11 +432,15 @@ start() {
     local dnsmasq_bin
     dnsmasq_bin=$(command -v dnsmasq || echo /usr/sbin/dnsmasq)
     "$dnsmasq_bin" --conf-file="$env_dir/dnsmasq/dnsmasq.conf"
+    write_vendor_secrets
+    start_vendor_fake
     wait_for_port 127.0.0.1 "$DOH_PORT"
     wait_for_port 127.0.0.1 "$DOH_PORT_B"
     wait_for_port 127.0.0.3 "$DOH_PORT"
     wait_for_port 127.0.0.1 "$DNS_PORT"       # named's plain DNS, which dnsmasq forwards hd.test to
     wait_for_port 127.0.0.1 "$SYSTEM_DNS_PORT"
+    wait_for_port 127.0.0.1 "$VENDOR_PORT" || { cat "$env_dir/vendor/fake.log"; exit 1; }
+    wait_for_port 127.0.0.1 "$VENDOR_PLAIN_PORT"
     touch "$env_dir/ready"
     echo "testenv: DoH doh-a.test 127.0.0.1/[::1]:$DOH_PORT, doh-b.test 127.0.0.1:$DOH_PORT_B;" \
          "nginx hostile.test/json.test on 127.0.0.3:$DOH_PORT; CA $ca_dir/ca.pem"
@@ -417,7 +448,7 @@ start() {
 
 stop() {
     rm -f "$env_dir/ready"
-    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid; do
+    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid "$env_dir"/vendor/vendor.pid; do
         stop_pidfile "$pidfile"
     done
     echo "testenv: stopped"
@@ -425,7 +456,7 @@ stop() {
 
 status() { # exit 0 only when every server runs
     local all=0
-    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid; do
+    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid "$env_dir"/vendor/vendor.pid; do
         if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
             echo "running  $(basename "$(dirname "$pidfile")") pid $(cat "$pidfile")"
         else

@@ -283,6 +283,11 @@ private struct Reader {
     }
 
     func upstream(_ node: Node, _ key: String) throws(DNSError) -> UpstreamEndpoint {
+        if case let .mapping(mapping) = node, mapping.count == 1, let (name, value) = mapping.first,
+            let vendor = name.string, Self.vendors.contains(vendor)
+        {
+            return try vendorUpstream(vendor, value, "\(key).\(vendor)")
+        }
         var url: String?, kind: UpstreamEndpoint.Kind?, bootstrap: [IPAddress] = [], pin: String?
         var method = UpstreamEndpoint.DoHMethod.get
         for (name, nameNode, value) in try mapping(node, key, allowed: ["doh", "json", "bootstrap", "pin", "method"]) {
@@ -310,6 +315,109 @@ private struct Reader {
         if case .doh = kind { kind = .doh(method) }
         do {
             return try UpstreamEndpoint(kind, url: url, bootstrap: bootstrap, pinnedPublicKey: pin)
+        } catch {
+            throw fail(node, key, error.message)
+        }
+    }
+
+    static let vendors: Set<String> = ["alibaba", "tencent", "baidu"]
+
+    /// `alibaba:`, `tencent:` or `baidu:` with the account's settings; secrets only from files or
+    /// the environment (`*_file`, `*_env`), never inline.
+    func vendorUpstream(_ vendor: String, _ node: Node, _ key: String) throws(DNSError) -> UpstreamEndpoint {
+        var settings: [String: (Node, Node)] = [:]
+        let common: Set<String> = ["account_id", "endpoint", "region", "bootstrap", "tls_name", "client_ip", "batch_size", "allow_plain_http"]
+        let specific: Set<String>
+        switch vendor {
+        case "alibaba": specific = ["api", "secret_file", "secret_env", "aes_key_file", "aes_key_env", "encryption"]
+        case "tencent": specific = ["key_file", "key_env", "token_file", "token_env", "encryption"]
+        default: specific = ["secret_file", "secret_env"]
+        }
+        for (name, nameNode, value) in try mapping(node, key, allowed: common.union(specific)) { settings[name] = (nameNode, value) }
+        func text(_ name: String) throws(DNSError) -> String? {
+            guard let (_, value) = settings[name] else { return nil }
+            return try string(value, "\(key).\(name)")
+        }
+        /// The secret from `<base>_file` or `<base>_env`; the message names the key and line, never the value.
+        func secret(_ base: String) throws(DNSError) -> VendorSecret? {
+            let file = settings["\(base)_file"], env = settings["\(base)_env"]
+            if file != nil && env != nil { throw fail(file!.0, "\(key).\(base)_file", "give \(base)_file or \(base)_env, not both") }
+            do {
+                if let (_, value) = file { return try VendorSecret(file: try path(value, "\(key).\(base)_file")) }
+                if let (_, value) = env { return try VendorSecret(environment: try string(value, "\(key).\(base)_env")) }
+            } catch {
+                throw fail((file ?? env)!.1, "\(key).\(base)_\(file != nil ? "file" : "env")", error.message)
+            }
+            return nil
+        }
+        func required<T>(_ value: T?, _ name: String) throws(DNSError) -> T {
+            guard let value else { throw fail(node, key, "\(name) is required") }
+            return value
+        }
+        let account = try text("account_id")
+        let api: VendorAPI
+        switch vendor {
+        case "alibaba":
+            let version = try text("api")?.lowercased() ?? "v2"
+            let encryption = try text("encryption")?.lowercased() ?? "none"
+            let secretKey = try secret("secret")
+            switch version {
+            case "legacy":
+                guard encryption == "none" else {
+                    throw fail(settings["encryption"]?.1, "\(key).encryption", "the legacy API has no encryption; use api: v2")
+                }
+                api = .alibabaLegacy(accountID: try required(account, "account_id"), secret: secretKey)
+            case "v2":
+                let aes = try secret("aes_key")
+                let mode: AlibabaEncryption
+                switch encryption {
+                case "none": mode = .none
+                case "cbc": mode = .cbc(key: try required(aes, "aes_key_file (for encryption: cbc)"))
+                case "gcm": mode = .gcm(key: try required(aes, "aes_key_file (for encryption: gcm)"))
+                default: throw fail(settings["encryption"]?.1, "\(key).encryption", "expected cbc, gcm or none, got '\(encryption)'")
+                }
+                api = .alibabaV2(accountID: try required(account, "account_id"), secret: secretKey, encryption: mode)
+            default:
+                throw fail(settings["api"]?.1, "\(key).api", "expected v2 or legacy, got '\(version)'")
+            }
+        case "tencent":
+            if let token = try secret("token") {
+                guard settings["key_file"] == nil, settings["key_env"] == nil, settings["encryption"] == nil else {
+                    throw fail(node, key, "give token_file (HTTPS mode) or key_file with encryption, not both")
+                }
+                api = .tencentToken(token: token)
+            } else {
+                let cipherKey = try required(try secret("key"), "key_file (or token_file)")
+                switch try text("encryption")?.lowercased() ?? "des" {
+                case "des": api = .tencent(accountID: try required(account, "account_id"), cipher: .des(key: cipherKey))
+                case "aes": api = .tencent(accountID: try required(account, "account_id"), cipher: .aes(key: cipherKey))
+                case let other: throw fail(settings["encryption"]?.1, "\(key).encryption", "expected des or aes, got '\(other)'")
+                }
+            }
+        default:
+            api = .baidu(accountID: try required(account, "account_id"), secret: try required(try secret("secret"), "secret_file"))
+        }
+        var endpoint = try text("endpoint")
+        var bootstrap: [String] = []
+        var tlsName = try text("tls_name")
+        if let (_, value) = settings["region"] {
+            let region = try string(value, "\(key).region")
+            guard let preset = VendorServiceIPs.preset(vendor: vendor, region: region) else {
+                let known = VendorServiceIPs.regions(vendor: vendor)
+                throw fail(value, "\(key).region", "unknown region '\(region)' for \(vendor) (known: \(known.joined(separator: ", ")))")
+            }
+            endpoint = endpoint ?? preset.endpoint(for: api)
+            bootstrap = preset.serviceIPs
+            tlsName = tlsName ?? preset.tlsName
+        }
+        if let (_, value) = settings["bootstrap"] { bootstrap = try strings(value, "\(key).bootstrap") }
+        var batchSize: Int?
+        if let (_, value) = settings["batch_size"] { batchSize = try integer(value, "\(key).batch_size", 1...api.batchLimit) }
+        let allowPlain = try settings["allow_plain_http"].map { (_, value) throws(DNSError) in try bool(value, "\(key).allow_plain_http") } ?? false
+        do {
+            return try UpstreamEndpoint.vendor(
+                api, endpoint: try required(endpoint, "endpoint (or region)"), bootstrap: bootstrap, tlsName: tlsName,
+                clientIP: try text("client_ip"), batchSize: batchSize, allowPlainHTTP: allowPlain)
         } catch {
             throw fail(node, key, error.message)
         }

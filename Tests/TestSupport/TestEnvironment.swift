@@ -63,6 +63,14 @@ public enum TestEnvironment {
         "https://\(host):\(originPort)\(path)"
     }
 
+    /// The fake vendor HTTPDNS APIs (Tests/Fakes/vendor_httpdns.py): HTTPS on 127.0.0.1 (and the
+    /// ServiceLevelDeny IP 127.0.0.21, the two-hours-ahead IP 127.0.0.23), plain HTTP on 127.0.0.1.
+    public static let vendorPort = port("VENDOR_PORT")
+    public static let vendorPlainPort = port("VENDOR_PLAIN_PORT")
+    /// The fake accounts' key files (alibaba.secret, alibaba.aes, tencent.key, tencent.token,
+    /// baidu.secret, and wrong.* for the refusals).
+    public static let vendorSecrets = root + "/.testenv/vendor"
+
     /// Fails with a clear message when the environment is not running.
     public static func requireRunning() throws {
         guard FileManager.default.fileExists(atPath: root + "/.testenv/ready") else {
