@@ -78,3 +78,14 @@ public protocol DNSUpstream: Sendable {
     /// - Throws: ``DNSError``; NXDOMAIN and NODATA are answers, not errors.
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer
 }
+
+/// An upstream that can answer several names in one request (the vendor HTTPDNS APIs' batch
+/// resolution). The engine uses it to warm the cache ahead of per-name lookups.
+public protocol BatchingUpstream: DNSUpstream {
+    /// The most names one request carries.
+    var batchSize: Int { get }
+    /// Asks for A and AAAA of every name in one request.
+    /// - Returns: the answers the upstream gave, per (name, type); names it left out are missing.
+    /// - Throws: ``DNSError`` when the request as a whole failed.
+    func queryBatch(_ names: [DomainName], timeout: Duration) async throws(DNSError) -> [(DNSMessage.Question, AddressAnswer)]
+}

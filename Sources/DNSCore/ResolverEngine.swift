@@ -144,8 +144,11 @@ package final class ResolverEngine: Sendable {
 
     /// Resolves `hosts` in the background to warm the cache (pre-resolve at start-up).
     package func prefetch(_ hosts: [String], type: AddressQuery = .both) {
-        for host in hosts {
-            spawner.spawn { _ = try? await self.resolve(host, type: type) }
+        spawner.spawn {
+            await self.warmInBatches(hosts, type: type)
+            for host in hosts {
+                self.spawner.spawn { _ = try? await self.resolve(host, type: type) }
+            }
         }
     }
 
@@ -323,6 +326,14 @@ package final class ResolverEngine: Sendable {
                     expiresAt: now + options.failureTTL, staleUntil: now + options.failureTTL), for: key)
             return .failed(error, stale: nil)
         }
+        let entry = cacheEntry(for: answer, of: key, from: upstream, at: now)
+        store(entry, for: key)
+        return .answered(entry, failures: outcome.failures)
+    }
+
+    /// The cache entry for an upstream's answer: addresses live as long as their smallest TTL,
+    /// clamped; NXDOMAIN and NODATA as long as the SOA says, at most `negativeTTL`.
+    private func cacheEntry(for answer: AddressAnswer, of key: CacheKey, from upstream: any DNSUpstream, at now: ResolverInstant) -> CacheEntry {
         let entry: CacheEntry
         switch answer {
         case let .addresses(addresses, canonicalName):
@@ -342,8 +353,49 @@ package final class ResolverEngine: Sendable {
                 payload: .negative(code), source: upstream.source, upstream: upstream.identifier,
                 storedAt: now, expiresAt: now + ttl, staleUntil: now + ttl)
         }
-        store(entry, for: key)
-        return .answered(entry, failures: outcome.failures)
+        return entry
+    }
+
+    /// Warms the cache for `hosts` through the preferred upstream's batch API, when it has one:
+    /// the names without a fresh answer, in groups of its batch size, the groups concurrently. What
+    /// a batch leaves out (or a failed batch) is left to the per-name lookups that follow, so this
+    /// never makes an answer worse, only the number of requests smaller.
+    /// - Returns: the number of batch requests sent.
+    @discardableResult
+    package func warmInBatches(_ hosts: [String], type: AddressQuery = .both) async -> Int {
+        guard let batcher = pool.upstreams.first as? any BatchingUpstream, batcher.batchSize > 1 else { return 0 }
+        let now = clock.now
+        var seen = Set<DomainName>()
+        let names = hosts.compactMap { host -> DomainName? in
+            guard IPAddress(host) == nil, let name = try? DomainName(host), seen.insert(name).inserted else { return nil }
+            let fresh = type.recordTypes.allSatisfy { type in
+                cache.entry(for: CacheKey(name, type)).map { now < $0.expiresAt } ?? false
+            }
+            return fresh ? nil : name
+        }
+        guard names.count > 1 else { return 0 }
+        let groups = stride(from: 0, to: names.count, by: batcher.batchSize).map {
+            Array(names[$0..<min($0 + batcher.batchSize, names.count)])
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for batch in groups {
+                group.addTask {
+                    let answers: [(DNSMessage.Question, AddressAnswer)]
+                    do {
+                        answers = try await batcher.queryBatch(batch, timeout: self.options.timeout)
+                    } catch {
+                        self.logger.debug("batch lookup failed", metadata: ["upstream": "\(batcher.identifier)", "error": "\(error)"])
+                        return
+                    }
+                    let now = self.clock.now
+                    for (question, answer) in answers where batch.contains(question.name) && type.recordTypes.contains(question.type) {
+                        let key = CacheKey(question.name, question.type)
+                        self.store(self.cacheEntry(for: answer, of: key, from: batcher, at: now), for: key)
+                    }
+                }
+            }
+        }
+        return groups.count
     }
 
     private func askFallback(_ fallback: any DNSUpstream, _ key: CacheKey, failures: [DNSError.Attempt]) async -> TypeOutcome {

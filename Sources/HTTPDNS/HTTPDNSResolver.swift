@@ -120,9 +120,13 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
 
     /// Resolves `hosts` concurrently and waits for all of them (pre-resolve at start-up, when the
     /// caller wants to know the cache is warm before serving).
+    ///
+    /// When the preferred upstream has a batch API (the vendor HTTPDNS services), the names are first
+    /// asked in groups of its batch size; names a batch left out are then asked one by one.
     /// - Returns: each host's resolution or error, in the order given.
     public func warm(_ hosts: [String], type: AddressQuery = .both) async -> [(host: String, result: Result<Resolution, DNSError>)] {
-        await withTaskGroup(of: (Int, Result<Resolution, DNSError>).self) { group in
+        await engine.warmInBatches(hosts, type: type)
+        return await withTaskGroup(of: (Int, Result<Resolution, DNSError>).self) { group in
             for (index, host) in hosts.enumerated() {
                 group.addTask {
                     do throws(DNSError) { return (index, .success(try await self.resolve(host, type: type))) } catch {

@@ -26,6 +26,9 @@ struct Watcher: Service {
                     due[watch.host] = now + watch.interval + jitter
                 }
                 if !ready.isEmpty {
+                    // A vendor upstream answers the due names in batches first; the checks then
+                    // find them in the cache.
+                    await state.current.resolver.engine.warmInBatches(ready.map(\.host))
                     await withTaskGroup(of: Void.self) { group in
                         for watch in ready { group.addTask { await check(watch) } }
                     }

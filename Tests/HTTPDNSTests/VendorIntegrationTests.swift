@@ -1,3 +1,4 @@
+import CurlSupport
 import DNSCore
 import Foundation
 import TestSupport
@@ -173,6 +174,49 @@ import Testing
         #expect(try await resolver([good]).resolve("www.hd.test", type: .a).addresses.count == 1)
         let wrong = try UpstreamEndpoint.vendor(api, endpoint: Self.https, tlsName: "doh-a.test")
         #expect(await code { try await resolver([wrong]).resolve("www.hd.test", type: .a) } == .tlsFailed)
+    }
+
+    /// Requests the fakes have served so far (all listeners).
+    func requestsServed() async throws -> Int {
+        let response = try await CurlEngine.shared.perform(
+            CurlRequest(url: "http://127.0.0.1:\(Env.vendorPlainPort)/stats", protocols: "http"))
+        let stats = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Int]
+        return try #require(stats?["requests"])
+    }
+
+    static let warmNames = [
+        "www.hd.test", "v4only.hd.test", "v6only.hd.test", "alias.hd.test", "many.hd.test", "origin.hd.test",
+        "origin2.hd.test", "mixed.hd.test", "nodes.hd.test", "dual.hd.test",
+    ]
+
+    @Test(arguments: [alibabaLegacySigned, alibabaV2GCM, tencentAES, tencentToken, baidu])
+    func warmingUsesTheBatchAPI(mode: Mode) async throws {
+        var options = HTTPDNSOptions(timeout: .seconds(3), allowPrivate: true)
+        options.minTTL = .zero
+        let resolver = try HTTPDNSResolver(configuration: .init(upstreams: [mode.endpoint], caFile: Env.caFile), options: options)
+        let before = try await requestsServed()
+        let results = await resolver.warm(Self.warmNames)
+        let sent = try await requestsServed() - before
+        let batch = mode.endpoint.batchSize
+        #expect(sent == (Self.warmNames.count + batch - 1) / batch, "\(sent) requests for \(Self.warmNames.count) names")
+        let single = try HTTPDNSResolver(configuration: .init(upstreams: [mode.endpoint], caFile: Env.caFile), options: options)
+        for (host, result) in results {
+            let batched = try result.get()
+            let expected = try await single.resolve(host)
+            #expect(Set(batched.addresses.map(\.ip)) == Set(expected.addresses.map(\.ip)), "\(host)")
+            #expect(batched.upstream == expected.upstream)
+        }
+    }
+
+    @Test func namesABatchLeftOutAreAskedOneByOne() async throws {
+        let resolver = try resolver([Self.alibabaV2Plain.endpoint])
+        let before = try await requestsServed()
+        let results = await resolver.warm(["www.hd.test", "v4only.hd.test", "othername.vendor.test"], type: .a)
+        let sent = try await requestsServed() - before
+        #expect(sent == 2, "one batch, then the name it answered for another name, alone")
+        #expect(try results[0].result.get().addresses.map(\.ip.description) == ["198.18.0.10"])
+        #expect(try results[1].result.get().addresses.map(\.ip.description) == ["198.18.0.40"])
+        #expect(throws: DNSError.self) { try results[2].result.get() }
     }
 
     @Test func plainHTTPWithoutEncryptionIsRefusedUnlessAllowed() throws {

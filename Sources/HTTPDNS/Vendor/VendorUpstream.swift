@@ -12,7 +12,7 @@ import Synchronization
 /// - The certificate is checked against `tlsName` (or the endpoint's host) whichever IP is reached.
 /// - Clock skew: a signature refused as expired is retried once with the offset learnt from the
 ///   response's `Date`; the offset is kept for this upstream.
-struct VendorUpstream: DNSUpstream {
+struct VendorUpstream: BatchingUpstream {
     let endpoint: UpstreamEndpoint
     let format: any VendorWireFormat
     let transport: HTTPTransport
@@ -63,6 +63,18 @@ struct VendorUpstream: DNSUpstream {
             throw DNSError(.mismatchedResponse, "\(endpoint.vendorName) did not answer for \(question.name)")
         }
         return answer
+    }
+
+    var batchSize: Int { endpoint.batchSize }
+
+    func queryBatch(_ names: [DomainName], timeout: Duration) async throws(DNSError) -> [(DNSMessage.Question, AddressAnswer)] {
+        var result: [(DNSMessage.Question, AddressAnswer)] = []
+        for answer in try await resolve(names, families: .both, timeout: timeout) {
+            for type in [RecordType.a, .aaaa] {
+                if let typed = answer.answer(for: type) { result.append((DNSMessage.Question(name: answer.name, type: type), typed)) }
+            }
+        }
+        return result
     }
 
     /// Asks for `names` in one request (at most ``UpstreamEndpoint/batchSize``); the answers for names
