@@ -21,6 +21,8 @@ package enum LookupOutput {
             })
         object["source"] = .string(resolution.source.rawValue)
         object["upstream"] = resolution.upstream.map(JSONValue.string) ?? .null
+        // A vendor API reached over plain HTTP (encrypted by the API, not TLS): said, never silent.
+        if resolution.upstream?.hasPrefix("http://") == true { object["transport"] = .string("http") }
         object["stale"] = .bool(resolution.isStale)
         object["elapsed_ms"] = .double(milliseconds(resolution.elapsed))
         if let canonical = resolution.canonicalName { object["canonical_name"] = .string(canonical) }

@@ -62,7 +62,8 @@ struct LookupOptions: ParsableArguments {
     @Option(
         name: .customLong("preset"),
         help: ArgumentHelp(
-            "Built-in public resolver (\(ResolverPreset.allCases.map(\.rawValue).joined(separator: ", "))); repeatable.", valueName: "NAME"))
+            "Built-in public resolver (\(ResolverPreset.allCases.map(\.rawValue).joined(separator: ", "))), or a vendor's service IPs "
+                + "(alibaba-cn|hk|sg|de|us, tencent-cn|intl, baidu-cn) for the account in --config; repeatable.", valueName: "NAME"))
     var presets: [String] = []
 
     @Option(name: .customLong("pin"), help: ArgumentHelp("SPKI pin for resolver NAME (sha256//BASE64); repeatable.", valueName: "NAME=PIN"))
@@ -148,8 +149,14 @@ struct LookupOptions: ParsableArguments {
             throw ValidationError(error.message)
         }
         for name in presets {
+            if let vendor = try vendorPreset(name, from: file) {
+                upstreams.append(vendor)
+                continue
+            }
             guard let preset = ResolverPreset(rawValue: name.lowercased()) else {
-                throw ValidationError("unknown --preset '\(name)'; known: \(ResolverPreset.allCases.map(\.rawValue).joined(separator: ", "))")
+                let vendors = ["alibaba", "tencent", "baidu"].flatMap { vendor in VendorServiceIPs.regions(vendor: vendor).map { "\(vendor)-\($0)" } }
+                throw ValidationError(
+                    "unknown --preset '\(name)'; known: \((ResolverPreset.allCases.map(\.rawValue) + vendors).joined(separator: ", "))")
             }
             upstreams.append(preset.endpoint)
         }
@@ -165,6 +172,11 @@ struct LookupOptions: ParsableArguments {
             throw ValidationError("--bootstrap \(host)=… names no configured resolver")
         }
 
+        for upstream in upstreams where upstream.isPlainHTTP {
+            warn(
+                "\(upstream.url) is plain HTTP: the \(upstream.vendorDescription) hides the names asked but is weaker than TLS "
+                    + "(no server authentication; see the README's vendor notes)")
+        }
         let configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile ?? file?.configuration.caFile)
         var options = file?.options ?? HTTPDNSOptions()
         if file == nil {
@@ -183,6 +195,31 @@ struct LookupOptions: ParsableArguments {
             var system: SystemResolver?
             if options.fallback == .system { system = try makeSystemResolver(file) }
             return try HTTPDNSResolver(configuration: configuration, options: options, fallback: system)
+        } catch {
+            throw ValidationError(error.message)
+        }
+    }
+
+    /// `--preset VENDOR-REGION`: the vendor's published service IPs for the account that the config
+    /// file's `VENDOR:` entry holds (the keys never come from the command line). nil for other presets.
+    func vendorPreset(_ name: String, from file: LookupSettings?) throws -> UpstreamEndpoint? {
+        let parts = name.lowercased().split(separator: "-", maxSplits: 1).map(String.init)
+        guard parts.count == 2, ["alibaba", "tencent", "baidu"].contains(parts[0]) else { return nil }
+        guard let preset = VendorServiceIPs.preset(vendor: parts[0], region: parts[1]) else {
+            throw ValidationError(
+                "unknown --preset '\(name)'; \(parts[0]) regions: \(VendorServiceIPs.regions(vendor: parts[0]).joined(separator: ", "))")
+        }
+        let account = file?.configuration.upstreams.first { upstream in
+            if case let .vendor(api) = upstream.kind { return api.vendor == parts[0] }
+            return false
+        }
+        guard let account, case let .vendor(api) = account.kind else {
+            throw ValidationError("--preset \(name) needs an entry \(parts[0]): with the account's keys in the --config file")
+        }
+        do {
+            return try .vendor(
+                api, endpoint: preset.endpoint(for: api), bootstrap: preset.serviceIPs, tlsName: preset.tlsName,
+                clientIP: account.clientIP?.description, batchSize: account.batchSize, allowPlainHTTP: account.isPlainHTTP)
         } catch {
             throw ValidationError(error.message)
         }

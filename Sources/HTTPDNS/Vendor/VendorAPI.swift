@@ -44,6 +44,17 @@ public enum VendorAPI: Sendable, Hashable {
         }
     }
 
+    /// How the API protects a plain-HTTP exchange, for warnings ("Tencent DES-ECB encryption").
+    public var protection: String {
+        switch self {
+        case .alibabaV2(_, _, .cbc): return "Alibaba AES-CBC encryption"
+        case .alibabaV2(_, _, .gcm): return "Alibaba AES-GCM encryption"
+        case .tencent(_, .des): return "Tencent DES-ECB encryption"
+        case .tencent(_, .aes): return "Tencent AES-CBC encryption"
+        case .alibabaLegacy, .alibabaV2, .tencentToken, .baidu: return "\(vendor) API without encryption"
+        }
+    }
+
     /// The most names one request may carry (the vendors' documented limits; Tencent documents none,
     /// its SDK pre-resolves at most 10).
     public var batchLimit: Int {

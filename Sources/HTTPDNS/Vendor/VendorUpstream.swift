@@ -209,4 +209,10 @@ extension UpstreamEndpoint {
         if case let .vendor(api) = kind { return api.vendor }
         return url
     }
+
+    /// What protects the exchange with this endpoint besides TLS ("Tencent DES-ECB encryption").
+    public var vendorDescription: String {
+        if case let .vendor(api) = kind { return api.protection }
+        return "DNS over HTTPS"
+    }
 }
