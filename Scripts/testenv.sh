@@ -24,8 +24,8 @@
 #               (no-resolv), so nothing leaves loopback
 #   impostor    nginx on 127.0.0.8: certificates for the hijacked names from another CA
 #   vendor      Tests/Fakes/vendor_httpdns.py: fakes of the Alibaba, Tencent and Baidu HTTPDNS APIs
-#               over the same zone (asked from doh-a's plain DNS): HTTPS 127.0.0.1:18490 and plain
-#               HTTP 127.0.0.1:18491; 127.0.0.21:18490 answers ServiceLevelDeny/503, 127.0.0.23:18490
+#               over the same zone (asked from doh-a's plain DNS): HTTPS 127.0.0.1:18700 and plain
+#               HTTP 127.0.0.1:18701; 127.0.0.21:18700 answers ServiceLevelDeny/503, 127.0.0.23:18700
 #               runs two hours ahead; account secrets in .testenv/vendor/
 set -euo pipefail
 

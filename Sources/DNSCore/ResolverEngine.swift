@@ -360,10 +360,10 @@ package final class ResolverEngine: Sendable {
     /// the names without a fresh answer, in groups of its batch size, the groups concurrently. What
     /// a batch leaves out (or a failed batch) is left to the per-name lookups that follow, so this
     /// never makes an answer worse, only the number of requests smaller.
-    /// - Returns: the number of batch requests sent.
+    /// - Returns: the names the batches answered for every asked type, and the upstream's source.
     @discardableResult
-    package func warmInBatches(_ hosts: [String], type: AddressQuery = .both) async -> Int {
-        guard let batcher = pool.upstreams.first as? any BatchingUpstream, batcher.batchSize > 1 else { return 0 }
+    package func warmInBatches(_ hosts: [String], type: AddressQuery = .both) async -> (answered: Set<DomainName>, source: Resolution.Source) {
+        guard let batcher = pool.upstreams.first as? any BatchingUpstream, batcher.batchSize > 1 else { return ([], .cache) }
         let now = clock.now
         var seen = Set<DomainName>()
         let names = hosts.compactMap { host -> DomainName? in
@@ -373,11 +373,11 @@ package final class ResolverEngine: Sendable {
             }
             return fresh ? nil : name
         }
-        guard names.count > 1 else { return 0 }
+        guard names.count > 1 else { return ([], batcher.source) }
         let groups = stride(from: 0, to: names.count, by: batcher.batchSize).map {
             Array(names[$0..<min($0 + batcher.batchSize, names.count)])
         }
-        await withTaskGroup(of: Void.self) { group in
+        let answered = await withTaskGroup(of: [DomainName].self) { group in
             for batch in groups {
                 group.addTask {
                     let answers: [(DNSMessage.Question, AddressAnswer)]
@@ -385,17 +385,21 @@ package final class ResolverEngine: Sendable {
                         answers = try await batcher.queryBatch(batch, timeout: self.options.timeout)
                     } catch {
                         self.logger.debug("batch lookup failed", metadata: ["upstream": "\(batcher.identifier)", "error": "\(error)"])
-                        return
+                        return []
                     }
                     let now = self.clock.now
+                    var types: [DomainName: Int] = [:]
                     for (question, answer) in answers where batch.contains(question.name) && type.recordTypes.contains(question.type) {
                         let key = CacheKey(question.name, question.type)
                         self.store(self.cacheEntry(for: answer, of: key, from: batcher, at: now), for: key)
+                        types[question.name, default: 0] += 1
                     }
+                    return types.filter { $0.value == type.recordTypes.count }.map(\.key)
                 }
             }
+            return await group.reduce(into: Set<DomainName>()) { $0.formUnion($1) }
         }
-        return groups.count
+        return (answered, batcher.source)
     }
 
     private func askFallback(_ fallback: any DNSUpstream, _ key: CacheKey, failures: [DNSError.Attempt]) async -> TypeOutcome {

@@ -125,11 +125,18 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// asked in groups of its batch size; names a batch left out are then asked one by one.
     /// - Returns: each host's resolution or error, in the order given.
     public func warm(_ hosts: [String], type: AddressQuery = .both) async -> [(host: String, result: Result<Resolution, DNSError>)] {
-        await engine.warmInBatches(hosts, type: type)
+        let batched = await engine.warmInBatches(hosts, type: type)
         return await withTaskGroup(of: (Int, Result<Resolution, DNSError>).self) { group in
             for (index, host) in hosts.enumerated() {
                 group.addTask {
-                    do throws(DNSError) { return (index, .success(try await self.resolve(host, type: type))) } catch {
+                    do throws(DNSError) {
+                        var resolution = try await self.resolve(host, type: type)
+                        // Fetched by this call's batch: say where from, not "cache".
+                        if resolution.source == .cache, let name = try? DomainName(host), batched.answered.contains(name) {
+                            resolution.source = batched.source
+                        }
+                        return (index, .success(resolution))
+                    } catch {
                         return (index, .failure(error))
                     }
                 }

@@ -205,6 +205,7 @@ import Testing
             let expected = try await single.resolve(host)
             #expect(Set(batched.addresses.map(\.ip)) == Set(expected.addresses.map(\.ip)), "\(host)")
             #expect(batched.upstream == expected.upstream)
+            #expect(batched.source == .httpdns, "fetched by the batch, not an earlier lookup's cache")
         }
     }
 

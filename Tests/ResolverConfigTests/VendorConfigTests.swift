@@ -113,7 +113,7 @@ import Testing
         let upstreams = try parse(
             """
             upstreams:
-              - alibaba: {account_id: "100001", api: legacy, endpoint: "http://127.0.0.1:18491", allow_plain_http: true}
+              - alibaba: {account_id: "100001", api: legacy, endpoint: "http://127.0.0.1:18701", allow_plain_http: true}
             """)
         #expect(upstreams[0].isPlainHTTP)
     }
