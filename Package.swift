@@ -125,6 +125,7 @@ let package = Package(
 
         // Benchmarks live apart from tests; Scripts/bench-*.sh run them against named peers.
         .executableTarget(name: "DoHBenchmark", dependencies: ["HTTPDNS"], path: "Benchmarks/DoHBenchmark"),
+        .executableTarget(name: "VendorBenchmark", dependencies: ["HTTPDNS", "DNSCore", "CurlSupport"], path: "Benchmarks/VendorBenchmark"),
         .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "CCares"], path: "Benchmarks/CacheBenchmark"),
         .executableTarget(
             name: "InterceptorBenchmark", dependencies: ["DNSInterceptor", "HTTPDNS", "CCurl"],
