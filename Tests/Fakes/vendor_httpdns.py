@@ -78,8 +78,14 @@ stats = {"requests": 0, "names": 0}
 stats_lock = threading.Lock()
 
 
+current = threading.local()  # the request's ECS client IP, as each API carries it
+
+
 def lookup(name, rdtype):
-    """(addresses, ttl) for name/type from BIND; ([], 60) for NXDOMAIN/NODATA."""
+    """(addresses, ttl) for name/type from BIND; ([], 60) for NXDOMAIN/NODATA.
+    ecs.vendor.test answers the client IP the request carried (ECS), so tests can see it arrive."""
+    if name == "ecs.vendor.test":
+        return ([getattr(current, "cip", None) or "192.0.2.0"], 60) if rdtype == dns.rdatatype.A else ([], 60)
     query = dns.message.make_query(name, rdtype)
     response = dns.query.udp(query, DNS_HOST, port=int(DNS_PORT), timeout=2)
     if response.rcode() != dns.rcode.NOERROR:
@@ -184,6 +190,7 @@ def alibaba_legacy(account, endpoint, q, now):
         if problem:
             raise Reply(403, json.dumps({"code": problem}).encode())
     names = host.split(",")
+    current.cip = q.get("ip")
     check_batch(names, 5 if endpoint.endswith("resolve") else 1)
     query = q.get("query", "4")
     want4, want6 = "4" in query, "6" in query
@@ -241,6 +248,7 @@ def alibaba_v2(q, now):
         except Exception:
             raise Reply(400, b'{"code":"MissingArgument"}')
     names = params.get("dn", "").split(",")
+    current.cip = params.get("cip")  # inside `enc` when encrypted, a signed parameter when not
     check_batch(names, 5)
     query = params.get("q", "4")
     answers, tamper = [], False
@@ -302,6 +310,7 @@ def tencent(q, now):
     names = dn.split(",")
     check_batch(names, 10)
     kind = q.get("type", "a").lower()
+    current.cip = q.get("ip")
     cip = q.get("ip", "127.0.0.1")
     lines, tamper = [], False
     for name in names:
@@ -360,6 +369,7 @@ def baidu(q, now):
     if len(names) > 10:
         return 400, {"msg": "too many domains", "data": {}}
     kind = q.get("type", "ipv4")
+    current.cip = q.get("ip")
     data = {}
     for name in names:
         fault = FAULTS.get(name)

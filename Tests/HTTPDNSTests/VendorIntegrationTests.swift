@@ -109,6 +109,18 @@ import Testing
         #expect(server == .httpStatus || server == .serverFailure)
     }
 
+    @Test(arguments: all)
+    func theClientIPReachesTheServiceAndEmptyBodiesAreReadAsTheAPISays(mode: Mode) async throws {
+        var endpoint = mode.endpoint
+        endpoint.clientIP = IPAddress("198.18.55.55")
+        let resolution = try await resolver([endpoint]).resolve("ecs.vendor.test", type: .a)
+        #expect(resolution.addresses.map(\.ip.description) == ["198.18.55.55"], "ECS address as the fake received it")
+        // Tencent's documented "no record" is an empty body (plain A, token mode); for the others an
+        // empty 200 is not an answer.
+        let empty = await code { try await resolver([mode.endpoint]).resolve("empty.vendor.test", type: .a) }
+        #expect(empty == (mode.label.hasPrefix("tencent") ? .nodata : .malformedResponse), "\(String(describing: empty))")
+    }
+
     @Test(arguments: encrypted)
     func tamperedCiphertextIsRefused(mode: Mode) async throws {
         #expect(await code { try await resolver([mode.endpoint]).resolve("tampered.vendor.test", type: .a) } == .malformedResponse)
@@ -127,10 +139,18 @@ import Testing
             .tencentToken(token: Self.secret("wrong.secret")),
             .baidu(accountID: "123456", secret: Self.secret("wrong.secret")),
         ]
+        let secrets = try ["alibaba.secret", "alibaba.aes", "tencent.key", "tencent.token", "baidu.secret", "wrong.secret"].map {
+            try String(contentsOfFile: Env.vendorSecrets + "/" + $0, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
         for api in wrong {
             let endpoint = try UpstreamEndpoint.vendor(api, endpoint: Self.https, bootstrap: ["127.0.0.21"])
-            let observed = await code { try await resolver([endpoint]).resolve("www.hd.test", type: .a) }
-            #expect(observed == .unauthorized, "\(api.vendor): \(String(describing: observed))")
+            do {
+                _ = try await resolver([endpoint]).resolve("www.hd.test", type: .a)
+                Issue.record("\(api.vendor): answered with wrong credentials")
+            } catch let error as DNSError {
+                #expect(error.attempts.map(\.code) == [.unauthorized], "\(api.vendor): \(error)")
+                for secret in secrets { #expect(!"\(error)".contains(secret), "the error shows a secret") }
+            }
         }
     }
 

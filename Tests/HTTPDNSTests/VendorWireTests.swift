@@ -235,6 +235,30 @@ import Testing
         #expect(throws: VendorFault.self) { try gcm.decode(status: 200, body: body, names: [try name("a.test")], families: .ipv4) }
     }
 
+    @Test func aDecryptedBodyThatIsNotTheFormatIsRefused() throws {
+        let key = Hex.decode("00112233445566778899aabbccddeeff")!
+        let sealed = try VendorCrypto.aesCBCSeal(Array("hello, not json".utf8), key: key, iv: Array(repeating: 3, count: 16))
+        let body = Array(#"{"code":"success","mode":1,"data":"\#(Data(sealed).base64EncodedString())"}"#.utf8)
+        let v2 = AlibabaV2Wire(accountID: "1", secret: nil, mode: .cbc(key: key))
+        #expect(throws: VendorFault.self) { try v2.decode(status: 200, body: body, names: [try name("a.test")], families: .ipv4) }
+        let plainMode = AlibabaV2Wire(accountID: "1", secret: nil, mode: .plain)
+        #expect(throws: VendorFault.self, "an encrypted answer with no key configured") {
+            try plainMode.decode(status: 200, body: body, names: [try name("a.test")], families: .ipv4)
+        }
+        let des = TencentWire(mode: .des(accountID: "1", key: Array("dnspodpass".utf8)))
+        for text in ["a.test.:not-an-ip,60", "a.test.:1.2.3.4,forever", "b.test.:1.2.3.4,60\nc.test:"] {
+            let sealedText = try des.seal(text)
+            #expect(throws: VendorFault.self, "\(text)") {
+                let answers = try des.decode(status: 200, body: Array(sealedText.utf8), names: [try name("a.test")], families: .ipv4)
+                if answers.isEmpty { throw VendorFault(.mismatchedResponse, "no answer for the name") }
+            }
+        }
+        let binary = try VendorCrypto.desECBSeal([0xff, 0xfe, 0x00, 0x80], key: Array("dnspodpass".utf8))
+        #expect(throws: VendorFault.self, "a decrypted answer that is not UTF-8") {
+            try des.decode(status: 200, body: Array(Hex.encode(binary).utf8), names: [try name("a.test")], families: .ipv4)
+        }
+    }
+
     @Test func secretsNeverPrint() throws {
         let secret = try VendorSecret("s3cr3t-value")
         let endpoint = try UpstreamEndpoint.vendor(.baidu(accountID: "123456", secret: secret), endpoint: "https://192.0.2.1")

@@ -84,6 +84,14 @@ struct VendorEndToEndTests {
         }
     }
 
+    @Test func vendorPresetsNeedTheAccountFromTheConfig() async throws {
+        // Offline: these fail before any request (the presets are public service IPs, never contacted here).
+        let bare = try await CLI.run(["lookup", "--preset", "alibaba-cn", "www.hd.test"])
+        #expect(bare.status == 2 && bare.stderr.contains("needs an entry alibaba: with the account's keys"), "\(bare.stderr)")
+        let region = try await CLI.run(["lookup", "--preset", "tencent-mars", "www.hd.test"])
+        #expect(region.status == 2 && region.stderr.contains("tencent regions: cn, intl"), "\(region.stderr)")
+    }
+
     @Test func refusedCredentialsAreUnauthorizedInTheJSON() async throws {
         let upstream =
             "baidu: {account_id: \"123456\", endpoint: \"https://127.0.0.1:\(Env.vendorPort)\", secret_file: \(Env.vendorSecrets)/wrong.secret}"
