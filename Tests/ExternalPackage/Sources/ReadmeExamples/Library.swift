@@ -16,6 +16,17 @@ func library() async throws -> HTTPDNSResolver {
     return resolver
 }
 
+func vendor() async throws {
+    let alibaba = try UpstreamEndpoint.vendor(
+        .alibabaV2(
+            accountID: "100000", secret: try VendorSecret(file: "/etc/resolve/alibaba.secret"),
+            encryption: .gcm(key: try VendorSecret(environment: "ALIBABA_AES_KEY"))),
+        endpoint: "https://203.107.1.1", bootstrap: ["203.107.1.97", "203.107.1.100"], clientIP: "198.51.100.7")
+    let vendorResolver = try HTTPDNSResolver(configuration: HTTPDNSConfiguration(upstreams: [alibaba]))
+    let batch = await vendorResolver.warm(["a.example.com", "b.example.com", "c.example.com"])  // one batch request
+    _ = batch
+}
+
 func cache(_ resolver: HTTPDNSResolver) async throws {
     let cached = resolver.cachedResolution(for: "api.example.com")  // no I/O: fresh or stale from memory, or nil
     resolver.prefetch(["api.example.com", "cdn.example.com"])  // warm the cache in the background
