@@ -8,6 +8,7 @@
 #   decoder   the DNS message decoder (Fuzz/DecoderFuzzer.swift; seeds: real BIND responses)
 #   stub      one datagram to the daemon's DNS stub (Fuzz/StubDatagramFuzzer.swift)
 #   doh       a DoH GET target or POST media type and body (Fuzz/DoHRequestFuzzer.swift)
+#   vendor    the vendor HTTPDNS answer decoders (Fuzz/VendorAnswerFuzzer.swift; AES stubbed, DES real)
 # A crash leaves its input in Fuzz/crashers/TARGET/ (decoder: Fuzz/crashers/), which the test
 # suites replay on every run. The working corpora grow in .build-fuzz; the committed seeds stay small.
 set -euo pipefail
@@ -16,21 +17,25 @@ cd "$root"
 runs=${1:-1000000}
 seconds=${2:-600}
 shift $(( $# < 2 ? $# : 2 ))
-targets=("${@:-decoder stub doh}")
+targets=("${@:-decoder stub doh vendor}")
 # shellcheck disable=SC2206
 targets=(${targets[*]})
 out=.build-fuzz
 codec="Sources/DNSCore/DoHWire.swift Sources/DNSCore/AddressAnswer.swift Sources/DNSCore/DNSError.swift Sources/DNSCore/DomainName.swift
-       Sources/DNSCore/IPAddress.swift Sources/DNSCore/Message.swift Sources/DNSCore/RecordType.swift Sources/DNSCore/Resolution.swift"
+       Sources/DNSCore/IPAddress.swift Sources/DNSCore/Message.swift Sources/DNSCore/RecordType.swift Sources/DNSCore/Resolution.swift
+       Sources/DNSCore/ResolverClock.swift"
 daemon="Sources/ResolverDaemon/DNS/DNSQuery.swift Sources/ResolverDaemon/DNS/DNSResponseWriter.swift
         Sources/ResolverDaemon/DNS/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
+vendor="Sources/HTTPDNS/Vendor/VendorWire.swift Sources/HTTPDNS/Vendor/AlibabaWire.swift Sources/HTTPDNS/Vendor/TencentWire.swift
+        Sources/HTTPDNS/Vendor/VendorCipherText.swift Fuzz/VendorCryptoStub.swift"
 status=0
 for target in "${targets[@]}"; do
     case "$target" in
         decoder) sources="$codec Fuzz/DecoderFuzzer.swift"; seeds=Fuzz/corpus; crashers=Fuzz/crashers; max_len=4096 ;;
         stub) sources="$codec $daemon Fuzz/StubDatagramFuzzer.swift"; seeds=Fuzz/corpus-stub; crashers=Fuzz/crashers/stub; max_len=1500 ;;
         doh) sources="$codec $daemon Fuzz/DoHRequestFuzzer.swift"; seeds=Fuzz/corpus-doh; crashers=Fuzz/crashers/doh; max_len=2048 ;;
-        *) echo "unknown target '$target' (decoder, stub, doh)" >&2; exit 2 ;;
+        vendor) sources="$codec $vendor Fuzz/VendorAnswerFuzzer.swift"; seeds=Fuzz/corpus-vendor; crashers=Fuzz/crashers/vendor; max_len=2048 ;;
+        *) echo "unknown target '$target' (decoder, stub, doh, vendor)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"
     # One module named DNSCore, so the daemon files' `import DNSCore` is their own module.

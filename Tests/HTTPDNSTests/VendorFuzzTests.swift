@@ -1,5 +1,6 @@
 import DNSCore
 import Foundation
+import TestSupport
 import Testing
 
 @testable import HTTPDNS
@@ -139,6 +140,33 @@ import Testing
         ) { body, families throws(VendorFault) in
             try wire.decode(status: 200, body: body, names: Self.names, families: families)
         }
+    }
+
+    /// Fuzz/corpus-vendor and any crasher of `Scripts/fuzz.sh vendor`, replayed with the harness's
+    /// selector: the first byte picks the decoder and families, the rest is the body.
+    @Test func replaysTheLibFuzzerCorpusAndCrashers() throws {
+        let decoders: [any VendorWireFormat] = [
+            AlibabaLegacyWire(accountID: "1", secret: nil), AlibabaV2Wire(accountID: "1", secret: nil, mode: .plain),
+            AlibabaV2Wire(accountID: "1", secret: nil, mode: .cbc(key: Array(repeating: 1, count: 16))), TencentWire(mode: .token([0x74])),
+            TencentWire(mode: .des(accountID: "1", key: Array("dnspodpass".utf8))), BaiduWire(accountID: "1", secret: [0x73]),
+        ]
+        var replayed = 0
+        for folder in ["Fuzz/corpus-vendor", "Fuzz/crashers/vendor"] {
+            let path = TestEnvironment.root + "/" + folder
+            for file in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
+                let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: path + "/" + file)))
+                guard let selector = bytes.first.map(Int.init) else { continue }
+                let families = [VendorFamilies.ipv4, .ipv6, .both][(selector / decoders.count) % 3]
+                let status = selector >= 128 ? [403, 429, 500, 400][selector % 4] : 200
+                if let answers = try? decoders[selector % decoders.count].decode(
+                    status: status, body: Array(bytes.dropFirst()), names: Self.names, families: families)
+                {
+                    #expect(answers.allSatisfy { Self.names.contains($0.name) }, "\(file)")
+                }
+                replayed += 1
+            }
+        }
+        #expect(replayed >= 8, "the committed seeds are replayed")
     }
 
     @Test func cipherOpenersRefuseRandomData() {
