@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "SystemResolver", targets: ["SystemResolver"]),
         .library(name: "AddressProbing", targets: ["AddressProbing"]),
         .library(name: "HijackDetection", targets: ["HijackDetection"]),
+        .library(name: "HTTPDNSNIO", targets: ["HTTPDNSNIO"]),
         .executable(name: "resolve", targets: ["resolve"]),
     ],
     dependencies: [
@@ -75,6 +76,15 @@ let package = Package(
         // The interceptor: HTTP client, URLProtocol and request rewriter, all on CurlSupport.
         // The only target that links FoundationNetworking.
         .target(name: "DNSInterceptor", dependencies: ["HTTPDNS", "AddressProbing", "CurlSupport"]),
+
+        // A SwiftNIO `Resolver` over HTTPDNS: the only library product besides the daemon that links NIO.
+        .target(
+            name: "HTTPDNSNIO",
+            dependencies: [
+                "HTTPDNS", "DNSCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]),
 
         // Hijack detection: verdicts from trusted vs system answers and TLS probes.
         .target(name: "HijackDetection", dependencies: ["DNSCore", "HTTPDNS", "AddressProbing", "SystemResolver"]),
@@ -151,6 +161,14 @@ let package = Package(
             dependencies: [
                 "HTTPDNS", "CurlSupport", "DNSCore", "TestSupport",
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
+        .testTarget(
+            name: "HTTPDNSNIOTests",
+            dependencies: [
+                "HTTPDNSNIO", "HTTPDNS", "DNSCore", "TestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]),
         .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "AddressProbing", "HTTPDNS", "DNSCore", "TestSupport"]),
         .testTarget(

@@ -6,7 +6,10 @@ import PackageDescription
 
 let package = Package(
     name: "ExternalUser",
-    dependencies: [.package(name: "swift-httpdns", path: "../..")],
+    dependencies: [
+        .package(name: "swift-httpdns", path: "../.."),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+    ],
     targets: [
         .executableTarget(
             name: "ReadmeExamples",
@@ -17,6 +20,9 @@ let package = Package(
                 .product(name: "SystemResolver", package: "swift-httpdns"),
                 .product(name: "AddressProbing", package: "swift-httpdns"),
                 .product(name: "HijackDetection", package: "swift-httpdns"),
+                .product(name: "HTTPDNSNIO", package: "swift-httpdns"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ])
     ]
 )
