@@ -30,16 +30,6 @@ public struct HTTPDNSInterceptionPolicy: Sendable, Hashable {
         if host.hasPrefix("[") || IPAddress(host) != nil { return false }
         if host == "localhost" || host.hasSuffix(".localhost") { return false }
         if resolverHosts.contains(host) { return false }
-        if deny.contains(where: { Self.matches(host, $0) }) { return false }
-        return allow.isEmpty || allow.contains(where: { Self.matches(host, $0) })
-    }
-
-    static func matches(_ host: String, _ pattern: String) -> Bool {
-        var pattern = pattern.lowercased()
-        if pattern.hasSuffix(".") { pattern.removeLast() }
-        if pattern.hasPrefix("*.") {
-            return host.hasSuffix(pattern.dropFirst())  // ".example.com": names under it only
-        }
-        return !pattern.isEmpty && (host == pattern || host.hasSuffix("." + pattern))
+        return HostPattern.admits(host, allow: allow, deny: deny)
     }
 }

@@ -105,8 +105,33 @@ public struct DaemonSettings: Sendable {
     public var protectDNSQuery = false
     public var limits = Limits()
     public var readiness = Readiness()
+    /// The local HTTP(S) forward proxy's listener, `host:port`, or nil for none.
+    public var proxyListen: String?
+    /// The proxy's policy (`proxy:`).
+    public var proxy = Proxy()
 
     public init() {}
+
+    /// The forward proxy's policy: which targets, who may use it, what a connection may cost.
+    public struct Proxy: Sendable, Hashable {
+        /// Ports CONNECT may reach. Default 443 only: not an open relay. Plain `http://` requests
+        /// may go to these and 80.
+        public var connectPorts: [Int] = [443]
+        /// Host patterns (`example.com` = the name and names under it, `*.example.com` = names
+        /// under it only); empty = every host the deny list lets through.
+        public var allow: [String] = []
+        public var deny: [String] = []
+        /// Whether private, loopback and link-local destinations may be reached (no SSRF into the
+        /// host's network by default).
+        public var allowPrivateDestinations = false
+        /// `user:password` lines (Proxy-Authorization: Basic), or nil for no authentication.
+        public var users: [String: String]?
+        public var maxConnections = 1_024
+        public var connectTimeout: Duration = .seconds(10)
+        public var idleTimeout: Duration = .seconds(300)
+        public var maxHeaderBytes = 16_384
+        public init() {}
+    }
 
     /// Paths of the daemon's certificate chain and private key (PEM).
     public struct TLSFiles: Sendable, Hashable {
@@ -228,7 +253,7 @@ private struct Reader {
         let keys: Set<String> = [
             "upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
             "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
-            "auth_token", "protect_dns_query", "limits", "readiness",
+            "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
         ]
         for (key, name, value) in try mapping(root, "", allowed: keys) {
             switch key {
@@ -264,6 +289,8 @@ private struct Reader {
             case "protect_dns_query": config.daemon.protectDNSQuery = try bool(value, key)
             case "limits": config.daemon.limits = try limits(value)
             case "readiness": config.daemon.readiness = try readiness(value)
+            case "proxy_listen": config.daemon.proxyListen = try endpoint(value, key)
+            case "proxy": config.daemon.proxy = try proxy(value)
             case "timeout": options.timeout = try seconds(value, key, allowZero: false)
             case "strategy": options.strategy = try enumeration(value, key, UpstreamStrategy.self)
             case "prefer_ipv6": options.preferIPv6 = try bool(value, key)
@@ -478,6 +505,58 @@ private struct Reader {
             }
         }
         return limits
+    }
+
+    func proxy(_ node: Node) throws(DNSError) -> DaemonSettings.Proxy {
+        var proxy = DaemonSettings.Proxy()
+        let keys: Set<String> = ["connect_ports", "allow", "deny", "allow_private_destinations", "auth_file", "limits"]
+        for (name, _, value) in try mapping(node, "proxy", allowed: keys) {
+            let path = "proxy.\(name)"
+            switch name {
+            case "connect_ports":
+                guard case let .sequence(list) = value, !list.isEmpty else { throw fail(value, path, "expected a non-empty list of ports") }
+                proxy.connectPorts = []
+                for (index, item) in list.enumerated() { proxy.connectPorts.append(try integer(item, "\(path)[\(index)]", 1...65_535)) }
+            case "allow", "deny":
+                var patterns: [String] = []
+                if case let .sequence(list) = value {
+                    for (index, item) in list.enumerated() { patterns.append(try string(item, "\(path)[\(index)]").lowercased()) }
+                } else {
+                    patterns = [try string(value, path).lowercased()]
+                }
+                if name == "allow" { proxy.allow = patterns } else { proxy.deny = patterns }
+            case "allow_private_destinations": proxy.allowPrivateDestinations = try bool(value, path)
+            case "auth_file":
+                let file = try self.path(value, path)
+                guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { throw fail(value, path, "cannot read '\(file)'") }
+                var users: [String: String] = [:]
+                for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                    let entry = line.trimmingCharacters(in: .whitespaces)
+                    if entry.isEmpty || entry.hasPrefix("#") { continue }
+                    guard let colon = entry.firstIndex(of: ":"), colon != entry.startIndex, entry.index(after: colon) != entry.endIndex else {
+                        // The line's number, never its text: it holds a password.
+                        throw fail(value, path, "line \(number + 1) of '\(file)' is not user:password")
+                    }
+                    users[String(entry[..<colon])] = String(entry[entry.index(after: colon)...])
+                }
+                guard !users.isEmpty else { throw fail(value, path, "'\(file)' has no user:password line") }
+                proxy.users = users
+            case "limits":
+                let limitKeys: Set<String> = ["max_connections", "connect_timeout", "idle_timeout", "max_header_bytes"]
+                for (limit, _, item) in try mapping(value, path, allowed: limitKeys) {
+                    let limitPath = "\(path).\(limit)"
+                    switch limit {
+                    case "max_connections": proxy.maxConnections = try integer(item, limitPath, 1...1_000_000)
+                    case "connect_timeout": proxy.connectTimeout = try seconds(item, limitPath, allowZero: false)
+                    case "idle_timeout": proxy.idleTimeout = try seconds(item, limitPath, allowZero: false)
+                    case "max_header_bytes": proxy.maxHeaderBytes = try integer(item, limitPath, 1_024...1_048_576)
+                    default: break
+                    }
+                }
+            default: break
+            }
+        }
+        return proxy
     }
 
     func readiness(_ node: Node) throws(DNSError) -> DaemonSettings.Readiness {

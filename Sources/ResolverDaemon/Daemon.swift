@@ -133,7 +133,7 @@ package final class Daemon: Sendable {
     private let exposition: @Sendable () -> [UInt8]
     private let signals: [UnixSignal]
     private let group = Mutex<ServiceGroup?>(nil)
-    private let bound = Mutex<(http: SocketAddress?, dnsUDP: SocketAddress?, dnsTCP: SocketAddress?)>((nil, nil, nil))
+    private let bound = Mutex<(http: SocketAddress?, dnsUDP: SocketAddress?, dnsTCP: SocketAddress?, proxy: SocketAddress?)>((nil, nil, nil, nil))
     private let started = Mutex<[CheckedContinuation<Void, Never>]?>([])
 
     /// Loads and checks the config file.
@@ -151,6 +151,7 @@ package final class Daemon: Sendable {
         _ = try Self.tlsContext(config)
         _ = try Self.listenAddress(config.daemon.listen)
         if let dns = config.daemon.dnsListen { _ = try Self.listenAddress(dns, key: "dns_listen") }
+        if let proxy = config.daemon.proxyListen { _ = try Self.listenAddress(proxy, key: "proxy_listen") }
         state = DaemonState(runtime: runtime, configPath: configPath, metrics: DaemonMetrics(factory: metrics), logger: logger)
         self.exposition = exposition
         self.signals = signals
@@ -159,6 +160,7 @@ package final class Daemon: Sendable {
     /// The addresses the listeners are bound to (port 0 in a config means any free port).
     package var httpAddress: SocketAddress? { bound.withLock { $0.http } }
     package var dnsAddress: SocketAddress? { bound.withLock { $0.dnsUDP } }
+    package var proxyAddress: SocketAddress? { bound.withLock { $0.proxy } }
 
     /// Waits until the listeners are bound.
     package func waitUntilListening() async {
@@ -174,7 +176,10 @@ package final class Daemon: Sendable {
 
     private func listening() {
         let dnsExpected = state.current.config.daemon.dnsListen != nil
-        let ready = bound.withLock { $0.http != nil && (!dnsExpected || ($0.dnsUDP != nil && $0.dnsTCP != nil)) }
+        let proxyExpected = state.current.config.daemon.proxyListen != nil
+        let ready = bound.withLock {
+            $0.http != nil && (!dnsExpected || ($0.dnsUDP != nil && $0.dnsTCP != nil)) && (!proxyExpected || $0.proxy != nil)
+        }
         guard ready else { return }
         for continuation in started.withLock({ waiting in
             defer { waiting = nil }
@@ -221,6 +226,15 @@ package final class Daemon: Sendable {
                 listening()
             }
             services.append(.init(service: stub))
+        }
+        if let proxyListen = config.daemon.proxyListen {
+            let (proxyHost, proxyPort) = try Self.listenAddress(proxyListen, key: "proxy_listen")
+            var proxy = ProxyListener(state: state, host: proxyHost, port: proxyPort, drainTimeout: Self.drainTimeout, logger: logger)
+            proxy.onBound = { [self] address in
+                bound.withLock { $0.proxy = address }
+                listening()
+            }
+            services.append(.init(service: proxy))
         }
         services.append(.init(service: CachePersister(state: state)))
         var groupConfiguration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: signals, logger: logger)
@@ -374,6 +388,7 @@ struct Reloader: Service {
             for (key, changed) in [
                 ("listen", config.daemon.listen != running.daemon.listen), ("tls", config.daemon.tls != running.daemon.tls),
                 ("dns_listen", config.daemon.dnsListen != running.daemon.dnsListen),
+                ("proxy_listen", config.daemon.proxyListen != running.daemon.proxyListen),
                 ("limits.max_connections", config.daemon.limits.maxConnections != running.daemon.limits.maxConnections),
                 ("limits.request_timeout", config.daemon.limits.requestTimeout != running.daemon.limits.requestTimeout),
                 ("limits.idle_timeout", config.daemon.limits.idleTimeout != running.daemon.limits.idleTimeout),

@@ -109,6 +109,42 @@ final class DaemonMetrics: Sendable {
         }.increment()
     }
 
+    // MARK: The forward proxy
+
+    private let proxy = ProxySeries()
+
+    private final class ProxySeries: Sendable {
+        let outcomes = Mutex<[String: Counter]>([:])
+        let tunnels = Atomic<Int>(0)
+    }
+
+    /// Client connections open on the proxy listener.
+    func proxyConnectionsOpen(_ count: Int) {
+        Gauge(label: "httpdns_connections_open", dimensions: [("listener", "proxy")], factory: factory).record(count)
+    }
+
+    /// How a proxy request ended: `tunnel`, or the status it was refused with (`403`, `407`, `502`,
+    /// `504`, `400`, `501`), `head_timeout`, `connection_limit`.
+    func proxyOutcome(_ outcome: String) {
+        proxy.outcomes.withLock { cache in
+            if let counter = cache[outcome] { return counter }
+            let counter = Counter(label: "httpdns_proxy_requests_total", dimensions: [("outcome", outcome)], factory: factory)
+            cache[outcome] = counter
+            return counter
+        }.increment()
+    }
+
+    func proxyTunnelsOpen(_ delta: Int) {
+        let open = proxy.tunnels.add(delta, ordering: .relaxed).newValue
+        Gauge(label: "httpdns_proxy_tunnels_open", factory: factory).record(open)
+    }
+
+    /// Bytes relayed: `upstream` from clients to origins, else from origins to clients.
+    func proxyBytes(upstream: Bool, _ count: Int) {
+        Counter(label: "httpdns_proxy_bytes_total", dimensions: [("direction", upstream ? "upstream" : "downstream")], factory: factory)
+            .increment(by: Int64(count))
+    }
+
     // MARK: The watcher
 
     func watchCheck(host: String, verdict: String, all: [String]) {

@@ -1,0 +1,412 @@
+import DNSCore
+import Foundation
+import HTTPDNS
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import ResolverConfig
+import ServiceLifecycle
+
+/// The local forward proxy (`proxy_listen:`): HTTP/1.1 `CONNECT host:port` tunnels opened to the
+/// trusted addresses of `host` (resolved through HTTPDNS, never the system's DNS unless the fallback
+/// policy says so), with RFC 8305 fallback across them; then bytes relayed both ways untouched, so
+/// TLS stays end to end between the client and the origin. Policy (`proxy:`) is read per request,
+/// so SIGHUP changes it; on SIGTERM the listener stops accepting and tunnels get the drain time.
+struct ProxyListener: Service {
+    let state: DaemonState
+    let host: String
+    let port: Int
+    let drainTimeout: Duration
+    let logger: Logger
+    var onBound: @Sendable (SocketAddress?) -> Void = { _ in }
+
+    func run() async throws {
+        let settings = state.current.config.daemon.proxy
+        let metrics = state.metrics
+        let registry = ConnectionRegistry(limit: settings.maxConnections) { metrics.proxyConnectionsOpen($0) }
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+            .childChannelInitializer { [state, logger] channel in
+                guard registry.admit(channel) else {
+                    metrics.proxyOutcome("connection_limit")
+                    return channel.close()
+                }
+                return channel.eventLoop.makeCompletedFuture {
+                    let settings = state.current.config.daemon.proxy
+                    let sync = channel.pipeline.syncOperations
+                    let budget = HeaderBudget(limit: settings.maxHeaderBytes)
+                    let decoder = ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes))
+                    let encoder = HTTPResponseEncoder()
+                    try sync.addHandler(budget)
+                    try sync.addHandler(decoder)
+                    try sync.addHandler(encoder)
+                    try sync.addHandler(
+                        ProxyConnectionHandler(
+                            state: state, budget: budget, decoder: decoder, encoder: encoder,
+                            headTimeout: .nanoseconds(Int64(state.current.config.daemon.limits.requestTimeout / .nanoseconds(1))),
+                            logger: logger))
+                }
+            }
+            .bind(host: host, port: port).get()
+        onBound(server.localAddress)
+        logger.notice("proxy listening", metadata: ["address": "\(server.localAddress.map { "\($0)" } ?? "\(host):\(port)")"])
+        await withGracefulShutdownHandler {
+            try? await server.closeFuture.get()
+        } onGracefulShutdown: {
+            server.close(promise: nil)
+        }
+        await registry.drain(grace: drainTimeout)
+    }
+}
+
+/// Counts a connection's bytes until its request head is complete and answers 431 past the limit
+/// (the HTTP decoder's own limit is 80 KB). Removed once the head is in.
+final class HeaderBudget: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    private let limit: Int
+    private var seen = 0
+    private var refused = false
+
+    init(limit: Int) { self.limit = limit }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !refused else { return }
+        seen += unwrapInboundIn(data).readableBytes
+        guard seen <= limit else {
+            refused = true
+            let text = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            let channel = context.channel
+            context.writeAndFlush(NIOAny(channel.allocator.buffer(string: text))).whenComplete { _ in channel.close(promise: nil) }
+            return
+        }
+        context.fireChannelRead(data)
+    }
+}
+
+/// One client connection: reads the request head, applies the policy, resolves, dials, and turns the
+/// connection into a tunnel.
+final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private enum Stage {
+        case head
+        case awaitingEnd(ProxyTarget)
+        case connecting
+        case done
+    }
+
+    private let state: DaemonState
+    private let budget: HeaderBudget
+    private let decoder: ByteToMessageHandler<HTTPRequestDecoder>
+    private let encoder: HTTPResponseEncoder
+    private let headTimeout: TimeAmount
+    private let logger: Logger
+    private var stage = Stage.head
+    /// Bytes that arrived after the CONNECT head (a client that did not wait for the 200).
+    private var pending: [NIOAny] = []
+    private var headDeadline: Scheduled<Void>?
+
+    init(
+        state: DaemonState, budget: HeaderBudget, decoder: ByteToMessageHandler<HTTPRequestDecoder>, encoder: HTTPResponseEncoder,
+        headTimeout: TimeAmount, logger: Logger
+    ) {
+        self.state = state
+        self.budget = budget
+        self.decoder = decoder
+        self.encoder = encoder
+        self.headTimeout = headTimeout
+        self.logger = logger
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        // A client that never sends a complete head is closed (a slow-loris costs one timer).
+        let channel = context.channel
+        headDeadline = context.eventLoop.scheduleTask(in: headTimeout) { [metrics = state.metrics] in
+            metrics.proxyOutcome("head_timeout")
+            channel.close(promise: nil)
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        headDeadline?.cancel()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch stage {
+        case .connecting, .done:
+            pending.append(data)
+            return
+        case .head, .awaitingEnd:
+            break
+        }
+        switch unwrapInboundIn(data) {
+        case let .head(head):
+            headDeadline?.cancel()
+            context.pipeline.syncOperations.removeHandler(budget, promise: nil)
+            begin(head, context: context)
+        case .body:
+            break  // a CONNECT has no body; anything else was refused at its head
+        case .end:
+            if case let .awaitingEnd(target) = stage {
+                stage = .connecting
+                resolve(target, context: context)
+            }
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if case .head = stage, error is HTTPParserError {
+            refuse(ProxyRefusal(status: 400, reason: "malformed request (\(error))"), context: context)
+            return
+        }
+        context.close(promise: nil)
+    }
+
+    private func begin(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
+        let config = state.current.config.daemon
+        let policy = ProxyPolicy(settings: config.proxy)
+        guard policy.authorizes(head.headers.first(name: "proxy-authorization")) else {
+            refuse(ProxyRefusal(status: 407, reason: "proxy authentication required"), context: context)
+            return
+        }
+        guard head.method == .CONNECT else {
+            let reason =
+                head.uri.lowercased().hasPrefix("http://")
+                ? "plain http:// forwarding is not available yet; use CONNECT (https)"
+                : "this is a forward proxy: send CONNECT host:port"
+            refuse(ProxyRefusal(status: head.uri.lowercased().hasPrefix("http://") ? 501 : 400, reason: reason), context: context)
+            return
+        }
+        guard let target = ProxyTarget(authority: head.uri) else {
+            refuse(ProxyRefusal(status: 400, reason: "CONNECT needs host:port, got '\(head.uri.prefix(100))'"), context: context)
+            return
+        }
+        if let refusal = policy.refusal(for: target, plainHTTP: false) {
+            refuse(refusal, context: context)
+            return
+        }
+        stage = .awaitingEnd(target)
+    }
+
+    /// Resolves through HTTPDNS off the event loop, then dials on it.
+    private func resolve(_ target: ProxyTarget, context: ChannelHandlerContext) {
+        let runtime = state.current
+        let resolver = runtime.resolver
+        let lookup: EventLoopFuture<[IPAddress]>
+        if let literal = IPAddress(target.host) {
+            lookup = context.eventLoop.makeSucceededFuture([literal])
+        } else {
+            lookup = context.eventLoop.makeFutureWithTask {
+                try await resolver.resolve(target.host, type: .both).addresses.map(\.ip)
+            }
+        }
+        lookup.assumeIsolated().whenComplete { result in
+            switch result {
+            case let .success(addresses):
+                let policy = ProxyPolicy(settings: self.state.current.config.daemon.proxy)
+                let dialable = policy.dialable(addresses)
+                guard !dialable.isEmpty else {
+                    self.refuse(.policy("\(target.host) resolves only to private, loopback or link-local addresses"), context: context)
+                    return
+                }
+                self.dial(target, addresses: dialable, context: context)
+            case let .failure(error):
+                let dnsError = error as? DNSError ?? DNSError(.internalError, "\(error)")
+                self.refuse(
+                    ProxyRefusal(status: 502, reason: "resolving \(target.host) failed: \(dnsError.code.rawValue): \(dnsError.message)", dnsCode: dnsError.code.rawValue),
+                    context: context)
+            }
+        }
+    }
+
+    private func dial(_ target: ProxyTarget, addresses: [IPAddress], context: ChannelHandlerContext) {
+        let settings = state.current.config.daemon.proxy
+        let metrics = state.metrics
+        let timeout = TimeAmount.nanoseconds(Int64(settings.connectTimeout / .nanoseconds(1)))
+        let idle = TimeAmount.nanoseconds(Int64(settings.idleTimeout / .nanoseconds(1)))
+        let started = NIODeadline.now()
+        ClientBootstrap(group: context.eventLoop)
+            .connectTimeout(timeout)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .channelOption(.allowRemoteHalfClosure, value: true)
+            .resolver(FixedAddresses(addresses, on: context.eventLoop))
+            .connect(host: target.host, port: target.port)
+            .assumeIsolated()
+            .whenComplete { result in
+                switch result {
+                case let .success(upstream):
+                    self.glue(upstream, idle: idle, context: context)
+                    metrics.proxyOutcome("tunnel")
+                    self.logger.debug(
+                        "tunnel open",
+                        metadata: [
+                            "target": "\(target.host):\(target.port)", "remote": "\(upstream.remoteAddress.map { "\($0)" } ?? "?")",
+                            "connect_ms": "\((NIODeadline.now() - started).nanoseconds / 1_000_000)",
+                        ])
+                case let .failure(error):
+                    let timedOut = (error as? ChannelError).map { if case .connectTimeout = $0 { true } else { false } } ?? false
+                    let reason = timedOut ? "connecting to \(target.host):\(target.port) timed out" : "cannot connect to \(target.host):\(target.port) (\(error))"
+                    self.refuse(ProxyRefusal(status: timedOut ? 504 : 502, reason: reason), context: context)
+                }
+            }
+    }
+
+    /// Answers 200 (RFC 9110 §9.3.6: no Content-Length, no Transfer-Encoding), takes the HTTP
+    /// handlers out, and relays bytes both ways from now on.
+    private func glue(_ upstream: any Channel, idle: TimeAmount, context: ChannelHandlerContext) {
+        stage = .done
+        let pipeline = context.pipeline.syncOperations
+        pipeline.removeHandler(encoder, promise: nil)
+        pipeline.removeHandler(decoder, promise: nil)
+        context.writeAndFlush(NIOAny(context.channel.allocator.buffer(string: "HTTP/1.1 200 Connection established\r\n\r\n")), promise: nil)
+        let (client, server) = TunnelHandler.pair(metrics: state.metrics)
+        do {
+            try pipeline.addHandler(IdleStateHandler(allTimeout: idle))
+            try pipeline.addHandler(client)
+            try upstream.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: idle))
+            try upstream.pipeline.syncOperations.addHandler(server)
+        } catch {
+            upstream.close(promise: nil)
+            context.close(promise: nil)
+            return
+        }
+        for data in pending { context.fireChannelRead(data) }
+        pending = []
+        pipeline.removeHandler(self, promise: nil)
+    }
+
+    private func refuse(_ refusal: ProxyRefusal, context: ChannelHandlerContext) {
+        stage = .done
+        state.metrics.proxyOutcome(String(refusal.status))
+        logger.info(
+            "proxy request refused", metadata: ["status": "\(refusal.status)", "reason": "\(refusal.reason)"])
+        var headers = HTTPHeaders([("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")])
+        if refusal.status == 407 { headers.add(name: "Proxy-Authenticate", value: "Basic realm=\"resolve proxy\"") }
+        if let code = refusal.dnsCode { headers.add(name: "X-HTTPDNS-Error", value: code) }
+        let body = context.channel.allocator.buffer(string: "\(refusal.status) \(refusal.reason)\n")
+        headers.add(name: "Content-Length", value: String(body.readableBytes))
+        let status = HTTPResponseStatus(statusCode: refusal.status)
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+    }
+}
+
+/// The addresses HTTPDNS chose, handed to NIO's Happy Eyeballs (RFC 8305) as a resolver's answer.
+final class FixedAddresses: Resolver, Sendable {
+    private let v4: [SocketAddress]
+    private let v6: [SocketAddress]
+    private let loop: any EventLoop
+
+    init(_ addresses: [IPAddress], on loop: any EventLoop) {
+        let socketAddresses = addresses.compactMap { try? SocketAddress(ipAddress: $0.description, port: 0) }
+        v4 = socketAddresses.filter { $0.protocol == .inet }
+        v6 = socketAddresses.filter { $0.protocol == .inet6 }
+        self.loop = loop
+    }
+
+    func initiateAQuery(host: String, port: Int) -> EventLoopFuture<[SocketAddress]> {
+        loop.makeSucceededFuture(v4.compactMap { try? Self.with(port: port, $0) })
+    }
+
+    func initiateAAAAQuery(host: String, port: Int) -> EventLoopFuture<[SocketAddress]> {
+        loop.makeSucceededFuture(v6.compactMap { try? Self.with(port: port, $0) })
+    }
+
+    func cancelQueries() {}
+
+    private static func with(port: Int, _ address: SocketAddress) throws -> SocketAddress {
+        try SocketAddress(ipAddress: address.ipAddress ?? "", port: port)
+    }
+}
+
+/// One side of a tunnel: what it reads is written to its partner; a partner that cannot take more
+/// stops the reading (backpressure both ways); a half-close is passed on; idleness closes both.
+final class TunnelHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private weak var partner: TunnelHandler?
+    private var context: ChannelHandlerContext?
+    private var pendingRead = false
+    private let upstreamSide: Bool
+    private let metrics: DaemonMetrics
+
+    private init(upstreamSide: Bool, metrics: DaemonMetrics) {
+        self.upstreamSide = upstreamSide
+        self.metrics = metrics
+    }
+
+    /// The client side and the upstream side, joined.
+    static func pair(metrics: DaemonMetrics) -> (TunnelHandler, TunnelHandler) {
+        let client = TunnelHandler(upstreamSide: false, metrics: metrics)
+        let server = TunnelHandler(upstreamSide: true, metrics: metrics)
+        client.partner = server
+        server.partner = client
+        metrics.proxyTunnelsOpen(+1)
+        return (client, server)
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+        partner = nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let bytes = unwrapInboundIn(data).readableBytes
+        metrics.proxyBytes(upstream: !upstreamSide, bytes)
+        partner?.context?.write(data, promise: nil)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        partner?.context?.flush()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if !upstreamSide { metrics.proxyTunnelsOpen(-1) }
+        partner?.context?.close(promise: nil)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, case .inputClosed = event {
+            // The peer finished sending: finish sending to the other side too (TLS close_notify and
+            // HTTP/1.0 bodies rely on it).
+            partner?.context?.close(mode: .output, promise: nil)
+        } else if event is IdleStateHandler.IdleStateEvent {
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { partner?.resumeReading() }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if let partner, let partnerContext = partner.context, !partnerContext.channel.isWritable {
+            pendingRead = true
+            return
+        }
+        context.read()
+    }
+
+    private func resumeReading() {
+        guard pendingRead, let context else { return }
+        pendingRead = false
+        context.read()
+    }
+}

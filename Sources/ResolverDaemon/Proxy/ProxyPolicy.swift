@@ -1,0 +1,96 @@
+import DNSCore
+import Foundation
+import ResolverConfig
+
+/// Where a proxy request wants to go.
+struct ProxyTarget: Sendable, Hashable {
+    /// Lowercase, without brackets or a final dot.
+    var host: String
+    var port: Int
+
+    /// `host:port` of a CONNECT request (RFC 9110 §9.3.6: the port is required), `[v6]:port` for
+    /// IPv6 literals; nil for anything else.
+    init?(authority: String) {
+        let text = authority.lowercased()
+        let hostPart: Substring, portPart: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+            hostPart = text[text.index(after: text.startIndex)..<close]
+            portPart = text[text.index(close, offsetBy: 2)...]
+            guard IPAddress(hostPart)?.family == .ipv6 else { return nil }
+        } else {
+            guard let colon = text.lastIndex(of: ":"), text.firstIndex(of: ":") == colon else { return nil }
+            hostPart = text[..<colon]
+            portPart = text[text.index(after: colon)...]
+        }
+        guard let port = Int(portPart), (1...65_535).contains(port), portPart.allSatisfy(\.isNumber) else { return nil }
+        self.init(host: String(hostPart), port: port)
+    }
+
+    init?(host: String, port: Int) {
+        var host = host
+        if host.hasSuffix(".") { host.removeLast() }
+        guard !host.isEmpty else { return nil }
+        if IPAddress(host) == nil {
+            guard (try? DomainName(host)) != nil else { return nil }
+        }
+        self.host = host
+        self.port = port
+    }
+
+    var isLiteral: Bool { IPAddress(host) != nil }
+}
+
+/// A request the proxy refuses, with the status a browser or curl can show and the reason.
+struct ProxyRefusal: Error, Sendable, Equatable {
+    var status: Int
+    var reason: String
+    /// The `DNSError` code when resolution failed (also sent as `X-HTTPDNS-Error`).
+    var dnsCode: String?
+
+    static func policy(_ reason: String) -> ProxyRefusal { ProxyRefusal(status: 403, reason: reason) }
+}
+
+/// The proxy's decisions, pure: authentication, target policy, destination filtering.
+struct ProxyPolicy: Sendable {
+    let settings: DaemonSettings.Proxy
+
+    /// Whether `header` (the `Proxy-Authorization` value) names a configured user and password.
+    /// Without `auth_file`, everyone may use the proxy.
+    func authorizes(_ header: String?) -> Bool {
+        guard let users = settings.users else { return true }
+        guard let header, header.lowercased().hasPrefix("basic "),
+            let decoded = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
+            let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
+        else { return false }
+        guard let expected = users[String(text[..<colon])] else { return false }
+        return Self.constantTimeEqual(Array(expected.utf8), Array(text[text.index(after: colon)...].utf8))
+    }
+
+    /// The refusal for `target`, or nil when policy lets it through. Plain `http://` requests may
+    /// also go to port 80.
+    func refusal(for target: ProxyTarget, plainHTTP: Bool) -> ProxyRefusal? {
+        let ports = plainHTTP ? settings.connectPorts + [80] : settings.connectPorts
+        guard ports.contains(target.port) else {
+            return .policy("port \(target.port) is not allowed (connect_ports: \(settings.connectPorts.map(String.init).joined(separator: ", ")))")
+        }
+        if !target.isLiteral, !HostPattern.admits(target.host, allow: settings.allow, deny: settings.deny) {
+            return .policy("\(target.host) is not allowed by the proxy's allow/deny lists")
+        }
+        return nil
+    }
+
+    /// The addresses that may be dialled: private, loopback and link-local ones only with
+    /// `allow_private_destinations`.
+    func dialable(_ addresses: [IPAddress]) -> [IPAddress] {
+        settings.allowPrivateDestinations ? addresses : addresses.filter { $0.specialPurposeRange == nil }
+    }
+
+    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        var difference = UInt8(a.count == b.count ? 0 : 1)
+        for index in 0..<max(a.count, b.count) {
+            difference |= (index < a.count ? a[index] : 0) ^ (index < b.count ? b[index] : 0)
+        }
+        return difference == 0
+    }
+}
