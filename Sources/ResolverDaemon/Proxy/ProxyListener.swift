@@ -219,7 +219,9 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
             case let .failure(error):
                 let dnsError = error as? DNSError ?? DNSError(.internalError, "\(error)")
                 self.refuse(
-                    ProxyRefusal(status: 502, reason: "resolving \(target.host) failed: \(dnsError.code.rawValue): \(dnsError.message)", dnsCode: dnsError.code.rawValue),
+                    ProxyRefusal(
+                        status: 502, reason: "resolving \(target.host) failed: \(dnsError.code.rawValue): \(dnsError.message)",
+                        dnsCode: dnsError.code.rawValue),
                     context: context)
             }
         }
@@ -251,7 +253,9 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
                         ])
                 case let .failure(error):
                     let timedOut = (error as? ChannelError).map { if case .connectTimeout = $0 { true } else { false } } ?? false
-                    let reason = timedOut ? "connecting to \(target.host):\(target.port) timed out" : "cannot connect to \(target.host):\(target.port) (\(error))"
+                    let reason =
+                        timedOut
+                        ? "connecting to \(target.host):\(target.port) timed out" : "cannot connect to \(target.host):\(target.port) (\(error))"
                     self.refuse(ProxyRefusal(status: timedOut ? 504 : 502, reason: reason), context: context)
                 }
             }
@@ -289,6 +293,8 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
         var headers = HTTPHeaders([("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")])
         if refusal.status == 407 { headers.add(name: "Proxy-Authenticate", value: "Basic realm=\"resolve proxy\"") }
         if let code = refusal.dnsCode { headers.add(name: "X-HTTPDNS-Error", value: code) }
+        // The reason in a header too: clients show a CONNECT refusal's headers, rarely its body.
+        headers.add(name: "X-HTTPDNS-Reason", value: String(refusal.reason.unicodeScalars.filter { $0.value >= 0x20 && $0.value < 0x7f }.prefix(300)))
         let body = context.channel.allocator.buffer(string: "\(refusal.status) \(refusal.reason)\n")
         headers.add(name: "Content-Length", value: String(body.readableBytes))
         let status = HTTPResponseStatus(statusCode: refusal.status)

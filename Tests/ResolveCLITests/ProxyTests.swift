@@ -1,0 +1,157 @@
+import DNSCore
+import Foundation
+import TestSupport
+import Testing
+
+extension DaemonSuites {
+    /// The daemon's forward proxy (`proxy_listen`) with real clients: curl `-x` (CONNECT), Python's
+    /// urllib with `HTTPS_PROXY`, and raw sockets for bad input. The system DNS (dnsmasq) lies for
+    /// bank.hd.test; through the proxy the genuine origin answers (TLS verified end to end by the client).
+    @Suite(.serialized) struct ProxyTests {
+        typealias Env = TestEnvironment
+        static let port = 18652
+        static let proxyPort = 18653
+        static let user = "tester", password = "proxy-test-pass-41"
+
+        static func config(_ proxy: String, extra: String = "") -> String {
+            DaemonProcess.config(
+                port: port,
+                extra: """
+                    proxy_listen: "127.0.0.1:\(proxyPort)"
+                    proxy: \(proxy)
+                    limits: {request_timeout: 2}
+                    \(extra)
+                    """)
+        }
+
+        static let open = "{connect_ports: [443, \(Env.originPort)], allow_private_destinations: true, deny: [blocked.hd.test]}"
+        var proxyURL: String { "http://127.0.0.1:\(Self.proxyPort)" }
+
+        func curl(_ arguments: [String], config: String? = nil) async throws -> CLI.Output {
+            var extra: [String] = []
+            if let config {
+                // Credentials in a config file, not in argv.
+                let path = FileManager.default.temporaryDirectory.appendingPathComponent("curl-\(UUID().uuidString)").path
+                try config.write(toFile: path, atomically: true, encoding: .utf8)
+                extra = ["-K", path]
+            }
+            return try await CLI.run(
+                ["-s", "--max-time", "20", "--cacert", Env.caFile, "-x", proxyURL] + extra + arguments, executable: "/usr/bin/curl")
+        }
+
+        @Test func curlTunnelsToTheGenuineOriginAndRefusalsSayWhy() async throws {
+            let daemon = try await DaemonProcess(config: Self.config(Self.open), port: Self.port)
+            defer { daemon.stop() }
+            // bank.hd.test: the system DNS sends it to an impostor with another CA's certificate.
+            let echo = try await curl(["-v", Env.origin("/echo", host: "bank.hd.test")])
+            #expect(echo.stdout == "sni=bank.hd.test host=bank.hd.test method=GET proto=HTTP/2.0 cookie=\n", "\(echo.stderr)")
+            #expect(echo.stderr.contains("200 Connection established"), "\(echo.stderr)")
+
+            let port = try await curl(["-i", "https://origin.hd.test:8443/echo"])
+            #expect(port.stdout.hasPrefix("HTTP/1.1 403") && port.stdout.contains("port 8443 is not allowed"), "\(port.stdout)")
+            let denied = try await curl(["-i", Env.origin("/echo", host: "blocked.hd.test")])
+            #expect(denied.stdout.hasPrefix("HTTP/1.1 403") && denied.stdout.contains("allow/deny"), "\(denied.stdout)")
+            let missing = try await curl(["-i", Env.origin("/echo", host: "nope.hd.test")])
+            #expect(missing.stdout.hasPrefix("HTTP/1.1 502") && missing.stdout.contains("X-HTTPDNS-Error: nxdomain"), "\(missing.stdout)")
+            // dead.hd.test resolves to 127.0.0.7, where nothing listens.
+            let refused = try await curl(["-i", Env.origin("/echo", host: "dead.hd.test")])
+            #expect(refused.stdout.hasPrefix("HTTP/1.1 502") && refused.stdout.contains("cannot connect"), "\(refused.stdout)")
+            let plain = try await curl(["-i", "http://origin.hd.test:\(Env.originPlainPort)/echo"])
+            #expect(plain.stdout.hasPrefix("HTTP/1.1 501"), "\(plain.stdout)")
+
+            let metrics = daemon.text(try await daemon.get("/metrics"))
+            #expect(metrics.contains("httpdns_proxy_requests_total{outcome=\"tunnel\"} 1"), "\(metrics)")
+            #expect(metrics.contains("httpdns_proxy_requests_total{outcome=\"403\"} 2"))
+            #expect(metrics.contains("httpdns_proxy_bytes_total{direction=\"downstream\"}"))
+        }
+
+        @Test func aLargeDownloadStreamsThroughTheTunnel() async throws {
+            let daemon = try await DaemonProcess(config: Self.config(Self.open), port: Self.port)
+            defer { daemon.stop() }
+            let output = FileManager.default.temporaryDirectory.appendingPathComponent("proxy-big-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: output) }
+            let download = try await curl(["-o", output, "-w", "%{http_code} %{size_download}", Env.origin("/big")])
+            let expected = try FileManager.default.attributesOfItem(atPath: Env.root + "/.testenv/nginx/www/big.bin")[.size] as? Int
+            #expect(download.stdout == "200 \(expected ?? -1)", "\(download.stdout)\(download.stderr)")
+            let source = try Data(contentsOf: URL(fileURLWithPath: Env.root + "/.testenv/nginx/www/big.bin"))
+            #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == source, "every byte arrives as sent")
+        }
+
+        @Test func authenticationPrivateDestinationsAndReload() async throws {
+            let users = FileManager.default.temporaryDirectory.appendingPathComponent("proxy-users-\(UUID().uuidString)").path
+            try "# test users\n\(Self.user):\(Self.password)\n".write(toFile: users, atomically: true, encoding: .utf8)
+            defer { try? FileManager.default.removeItem(atPath: users) }
+            let strict = "{connect_ports: [\(Env.originPort)], auth_file: \(users)}"
+            let daemon = try await DaemonProcess(config: Self.config(strict), port: Self.port)
+            defer { daemon.stop() }
+            let anonymous = try await curl(["-i", Env.origin("/echo")])
+            #expect(anonymous.stdout.hasPrefix("HTTP/1.1 407") && anonymous.stdout.contains("Proxy-Authenticate: Basic"), "\(anonymous.stdout)")
+            let wrong = try await curl(["-i", Env.origin("/echo")], config: "proxy-user = \"\(Self.user):wrong\"\n")
+            #expect(wrong.stdout.hasPrefix("HTTP/1.1 407"), "\(wrong.stdout)")
+            // Right password, but the origin is on loopback: no SSRF into the host's network by default.
+            let credentials = "proxy-user = \"\(Self.user):\(Self.password)\"\n"
+            let loopback = try await curl(["-i", Env.origin("/echo")], config: credentials)
+            #expect(loopback.stdout.hasPrefix("HTTP/1.1 403") && loopback.stdout.contains("private"), "\(loopback.stdout)")
+            #expect(!daemon.logText.contains(Self.password), "the password is never logged")
+
+            // SIGHUP: private destinations allowed now.
+            try Self.config("{connect_ports: [\(Env.originPort)], auth_file: \(users), allow_private_destinations: true}")
+                .write(to: daemon.configFile, atomically: true, encoding: .utf8)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(try await daemon.waitForLog("configuration reloaded"), "\(daemon.logText)")
+            let allowed = try await curl([Env.origin("/echo")], config: credentials)
+            #expect(allowed.stdout.hasPrefix("sni=origin.hd.test"), "\(allowed.stdout)\(allowed.stderr)")
+        }
+
+        @Test func pythonsURLLibUsesItThroughHTTPSProxy() async throws {
+            let daemon = try await DaemonProcess(config: Self.config(Self.open), port: Self.port)
+            defer { daemon.stop() }
+            let script = """
+                import os, ssl, urllib.request
+                os.environ["HTTPS_PROXY"] = "\(proxyURL)"
+                context = ssl.create_default_context(cafile="\(Env.caFile)")
+                print(urllib.request.urlopen("\(Env.origin("/echo", host: "bank.hd.test"))", context=context, timeout=10).read().decode(), end="")
+                """
+            let output = try await CLI.run(["-c", script], executable: "/usr/bin/python3")
+            #expect(output.stdout.hasPrefix("sni=bank.hd.test host=bank.hd.test"), "\(output.stdout)\(output.stderr)")
+        }
+
+        @Test func badInputGetsAStatusOrAClose() async throws {
+            let daemon = try await DaemonProcess(config: Self.config(Self.open), port: Self.port)
+            defer { daemon.stop() }
+            // Each case: what is sent, then the first line read back ("" when closed without one).
+            let script = """
+                import socket, sys, time
+                def exchange(data, half_close=False, wait=5):
+                    s = socket.create_connection(("127.0.0.1", \(Self.proxyPort)), timeout=wait)
+                    if data: s.sendall(data)
+                    if half_close: s.shutdown(socket.SHUT_WR)
+                    try:
+                        answer = s.recv(4096)
+                    except socket.timeout:
+                        answer = b"TIMEOUT"
+                    s.close()
+                    return answer.split(b"\\r\\n")[0].decode(errors="replace")
+                print(exchange(b"GARBAGE\\r\\n\\r\\n"))
+                print(exchange(b"CONNECT origin.hd.test HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"))
+                print(exchange(b"CONNECT origin.hd.test:\(Env.originPort) HTTP/1.1\\r\\nX-Big: " + b"a" * 20000 + b"\\r\\n\\r\\n"))
+                print(exchange(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"))
+                start = time.time(); print(exchange(b"", wait=8) or "closed", round(time.time() - start))
+                print(exchange(b"CONNECT origin.hd.test:\(Env.originPort) HTTP/1.1\\r\\n", half_close=True) or "closed")
+                """
+            let output = try await CLI.run(["-c", script], executable: "/usr/bin/python3")
+            let lines = output.lines
+            #expect(lines.count == 6, "\(output.stdout)\(output.stderr)")
+            guard lines.count == 6 else { return }
+            #expect(lines[0].hasPrefix("HTTP/1.1 400"), "malformed request line: \(lines[0])")
+            #expect(lines[1].hasPrefix("HTTP/1.1 400"), "CONNECT without a port: \(lines[1])")
+            #expect(lines[2].hasPrefix("HTTP/1.1 431"), "an absurd header: \(lines[2])")
+            #expect(lines[3].hasPrefix("HTTP/1.1 400"), "origin-form to a proxy: \(lines[3])")
+            #expect(lines[4] == "closed 2", "a client that never sends is closed after request_timeout: \(lines[4])")
+            #expect(lines[5] == "closed" || lines[5].hasPrefix("HTTP/1.1 400"), "half-closed mid-head: \(lines[5])")
+            // And it still serves.
+            let echo = try await curl([Env.origin("/echo")])
+            #expect(echo.stdout.hasPrefix("sni=origin.hd.test"), "\(echo.stdout)\(echo.stderr)")
+        }
+    }
+}
