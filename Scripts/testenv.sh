@@ -351,6 +351,9 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
         listen 127.0.0.4:$ORIGIN_PLAIN_PORT;
         listen 127.0.0.10:$ORIGIN_PLAIN_PORT;
         location = /ok { default_type text/plain; return 200 "ok\n"; }
+        location = /big { alias $dir/www/big.bin; }
+        client_max_body_size 256m;
+        include $dir/upload-file.conf;
         location = /echo-credentials { default_type text/plain; return 200 "authorization=\$http_authorization cookie=\$http_cookie\n"; }
         # The genuine site's marker, for plain-HTTP probes.
         location / { add_header X-Genuine-Origin "hd-origin-7f3a" always; default_type text/plain; return 200 "genuine origin\n"; }

@@ -24,7 +24,8 @@ extension DaemonSuites {
                     """)
         }
 
-        static let open = "{connect_ports: [443, \(Env.originPort)], allow_private_destinations: true, deny: [blocked.hd.test]}"
+        static let open =
+            "{connect_ports: [443, \(Env.originPort), \(Env.originPlainPort)], allow_private_destinations: true, deny: [blocked.hd.test]}"
         var proxyURL: String { "http://127.0.0.1:\(Self.proxyPort)" }
 
         func curl(_ arguments: [String], config: String? = nil) async throws -> CLI.Output {
@@ -56,13 +57,65 @@ extension DaemonSuites {
             // dead.hd.test resolves to 127.0.0.7, where nothing listens.
             let refused = try await curl(["-i", Env.origin("/echo", host: "dead.hd.test")])
             #expect(refused.stdout.hasPrefix("HTTP/1.1 502") && refused.stdout.contains("cannot connect"), "\(refused.stdout)")
-            let plain = try await curl(["-i", "http://origin.hd.test:\(Env.originPlainPort)/echo"])
-            #expect(plain.stdout.hasPrefix("HTTP/1.1 501"), "\(plain.stdout)")
+            let https = try await CLI.run(
+                [
+                    "-c",
+                    "import socket; s = socket.create_connection(('127.0.0.1', \(Self.proxyPort))); s.sendall(b'GET https://origin.hd.test/ HTTP/1.1\\r\\nHost: origin.hd.test\\r\\n\\r\\n'); print(s.recv(200).split(b'\\r\\n')[0].decode())",
+                ],
+                executable: "/usr/bin/python3")
+            #expect(https.stdout.hasPrefix("HTTP/1.1 400"), "absolute https:// must use CONNECT: \(https.stdout)\(https.stderr)")
 
             let metrics = daemon.text(try await daemon.get("/metrics"))
             #expect(metrics.contains("httpdns_proxy_requests_total{outcome=\"tunnel\"} 1"), "\(metrics)")
             #expect(metrics.contains("httpdns_proxy_requests_total{outcome=\"403\"} 2"))
             #expect(metrics.contains("httpdns_proxy_bytes_total{direction=\"downstream\"}"))
+        }
+
+        @Test func plainHTTPIsForwardedToTheTrustedAddressWithKeepAliveAndStreamedBodies() async throws {
+            let daemon = try await DaemonProcess(config: Self.config(Self.open), port: Self.port)
+            defer { daemon.stop() }
+            // bank.hd.test: the system DNS says 127.0.0.8 (the impostor, no marker); the proxy asks HTTPDNS.
+            let base = "http://bank.hd.test:\(Env.originPlainPort)"
+            let two = try await curl(["-v", "-i", base + "/", base + "/ok"])
+            #expect(two.stdout.contains("X-Genuine-Origin: \(Env.genuineMarker)") && two.stdout.contains("genuine origin\n"), "\(two.stdout)")
+            #expect(two.stdout.contains("ok\n") && two.stdout.contains("Via: 1.1 resolve"), "\(two.stdout)")
+            #expect(
+                two.stderr.contains("Re-using existing connection") || two.stderr.contains("Reusing existing"),
+                "keep-alive to the proxy: \(two.stderr)")
+
+            // A 4 MiB chunked upload, streamed to the origin, compared byte for byte.
+            let upload = FileManager.default.temporaryDirectory.appendingPathComponent("proxy-up-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: upload) }
+            let payload = try #require(FileHandle(forReadingAtPath: "/dev/urandom")).readData(ofLength: 4 << 20)
+            try payload.write(to: upload)
+            let started = ContinuousClock.now
+            let sent = try await curl(
+                ["-i", "-T", upload.path, "-H", "Transfer-Encoding: chunked", "http://origin.hd.test:\(Env.originPlainPort)/upload-file"])
+            // curl sends `Expect: 100-continue` and waits 1 s for the 100 unless the proxy passes it on.
+            #expect(ContinuousClock.now - started < .milliseconds(900), "100 Continue is forwarded")
+            let file = sent.stdout.split(separator: "\r\n").first { $0.lowercased().hasPrefix("x-request-body-file:") }
+                .map { String($0.split(separator: ":", maxSplits: 1)[1]).trimmingCharacters(in: .whitespaces) }
+            #expect(sent.stdout.contains("HTTP/1.1 200"), "\(sent.stdout)\(sent.stderr)")
+            #expect(sent.stdout.lowercased().contains("x-transfer-encoding: chunked"), "\(sent.stdout)")
+            if let file { #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == payload, "every uploaded byte arrives") }
+
+            // A 64 MiB download, streamed back.
+            let big = try await curl(["-o", "/dev/null", "-w", "%{http_code} %{size_download}", "http://origin.hd.test:\(Env.originPlainPort)/big"])
+            #expect(big.stdout == "200 \(64 << 20)", "\(big.stdout)\(big.stderr)")
+            // A port outside connect_ports (and not 80) is refused for plain HTTP too.
+            let port = try await curl(["-i", "http://origin.hd.test:8080/"])
+            #expect(port.stdout.hasPrefix("HTTP/1.1 403"), "\(port.stdout)")
+            // Every client has gone: no connection is left open (a FIN from a kept-alive client
+            // closes it; half-closure is only for tunnels).
+            var open = ""
+            for _ in 0..<20 {
+                open =
+                    daemon.text(try await daemon.get("/metrics")).split(separator: "\n")
+                    .first { $0.hasPrefix("httpdns_connections_open{listener=\"proxy\"}") }.map(String.init) ?? ""
+                if open.hasSuffix(" 0") || open.hasSuffix(" 0.0") { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(open.hasSuffix(" 0") || open.hasSuffix(" 0.0"), "\(open)")
         }
 
         @Test func aLargeDownloadStreamsThroughTheTunnel() async throws {

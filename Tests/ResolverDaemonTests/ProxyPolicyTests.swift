@@ -1,5 +1,6 @@
 import DNSCore
 import Foundation
+import NIOHTTP1
 import ResolverConfig
 import Testing
 
@@ -52,6 +53,16 @@ import Testing
         #expect(policy.dialable(addresses).map(\.description) == ["198.18.0.10", "2001:2::10"])
         settings.allowPrivateDestinations = true
         #expect(ProxyPolicy(settings: settings).dialable(addresses).count == addresses.count)
+    }
+
+    @Test func hopByHopHeadersStayOnTheirHop() {
+        let headers = HTTPHeaders([
+            ("Host", "a.test"), ("Connection", "keep-alive, X-Private-Hop"), ("X-Private-Hop", "1"), ("Keep-Alive", "timeout=5"),
+            ("Proxy-Authorization", "Basic eDp5"), ("Proxy-Connection", "keep-alive"), ("TE", "trailers"), ("Upgrade", "h2c"),
+            ("Transfer-Encoding", "chunked"), ("Cookie", "k=v"), ("Accept", "*/*"),
+        ])
+        let kept = ProxyConnectionHandler.endToEnd(headers)
+        #expect(kept.map(\.name) == ["Host", "Cookie", "Accept"])
     }
 
     @Test func configKeys() throws {

@@ -90,14 +90,17 @@ final class HeaderBudget: ChannelInboundHandler, RemovableChannelHandler {
 
 /// One client connection: reads the request head, applies the policy, resolves, dials, and turns the
 /// connection into a tunnel.
-final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
+final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
     private enum Stage {
         case head
         case awaitingEnd(ProxyTarget)
         case connecting
+        /// A plain `http://` request being forwarded; `requestDone` once the client's `.end` is in.
+        case forwarding(requestDone: Bool)
         case done
     }
 
@@ -111,6 +114,14 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
     /// Bytes that arrived after the CONNECT head (a client that did not wait for the 200).
     private var pending: [NIOAny] = []
     private var headDeadline: Scheduled<Void>?
+    /// Forwarding: the upstream connection once made, the request parts that arrived before it, and
+    /// whether the client's reads wait for the upstream to take more (backpressure).
+    private var upstream: (any Channel)?
+    private var forwardQueue: [HTTPClientRequestPart] = []
+    private var readHeld = false
+    private var responseStarted = false
+    private var keepAlive = true
+    private weak var context: ChannelHandlerContext?
 
     init(
         state: DaemonState, budget: HeaderBudget, decoder: ByteToMessageHandler<HTTPRequestDecoder>, encoder: HTTPResponseEncoder,
@@ -125,6 +136,7 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
         // A client that never sends a complete head is closed (a slow-loris costs one timer).
         let channel = context.channel
         headDeadline = context.eventLoop.scheduleTask(in: headTimeout) { [metrics = state.metrics] in
@@ -139,8 +151,11 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch stage {
-        case .connecting, .done:
+        case .connecting, .done, .forwarding(requestDone: true):
             pending.append(data)
+            return
+        case .forwarding(requestDone: false):
+            forwardRequestPart(unwrapInboundIn(data))
             return
         case .head, .awaitingEnd:
             break
@@ -155,8 +170,25 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
         case .end:
             if case let .awaitingEnd(target) = stage {
                 stage = .connecting
-                resolve(target, context: context)
+                resolve(target, context: context) { upstream, idle in
+                    self.glue(upstream, idle: idle, context: context)
+                    self.state.metrics.proxyOutcome("tunnel")
+                }
             }
+        }
+    }
+
+    /// The client stopped sending (half-close is allowed for tunnels): outside a forwarded exchange
+    /// that still owes a response, the connection is done.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard let event = event as? ChannelEvent, case .inputClosed = event else {
+            context.fireUserInboundEventTriggered(event)
+            return
+        }
+        if case .forwarding(requestDone: true) = stage {
+            keepAlive = false  // answer the request in flight, then close
+        } else {
+            context.close(promise: nil)
         }
     }
 
@@ -176,11 +208,15 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
             return
         }
         guard head.method == .CONNECT else {
-            let reason =
-                head.uri.lowercased().hasPrefix("http://")
-                ? "plain http:// forwarding is not available yet; use CONNECT (https)"
-                : "this is a forward proxy: send CONNECT host:port"
-            refuse(ProxyRefusal(status: head.uri.lowercased().hasPrefix("http://") ? 501 : 400, reason: reason), context: context)
+            guard head.uri.lowercased().hasPrefix("http://") else {
+                let reason =
+                    head.uri.lowercased().hasPrefix("https://")
+                    ? "send https:// requests through CONNECT, so TLS stays end to end"
+                    : "this is a forward proxy: send CONNECT host:port or an absolute http:// URL"
+                refuse(ProxyRefusal(status: 400, reason: reason), context: context)
+                return
+            }
+            forward(head, policy: policy, context: context)
             return
         }
         guard let target = ProxyTarget(authority: head.uri) else {
@@ -195,7 +231,9 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 
     /// Resolves through HTTPDNS off the event loop, then dials on it.
-    private func resolve(_ target: ProxyTarget, context: ChannelHandlerContext) {
+    private func resolve(
+        _ target: ProxyTarget, context: ChannelHandlerContext, connected: @escaping (any Channel, TimeAmount) -> Void
+    ) {
         let runtime = state.current
         let resolver = runtime.resolver
         let lookup: EventLoopFuture<[IPAddress]>
@@ -215,7 +253,7 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
                     self.refuse(.policy("\(target.host) resolves only to private, loopback or link-local addresses"), context: context)
                     return
                 }
-                self.dial(target, addresses: dialable, context: context)
+                self.dial(target, addresses: dialable, context: context, connected: connected)
             case let .failure(error):
                 let dnsError = error as? DNSError ?? DNSError(.internalError, "\(error)")
                 self.refuse(
@@ -227,9 +265,10 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
         }
     }
 
-    private func dial(_ target: ProxyTarget, addresses: [IPAddress], context: ChannelHandlerContext) {
+    private func dial(
+        _ target: ProxyTarget, addresses: [IPAddress], context: ChannelHandlerContext, connected: @escaping (any Channel, TimeAmount) -> Void
+    ) {
         let settings = state.current.config.daemon.proxy
-        let metrics = state.metrics
         let timeout = TimeAmount.nanoseconds(Int64(settings.connectTimeout / .nanoseconds(1)))
         let idle = TimeAmount.nanoseconds(Int64(settings.idleTimeout / .nanoseconds(1)))
         let started = NIODeadline.now()
@@ -243,10 +282,9 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
             .whenComplete { result in
                 switch result {
                 case let .success(upstream):
-                    self.glue(upstream, idle: idle, context: context)
-                    metrics.proxyOutcome("tunnel")
+                    connected(upstream, idle)
                     self.logger.debug(
-                        "tunnel open",
+                        "upstream connected",
                         metadata: [
                             "target": "\(target.host):\(target.port)", "remote": "\(upstream.remoteAddress.map { "\($0)" } ?? "?")",
                             "connect_ms": "\((NIODeadline.now() - started).nanoseconds / 1_000_000)",
@@ -285,8 +323,191 @@ final class ProxyConnectionHandler: ChannelInboundHandler, RemovableChannelHandl
         pipeline.removeHandler(self, promise: nil)
     }
 
+    // MARK: Plain http:// forwarding
+
+    /// RFC 9110 §7.6.1: connection options, and the fields a `Connection` header names, are for one hop.
+    static let hopByHop: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer",
+        "transfer-encoding", "upgrade",
+    ]
+
+    static func endToEnd(_ headers: HTTPHeaders) -> HTTPHeaders {
+        let named = Set(headers[canonicalForm: "connection"].map { $0.lowercased() })
+        var result = HTTPHeaders()
+        for (name, value) in headers where !hopByHop.contains(name.lowercased()) && !named.contains(name.lowercased()) {
+            result.add(name: name, value: value)
+        }
+        return result
+    }
+
+    /// An absolute-form request: checked, resolved, dialled, then sent in origin form with the body
+    /// streamed as it arrives; the response streams back the same way.
+    private func forward(_ head: HTTPRequestHead, policy: ProxyPolicy, context: ChannelHandlerContext) {
+        guard let url = URLComponents(string: head.uri), let host = url.host, !host.isEmpty,
+            let target = ProxyTarget(host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: url.port ?? 80)
+        else {
+            refuse(ProxyRefusal(status: 400, reason: "not a valid http:// URL"), context: context)
+            return
+        }
+        if let refusal = policy.refusal(for: target, plainHTTP: true) {
+            refuse(refusal, context: context)
+            return
+        }
+        var path = url.percentEncodedPath.isEmpty ? "/" : url.percentEncodedPath
+        if let query = url.percentEncodedQuery { path += "?" + query }
+        var headers = Self.endToEnd(head.headers)
+        let authority = url.port.map { "\(target.host.contains(":") ? "[\(target.host)]" : target.host):\($0)" } ?? target.host
+        headers.replaceOrAdd(name: "Host", value: authority)
+        headers.add(name: "Via", value: "1.1 resolve")
+        if head.headers[canonicalForm: "transfer-encoding"].contains(where: { $0.lowercased() == "chunked" }) {
+            headers.add(name: "Transfer-Encoding", value: "chunked")  // the body's framing is re-done by the encoder
+        }
+        forwardQueue = [.head(HTTPRequestHead(version: .http1_1, method: head.method, uri: path, headers: headers))]
+        keepAlive = head.isKeepAlive
+        responseStarted = false
+        stage = .forwarding(requestDone: false)
+        resolve(target, context: context) { upstream, idle in
+            self.connectedForForwarding(upstream, idle: idle, context: context)
+        }
+    }
+
+    private func connectedForForwarding(_ upstream: any Channel, idle: TimeAmount, context: ChannelHandlerContext) {
+        guard case .forwarding = stage, context.channel.isActive else {
+            upstream.close(promise: nil)
+            return
+        }
+        self.upstream = upstream
+        do {
+            let sync = upstream.pipeline.syncOperations
+            try sync.addHandler(IdleStateHandler(allTimeout: idle))
+            try sync.addHandler(HTTPRequestEncoder())
+            // 1xx answers (100 Continue above all) go to the client: a client that sent
+            // `Expect: 100-continue` would otherwise wait its timeout (curl: 1 s) before the body.
+            try sync.addHandler(ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .dropBytes, informationalResponseStrategy: .forward)))
+            try sync.addHandler(ForwardedResponseHandler(client: self))
+        } catch {
+            upstream.close(promise: nil)
+            refuse(ProxyRefusal(status: 502, reason: "cannot set up the upstream connection"), context: context)
+            return
+        }
+        for part in forwardQueue { upstream.write(part, promise: nil) }
+        forwardQueue = []
+        upstream.flush()
+        resumeReading()
+        state.metrics.proxyOutcome("forwarded")
+    }
+
+    private func forwardRequestPart(_ part: HTTPServerRequestPart) {
+        let outbound: HTTPClientRequestPart
+        switch part {
+        case .head: return  // cannot happen: a head ends the previous request
+        case let .body(buffer):
+            state.metrics.proxyBytes(upstream: true, buffer.readableBytes)
+            outbound = .body(.byteBuffer(buffer))
+        case let .end(trailers):
+            outbound = .end(trailers)
+            stage = .forwarding(requestDone: true)
+        }
+        if let upstream {
+            upstream.write(outbound, promise: nil)
+            if case .end = outbound { upstream.flush() }
+        } else {
+            forwardQueue.append(outbound)
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        upstream?.flush()
+        context.fireChannelReadComplete()
+    }
+
+    /// The upstream's response parts, on the same event loop.
+    fileprivate func upstreamResponded(_ part: HTTPClientResponsePart) {
+        guard let context else { return }
+        switch part {
+        case let .head(head) where (100..<200).contains(head.status.code):
+            // Informational: passed on at once; the final response follows.
+            guard head.status != .switchingProtocols else { return }
+            context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: head.status))), promise: nil)
+        case let .head(head):
+            responseStarted = true
+            var headers = Self.endToEnd(head.headers)
+            headers.add(name: "Via", value: "1.1 resolve")
+            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: head.status, headers: headers))), promise: nil)
+        case let .body(buffer):
+            state.metrics.proxyBytes(upstream: false, buffer.readableBytes)
+            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+        case let .end(trailers):
+            context.writeAndFlush(wrapOutboundOut(.end(trailers)), promise: nil)
+            finishExchange(context: context)
+        }
+    }
+
+    fileprivate func upstreamFlushed() { context?.flush() }
+
+    /// The upstream closed or failed before its response ended.
+    fileprivate func upstreamEnded(error: (any Error)?) {
+        guard let context, case .forwarding = stage else { return }
+        if responseStarted {
+            context.close(promise: nil)  // a cut response must look cut to the client
+        } else {
+            refuse(ProxyRefusal(status: 502, reason: "the origin closed without a response\(error.map { " (\($0))" } ?? "")"), context: context)
+        }
+        upstream = nil
+    }
+
+    /// One exchange done: the connection is ready for the client's next request (keep-alive).
+    private func finishExchange(context: ChannelHandlerContext) {
+        let finished = upstream
+        upstream = nil
+        finished?.close(promise: nil)
+        guard keepAlive else {
+            stage = .done
+            context.close(promise: nil)
+            return
+        }
+        stage = .head
+        // A kept-alive connection waits for its next request at most the proxy's idle timeout.
+        let channel = context.channel
+        let idle = TimeAmount.nanoseconds(Int64(state.current.config.daemon.proxy.idleTimeout / .nanoseconds(1)))
+        headDeadline = context.eventLoop.scheduleTask(in: idle) { channel.close(promise: nil) }
+        resumeReading()
+        let queued = pending
+        pending = []
+        for data in queued { channelRead(context: context, data: data) }
+    }
+
+    // MARK: Backpressure while forwarding
+
+    func read(context: ChannelHandlerContext) {
+        // While forwarding, read the client's body only as fast as the upstream takes it (and not
+        // at all while it is still being dialled).
+        if case .forwarding(requestDone: false) = stage, upstream.map({ !$0.isWritable }) ?? true {
+            readHeld = true
+            return
+        }
+        context.read()
+    }
+
+    fileprivate func resumeReading() {
+        guard readHeld, let context else { return }
+        readHeld = false
+        context.read()
+    }
+
+    fileprivate var clientIsWritable: Bool { context?.channel.isWritable ?? true }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { upstreamReader?.resumeReading() }
+        context.fireChannelWritabilityChanged()
+    }
+
+    fileprivate weak var upstreamReader: ForwardedResponseHandler?
+
     private func refuse(_ refusal: ProxyRefusal, context: ChannelHandlerContext) {
         stage = .done
+        upstream?.close(promise: nil)
+        upstream = nil
         state.metrics.proxyOutcome(String(refusal.status))
         logger.info(
             "proxy request refused", metadata: ["status": "\(refusal.status)", "reason": "\(refusal.reason)"])
@@ -413,6 +634,72 @@ final class TunnelHandler: ChannelDuplexHandler {
     private func resumeReading() {
         guard pendingRead, let context else { return }
         pendingRead = false
+        context.read()
+    }
+}
+
+/// The upstream side of a forwarded plain-HTTP exchange: response parts go to the client's handler;
+/// reading stops while the client cannot take more.
+final class ForwardedResponseHandler: ChannelDuplexHandler {
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundIn = HTTPClientRequestPart
+    typealias OutboundOut = HTTPClientRequestPart
+
+    private let client: ProxyConnectionHandler
+    private var context: ChannelHandlerContext?
+    private var readHeld = false
+    private var ended = false
+
+    init(client: ProxyConnectionHandler) {
+        self.client = client
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        client.upstreamReader = self
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let part = unwrapInboundIn(data)
+        if case .end = part { ended = true }
+        client.upstreamResponded(part)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        client.upstreamFlushed()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { client.resumeReading() }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if !ended { client.upstreamEnded(error: nil) }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent { context.close(promise: nil) }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if !ended {
+            ended = true
+            client.upstreamEnded(error: error)
+        }
+        context.close(promise: nil)
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if !client.clientIsWritable {
+            readHeld = true
+            return
+        }
+        context.read()
+    }
+
+    func resumeReading() {
+        guard readHeld, let context else { return }
+        readHeld = false
         context.read()
     }
 }
