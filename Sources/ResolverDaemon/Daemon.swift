@@ -74,14 +74,21 @@ final class DaemonState: Sendable {
     private let runtime: Mutex<Runtime>
     private let statuses = Mutex<[String: WatchStatus]>([:])
     let configPath: String
+    /// What the command changes in the file's settings, at start and on every reload
+    /// (`resolve proxy` keeps only the proxy listening).
+    let adjust: @Sendable (inout ConfigFile) -> Void
     let logger: Logger
     let metrics: DaemonMetrics
     /// Requests being looked up or routed now (`limits.max_concurrent_requests`).
     let requestsInFlight = Atomic<Int>(0)
 
-    init(runtime: Runtime, configPath: String, metrics: DaemonMetrics, logger: Logger) {
+    init(
+        runtime: Runtime, configPath: String, adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }, metrics: DaemonMetrics,
+        logger: Logger
+    ) {
         self.runtime = Mutex(runtime)
         self.configPath = configPath
+        self.adjust = adjust
         self.metrics = metrics
         self.logger = logger
     }
@@ -142,17 +149,19 @@ package final class Daemon: Sendable {
     ///   - exposition: the Prometheus text `/metrics` serves.
     ///   - signals: what stops the daemon gracefully (none in tests, which call ``shutdown()``).
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration``.
+    ///   - adjust: what the command changes in the file's settings, at start and on every reload.
     package init(
         configPath: String, metrics: any MetricsFactory, exposition: @escaping @Sendable () -> [UInt8], logger: Logger,
-        signals: [UnixSignal] = [.sigterm, .sigint]
+        signals: [UnixSignal] = [.sigterm, .sigint], adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }
     ) throws(DNSError) {
-        let config = try ConfigFile.load(configPath)
+        var config = try ConfigFile.load(configPath)
+        adjust(&config)
         let runtime = try Runtime(config, metrics: metrics, logger: logger)
         _ = try Self.tlsContext(config)
         _ = try Self.listenAddress(config.daemon.listen)
         if let dns = config.daemon.dnsListen { _ = try Self.listenAddress(dns, key: "dns_listen") }
         if let proxy = config.daemon.proxyListen { _ = try Self.listenAddress(proxy, key: "proxy_listen") }
-        state = DaemonState(runtime: runtime, configPath: configPath, metrics: DaemonMetrics(factory: metrics), logger: logger)
+        state = DaemonState(runtime: runtime, configPath: configPath, adjust: adjust, metrics: DaemonMetrics(factory: metrics), logger: logger)
         self.exposition = exposition
         self.signals = signals
     }
@@ -319,6 +328,8 @@ package final class Daemon: Sendable {
 
     /// `IPv4:port` or `[IPv6]:port`.
     static func listenAddress(_ text: String, key: String = "listen") throws(DNSError) -> (String, Int) {
+        // Port 0: any free port (`resolve proxy` puts its unused API there).
+        if text.hasSuffix(":0"), let (address, _) = IPAddress.endpoint(String(text.dropLast(2)) + ":1") { return (address.description, 0) }
         guard let (address, port) = IPAddress.endpoint(text), let port else {
             throw DNSError(.invalidConfiguration, "\(key): '\(text)' is not IP:port")
         }
@@ -383,7 +394,8 @@ struct Reloader: Service {
     func reload() {
         let logger = state.logger
         do {
-            let config = try ConfigFile.load(state.configPath)
+            var config = try ConfigFile.load(state.configPath)
+            state.adjust(&config)
             let running = state.current.config
             for (key, changed) in [
                 ("listen", config.daemon.listen != running.daemon.listen), ("tls", config.daemon.tls != running.daemon.tls),

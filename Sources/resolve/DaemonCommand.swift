@@ -59,3 +59,71 @@ struct DaemonCommand: AsyncParsableCommand {
         _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 }
+
+/// `resolve proxy`: the forward proxy alone, in the foreground (the daemon's proxy without its API,
+/// stub or watch list).
+struct ProxyCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "proxy",
+        abstract: "Run a local HTTP(S) forward proxy that connects by HTTPDNS (CONNECT tunnels and plain http://).",
+        discussion: """
+            Point any program at it: HTTPS_PROXY=http://127.0.0.1:8118 HTTP_PROXY=http://127.0.0.1:8118. \
+            The trusted upstreams, the lookup policy and the proxy: policy come from the config file; \
+            the flags override the listener and the policy. SIGHUP reloads the file; SIGTERM/SIGINT \
+            stop accepting and let tunnels finish (at most 5 s).
+            Exit status: 0 after a clean shutdown, 2 usage or configuration error, 1 anything else.
+            """)
+
+    @Option(name: .customLong("config"), help: ArgumentHelp("The YAML config file (required: upstreams, proxy policy).", valueName: "FILE"))
+    var config: String
+
+    @Option(
+        name: .customLong("listen"), help: ArgumentHelp("Where the proxy listens (default proxy_listen, else 127.0.0.1:8118).", valueName: "IP:PORT"))
+    var listen: String?
+
+    @Option(
+        name: .customLong("connect-port"),
+        help: ArgumentHelp("A port CONNECT may reach (replaces proxy.connect_ports); repeatable.", valueName: "PORT"))
+    var connectPorts: [Int] = []
+
+    @Flag(name: .customLong("allow-private-destinations"), help: "Let tunnels reach private, loopback and link-local addresses.")
+    var allowPrivateDestinations = false
+
+    @Option(name: .customLong("log-level"), help: ArgumentHelp("trace … critical (default info).", valueName: "LEVEL"))
+    var logLevel: String = "info"
+
+    func run() async throws {
+        guard let level = Logger.Level(rawValue: logLevel.lowercased()) else {
+            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not '\(logLevel)'")
+        }
+        for port in connectPorts where !(1...65_535).contains(port) { throw ValidationError("--connect-port \(port) is not a port") }
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let exposition = PrometheusExposition()
+        MetricsSystem.bootstrap(exposition.factory)
+        var logger = Logger(label: "resolve.proxy")
+        logger.logLevel = level
+        let (listen, ports, allowPrivate) = (self.listen, connectPorts, allowPrivateDestinations)
+        let daemon: Daemon
+        do {
+            daemon = try Daemon(
+                configPath: config, metrics: exposition.factory, exposition: exposition.render, logger: logger,
+                adjust: { config in
+                    // The proxy alone: the API on a free loopback port, no TLS, stub or watch list.
+                    config.daemon.proxyListen = listen ?? config.daemon.proxyListen ?? "127.0.0.1:8118"
+                    config.daemon.listen = "127.0.0.1:0"
+                    config.daemon.tls = nil
+                    config.daemon.dnsListen = nil
+                    config.daemon.watch = []
+                    if !ports.isEmpty { config.daemon.proxy.connectPorts = ports }
+                    if allowPrivate { config.daemon.proxy.allowPrivateDestinations = true }
+                })
+        } catch {
+            throw ValidationError(error.message)
+        }
+        try await daemon.run()
+    }
+}

@@ -20,7 +20,7 @@ struct Resolve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "resolve",
         abstract: "Resolve host names through trusted DNS-over-HTTPS resolvers, immune to DNS hijacking.",
-        subcommands: [Lookup.self, Compare.self, Fetch.self, DaemonCommand.self],
+        subcommands: [Lookup.self, Compare.self, Fetch.self, DaemonCommand.self, ProxyCommand.self],
         defaultSubcommand: Lookup.self)
 
     /// Parses and runs; maps every parse or validation error to exit 2, as the contract says.

@@ -156,6 +156,36 @@ extension DaemonSuites {
             #expect(allowed.stdout.hasPrefix("sni=origin.hd.test"), "\(allowed.stdout)\(allowed.stderr)")
         }
 
+        @Test func resolveProxyRunsTheProxyAloneInTheForeground() async throws {
+            try Env.requireRunning()
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("proxy-cmd-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let config = directory.appendingPathComponent("c.yaml")
+            // No proxy_listen and a policy the flags widen; `listen` and `dns_listen` are ignored by `resolve proxy`.
+            try DaemonProcess.config(port: Self.port, extra: "dns_listen: \"127.0.0.1:\(Self.proxyPort)\"")
+                .write(to: config, atomically: true, encoding: .utf8)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: CLI.binary)
+            process.arguments = [
+                "proxy", "--config", config.path, "--listen", "127.0.0.1:\(Self.proxyPort)", "--connect-port", "\(Env.originPort)",
+                "--allow-private-destinations",
+            ]
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            var echo = CLI.Output(status: -1, stdout: "", stderr: "")
+            for _ in 0..<50 {
+                echo = try await curl([Env.origin("/echo", host: "bank.hd.test")])
+                if echo.status == 0 { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(echo.stdout.hasPrefix("sni=bank.hd.test"), "\(echo.stdout)\(echo.stderr)")
+            process.terminate()
+            for _ in 0..<80 where process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(!process.isRunning && process.terminationStatus == 0, "SIGTERM: a clean exit")
+        }
+
         @Test func pythonsURLLibUsesItThroughHTTPSProxy() async throws {
             let daemon = try await DaemonProcess(config: Self.config(Self.open), port: Self.port)
             defer { daemon.stop() }
