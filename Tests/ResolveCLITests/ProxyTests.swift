@@ -186,6 +186,43 @@ extension DaemonSuites {
             #expect(!process.isRunning && process.terminationStatus == 0, "SIGTERM: a clean exit")
         }
 
+        /// Headless Chromium with `--proxy-server`: the genuine page of a hijacked name arrives, with the
+        /// test CA trusted through an NSS database; without it the same load fails (TLS is the browser's).
+        /// Chromium's own lookups are mapped to NOTFOUND and the policy admits hd.test only, so its
+        /// background requests (update, accounts) are refused by the proxy and nothing leaves loopback.
+        @Test func aHeadlessBrowserLoadsTheGenuinePage() async throws {
+            let daemon = try await DaemonProcess(
+                config: Self.config("{connect_ports: [\(Env.originPort)], allow: [hd.test], allow_private_destinations: true}"), port: Self.port)
+            defer { daemon.stop() }
+            func load(trustingTheTestCA: Bool) async throws -> String {
+                let home = FileManager.default.temporaryDirectory.appendingPathComponent("chromium-\(UUID().uuidString)")
+                defer { try? FileManager.default.removeItem(at: home) }
+                let nss = home.appendingPathComponent(".pki/nssdb").path
+                try FileManager.default.createDirectory(atPath: nss, withIntermediateDirectories: true)
+                _ = try await CLI.run(["-d", "sql:" + nss, "-N", "--empty-password"], executable: "/usr/bin/certutil")
+                if trustingTheTestCA {
+                    let added = try await CLI.run(
+                        ["-d", "sql:" + nss, "-A", "-t", "C,,", "-n", "swift-httpdns test CA", "-i", Env.caFile], executable: "/usr/bin/certutil")
+                    #expect(added.status == 0, "\(added.stderr)")
+                }
+                let script = """
+                    HOME='\(home.path)' exec timeout 60 /usr/bin/chromium --headless=new --no-sandbox --disable-gpu --no-first-run \\
+                      --disable-background-networking --disable-component-update --disable-sync --disable-default-apps \\
+                      --disable-domain-reliability --no-pings --dns-prefetch-disable \\
+                      --host-resolver-rules='MAP * ~NOTFOUND, EXCLUDE 127.0.0.1' --proxy-server=\(proxyURL) \\
+                      --user-data-dir='\(home.path)/profile' --dump-dom '\(Env.origin("/echo", host: "bank.hd.test"))'
+                    """
+                return try await CLI.run(["-c", script], executable: "/bin/sh").stdout
+            }
+            let trusted = try await load(trustingTheTestCA: true)
+            #expect(trusted.contains("sni=bank.hd.test host=bank.hd.test"), "the genuine origin's page: \(trusted)")
+            #expect(!trusted.contains("please enter your password"), "never the impostor's")
+            let untrusted = try await load(trustingTheTestCA: false)
+            #expect(!untrusted.contains("sni=bank.hd.test"), "without the test CA the browser refuses: TLS is end to end")
+            let metrics = daemon.text(try await daemon.get("/metrics"))
+            #expect(metrics.contains("httpdns_proxy_requests_total{outcome=\"tunnel\"}"), "\(metrics)")
+        }
+
         @Test func pythonsURLLibUsesItThroughHTTPSProxy() async throws {
             let daemon = try await DaemonProcess(config: Self.config(Self.open), port: Self.port)
             defer { daemon.stop() }
