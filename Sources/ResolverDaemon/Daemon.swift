@@ -111,6 +111,19 @@ final class DaemonState: Sendable {
 
     func allStatuses() -> [WatchStatus] { statuses.withLock { Array($0.values) } }
 
+    /// What the watcher knows about `host` that a connection should heed: the addresses it holds as
+    /// hijacked (the system's answer, where the verdict is hijacked, less the trusted addresses),
+    /// and its ranking of the trusted ones (healthy first, fastest first).
+    func watchAdvice(for host: String) -> (hijacked: Set<IPAddress>, ranking: [IPAddress]) {
+        guard let status = statuses.withLock({ $0[host] }) else { return ([], []) }
+        var hijacked = Set<IPAddress>()
+        if status.comparison.verdict.kind == .hijacked, case let .addresses(system) = status.comparison.system {
+            let trusted: [IPAddress] = if case let .addresses(list) = status.comparison.trusted { list } else { [] }
+            hijacked = Set(system).subtracting(trusted)
+        }
+        return (hijacked, status.ranked.filter(\.isHealthy).map(\.ip))
+    }
+
     func forget(except hosts: Set<String>) {
         statuses.withLock { $0 = $0.filter { hosts.contains($0.key) } }
     }

@@ -55,6 +55,13 @@ import Testing
         #expect(ProxyPolicy(settings: settings).dialable(addresses).count == addresses.count)
     }
 
+    @Test func theWatchersVerdictsSteerTheDialling() {
+        let ips = ["127.0.0.4", "127.0.0.8", "127.0.0.10"].compactMap { IPAddress($0) }
+        let steered = ProxyPolicy.heed(ips, hijacked: [ips[1]], ranking: [ips[2], ips[1], IPAddress("127.0.0.99")!])
+        #expect(steered == [ips[2], ips[0]], "a hijacked address is never dialled; the healthy ranking goes first")
+        #expect(ProxyPolicy.heed(ips, hijacked: [], ranking: []) == ips)
+    }
+
     @Test func hopByHopHeadersStayOnTheirHop() {
         let headers = HTTPHeaders([
             ("Host", "a.test"), ("Connection", "keep-alive, X-Private-Hop"), ("X-Private-Hop", "1"), ("Keep-Alive", "timeout=5"),

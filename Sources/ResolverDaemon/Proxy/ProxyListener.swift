@@ -248,7 +248,8 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
             switch result {
             case let .success(addresses):
                 let policy = ProxyPolicy(settings: self.state.current.config.daemon.proxy)
-                let dialable = policy.dialable(addresses)
+                let advice = self.state.watchAdvice(for: target.host)
+                let dialable = policy.dialable(ProxyPolicy.heed(addresses, hijacked: advice.hijacked, ranking: advice.ranking))
                 guard !dialable.isEmpty else {
                     self.refuse(.policy("\(target.host) resolves only to private, loopback or link-local addresses"), context: context)
                     return

@@ -86,6 +86,14 @@ struct ProxyPolicy: Sendable {
         settings.allowPrivateDestinations ? addresses : addresses.filter { $0.specialPurposeRange == nil }
     }
 
+    /// The watcher's word on a watched host: never an address it holds as hijacked (possible when
+    /// `fallback: system` answered), and the healthy addresses in its ranking's order first.
+    static func heed(_ addresses: [IPAddress], hijacked: Set<IPAddress>, ranking: [IPAddress]) -> [IPAddress] {
+        let allowed = addresses.filter { !hijacked.contains($0) }
+        let ranked = ranking.filter { allowed.contains($0) }
+        return ranked + allowed.filter { !ranked.contains($0) }
+    }
+
     static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         var difference = UInt8(a.count == b.count ? 0 : 1)
         for index in 0..<max(a.count, b.count) {
