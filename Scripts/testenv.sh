@@ -292,6 +292,7 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
         location = /not-found { default_type text/plain; return 404 "no such page\n"; }
         location = /close { return 444; }
         location = /big { alias $dir/www/big.bin; limit_rate 48m; }   # spread over ~1.5 s: tests share 2 cores
+        location = /big-fast { alias $dir/www/big.bin; }   # unthrottled, for the proxy benchmark
         location = /slow { alias $dir/www/big.bin; limit_rate 256k; }
         include $dir/upload-file.conf;
         location = /auth-basic {

@@ -30,6 +30,8 @@ struct ProxyListener: Service {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelOption(.allowRemoteHalfClosure, value: true)
+            // Tunnels move bulk data: read up to 256 KiB at a time (NIO's default tops out at 64 KiB).
+            .childChannelOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 262_144))
             .childChannelInitializer { [state, logger] channel in
                 guard registry.admit(channel) else {
                     metrics.proxyOutcome("connection_limit")
@@ -239,6 +241,9 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
         let lookup: EventLoopFuture<[IPAddress]>
         if let literal = IPAddress(target.host) {
             lookup = context.eventLoop.makeSucceededFuture([literal])
+        } else if let cached = resolver.resolveWithoutWaiting(target.host, type: .both) {
+            // A fresh cached answer: no hop off the event loop and back.
+            lookup = context.eventLoop.makeSucceededFuture(cached.addresses.map(\.ip))
         } else {
             lookup = context.eventLoop.makeFutureWithTask {
                 try await resolver.resolve(target.host, type: .both).addresses.map(\.ip)
@@ -277,6 +282,7 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
             .connectTimeout(timeout)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelOption(.allowRemoteHalfClosure, value: true)
+            .channelOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 262_144))
             .resolver(FixedAddresses(addresses, on: context.eventLoop))
             .connect(host: target.host, port: target.port)
             .assumeIsolated()

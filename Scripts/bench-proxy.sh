@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Forward-proxy benchmark: `resolve proxy` (release build) against direct connections (curl --resolve)
+# and against the peer tinyproxy 1.11 (Debian), which resolves the same trusted answers through
+# /etc/hosts in a mount namespace of its own. All on loopback, against the nginx HTTPS origin.
+#
+#   Scripts/bench-proxy.sh [REPEATS]     default 5; min / median / max of the repeats are reported
+#
+# (a) a 64 MiB HTTPS download (unthrottled /big-fast) through each path: MB/s;
+# (b) 1,000 small HTTPS requests, each on a new tunnel (HTTP/1.1 with Connection: close): requests/s,
+#     and the median time to first byte;
+# (c) RSS per idle tunnel: 200 CONNECTs held open, the proxy's RSS before and after.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+. Scripts/lib.sh
+repeats=${1:-5}
+proxy_port=18661 peer_port=18662 api_port=18663
+
+need_build_packages
+need_packages tinyproxy curl util-linux
+swift build -c release --product resolve 2>&1 | grep -E "error|warning: " | grep -v distributed || true
+bin="$(swift build -c release --show-bin-path)/resolve"
+work=$(mktemp -d)
+cleanup() {
+    [ -n "${ours:-}" ] && kill "$ours" 2>/dev/null || true
+    [ -n "${peer:-}" ] && kill "$peer" 2>/dev/null || true
+    bash Scripts/testenv.sh stop >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+bash Scripts/testenv.sh start >/dev/null
+ca=.testenv/ca/ca.pem
+origin="origin.hd.test:$ORIGIN_PORT"
+
+cat >"$work/resolve.yaml" <<CONF
+upstreams:
+  - {doh: "https://doh-a.test:$DOH_PORT/dns-query", bootstrap: [127.0.0.1]}
+ca_file: $root/$ca
+allow_private: true
+listen: "127.0.0.1:$api_port"
+proxy_listen: "127.0.0.1:$proxy_port"
+proxy: {connect_ports: [$ORIGIN_PORT], allow_private_destinations: true, limits: {max_connections: 4096}}
+CONF
+"$bin" proxy --config "$work/resolve.yaml" --log-level warning 2>"$work/resolve.log" &
+ours=$!
+# tinyproxy resolves with getaddrinfo: /etc/hosts, replaced in its own mount namespace, gives it the
+# same trusted answer (127.0.0.4) without touching the machine's file.
+printf '127.0.0.1 localhost\n127.0.0.4 origin.hd.test\n' >"$work/hosts"
+cat >"$work/tinyproxy.conf" <<CONF
+Port $peer_port
+Listen 127.0.0.1
+Timeout 600
+MaxClients 4096
+Allow 127.0.0.1
+ConnectPort $ORIGIN_PORT
+LogLevel Critical
+CONF
+unshare -m sh -c "mount --bind '$work/hosts' /etc/hosts && exec tinyproxy -d -c '$work/tinyproxy.conf'" 2>"$work/tinyproxy.log" &
+peer=$!
+wait_for_port 127.0.0.1 "$proxy_port"
+wait_for_port 127.0.0.1 "$peer_port"
+
+paths=(direct ours peer)
+via() { # path -> curl options
+    case "$1" in
+        direct) echo "--resolve $origin:127.0.0.4" ;;
+        ours) echo "-x http://127.0.0.1:$proxy_port" ;;
+        peer) echo "-x http://127.0.0.1:$peer_port" ;;
+    esac
+}
+for i in $(seq 1 1000); do printf 'url = "https://%s/echo?n=%s"\noutput = "/dev/null"\n' "$origin" "$i"; done >"$work/small.cfg"
+
+out="$work/results"
+for run in $(seq 1 "$repeats"); do
+    for path in "${paths[@]}"; do
+        # shellcheck disable=SC2046
+        speed=$(curl -s --cacert "$ca" $(via "$path") -o /dev/null -w '%{speed_download}' "https://$origin/big-fast")
+        start=$(date +%s.%N)
+        # shellcheck disable=SC2046
+        ttfb=$(curl -s --http1.1 -H 'Connection: close' --cacert "$ca" $(via "$path") -K "$work/small.cfg" -w '%{time_starttransfer}\n' \
+            | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+        wall=$(echo "$(date +%s.%N) - $start" | bc)
+        echo "$run $path $speed $wall $ttfb" >>"$out"
+    done
+done
+
+rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+idle_rss() { # proxy-port pid -> KiB per idle tunnel over 200
+    local before after
+    before=$(rss "$2")
+    /usr/bin/python3 - "$1" "$origin" <<'PY' &
+import socket, sys, time
+port, target = int(sys.argv[1]), sys.argv[2]
+held = []
+for _ in range(200):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    assert s.recv(100).startswith(b"HTTP/1."), "no answer"
+    held.append(s)
+time.sleep(3)
+PY
+    local holder=$!
+    sleep 2
+    after=$(rss "$2")
+    wait "$holder"
+    echo "scale=1; ($after - $before) / 200" | bc
+}
+peer_pid=$(pgrep -n -f "tinyproxy -d -c $work/tinyproxy.conf")
+ours_rss=$(idle_rss "$proxy_port" "$ours")
+peer_rss=$(idle_rss "$peer_port" "$peer_pid")
+
+python3 - "$out" "$repeats" "$ours_rss" "$peer_rss" <<'PY'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+n = int(sys.argv[2])
+data = {}
+for run, path, speed, wall, ttfb in rows:
+    data.setdefault(path, []).append((float(speed), 1000 / float(wall), float(ttfb)))
+def spread(values, fmt):
+    values = sorted(values)
+    return "/".join(fmt.format(v) for v in (values[0], statistics.median(values), values[-1]))
+def ratios(a, b, index):
+    return [x[index] / y[index] for x, y in zip(data[a], data[b])]
+print(f"min/median/max of {n} runs")
+print()
+print("| path | 64 MiB download, MB/s | 1,000 requests, new tunnel each: req/s | median time to first byte, ms |")
+print("|---|---|---|---|")
+names = {"direct": "direct (curl --resolve)", "ours": "resolve proxy", "peer": "tinyproxy 1.11 (peer)"}
+for path in ("direct", "ours", "peer"):
+    rows = data[path]
+    print(f"| {names[path]} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} "
+          f"| {spread([r[2] * 1e3 for r in rows], '{:.2f}')} |")
+print()
+print(f"- download: resolve proxy / direct {spread(ratios('ours', 'direct', 0), '{:.2f}')}x (goal >= 0.9), "
+      f"/ tinyproxy {spread(ratios('ours', 'peer', 0), '{:.2f}')}x (goal >= 1.0)")
+print(f"- new tunnels: resolve proxy / direct {spread(ratios('ours', 'direct', 1), '{:.2f}')}x, "
+      f"/ tinyproxy {spread(ratios('ours', 'peer', 1), '{:.2f}')}x")
+added = [o[2] - d[2] for o, d in zip(data["ours"], data["direct"])]
+print(f"- added time to first byte (resolve proxy - direct): {spread([a * 1e3 for a in added], '{:.2f}')} ms")
+print(f"- RSS per idle tunnel (200 held): resolve proxy {sys.argv[3]} KiB, tinyproxy {sys.argv[4]} KiB")
+PY
