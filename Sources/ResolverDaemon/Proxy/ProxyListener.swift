@@ -25,41 +25,55 @@ struct ProxyListener: Service {
         let settings = state.current.config.daemon.proxy
         let metrics = state.metrics
         let registry = ConnectionRegistry(limit: settings.maxConnections) { metrics.proxyConnectionsOpen($0) }
-        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.backlog, value: 256)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .childChannelOption(.allowRemoteHalfClosure, value: true)
-            // Tunnels move bulk data: read up to 256 KiB at a time (NIO's default tops out at 64 KiB).
-            .childChannelOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 262_144))
-            .childChannelInitializer { [state, logger] channel in
-                guard registry.admit(channel) else {
-                    metrics.proxyOutcome("connection_limit")
-                    return channel.close()
+        // One listening socket per event loop (SO_REUSEPORT), each keeping its connections on its own
+        // loop: a connection is accepted, served and dialled out on one thread. With one socket for
+        // the group, every new tunnel was handed from the accepting thread to another (a wake-up
+        // each: CONNECT to 200 took 262 us against tinyproxy's 119).
+        var servers: [any Channel] = []
+        var boundPort = port
+        for loop in MultiThreadedEventLoopGroup.singleton.makeIterator() {
+            let server = try await ServerBootstrap(group: loop, childGroup: loop)
+                .serverChannelOption(.backlog, value: 256)
+                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .serverChannelOption(ChannelOptions.socketOption(NIOBSDSocket.Option(rawValue: SO_REUSEPORT)), value: 1)
+                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.allowRemoteHalfClosure, value: true)
+                // Tunnels move bulk data: reads grow up to 256 KiB (NIO's default tops out at 64 KiB).
+                .childChannelOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 262_144))
+                .childChannelInitializer { [state, logger] channel in
+                    guard registry.admit(channel) else {
+                        metrics.proxyOutcome("connection_limit")
+                        return channel.close()
+                    }
+                    return channel.eventLoop.makeCompletedFuture {
+                        let settings = state.current.config.daemon.proxy
+                        let sync = channel.pipeline.syncOperations
+                        let budget = HeaderBudget(limit: settings.maxHeaderBytes)
+                        let decoder = ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes))
+                        let encoder = HTTPResponseEncoder()
+                        try sync.addHandler(budget)
+                        try sync.addHandler(decoder)
+                        try sync.addHandler(encoder)
+                        try sync.addHandler(
+                            ProxyConnectionHandler(
+                                state: state, budget: budget, decoder: decoder, encoder: encoder,
+                                headTimeout: .nanoseconds(Int64(state.current.config.daemon.limits.requestTimeout / .nanoseconds(1))),
+                                logger: logger))
+                    }
                 }
-                return channel.eventLoop.makeCompletedFuture {
-                    let settings = state.current.config.daemon.proxy
-                    let sync = channel.pipeline.syncOperations
-                    let budget = HeaderBudget(limit: settings.maxHeaderBytes)
-                    let decoder = ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes))
-                    let encoder = HTTPResponseEncoder()
-                    try sync.addHandler(budget)
-                    try sync.addHandler(decoder)
-                    try sync.addHandler(encoder)
-                    try sync.addHandler(
-                        ProxyConnectionHandler(
-                            state: state, budget: budget, decoder: decoder, encoder: encoder,
-                            headTimeout: .nanoseconds(Int64(state.current.config.daemon.limits.requestTimeout / .nanoseconds(1))),
-                            logger: logger))
-                }
-            }
-            .bind(host: host, port: port).get()
-        onBound(server.localAddress)
-        logger.notice("proxy listening", metadata: ["address": "\(server.localAddress.map { "\($0)" } ?? "\(host):\(port)")"])
+                .bind(host: host, port: boundPort).get()
+            // Port 0: the first socket's port, shared by the others.
+            boundPort = server.localAddress?.port ?? boundPort
+            servers.append(server)
+        }
+        let listening = servers
+        let address = listening.first?.localAddress
+        onBound(address)
+        logger.notice("proxy listening", metadata: ["address": "\(address.map { "\($0)" } ?? "\(host):\(port)")", "sockets": "\(servers.count)"])
         await withGracefulShutdownHandler {
-            try? await server.closeFuture.get()
+            for server in listening { try? await server.closeFuture.get() }
         } onGracefulShutdown: {
-            server.close(promise: nil)
+            for server in listening { server.close(promise: nil) }
         }
         await registry.drain(grace: drainTimeout)
     }
