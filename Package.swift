@@ -29,6 +29,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         // The commercial HTTPDNS APIs' signing and encryption (MD5, HMAC-SHA256, AES-CBC/GCM).
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        // Tests only: the README's AsyncHTTPClient recipe (its `dnsOverride`) is run against the origins.
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // System libraries. shim.h holds only static inline wrappers for variadic C calls.
@@ -169,6 +171,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]),
         .testTarget(name: "DNSInterceptorTests", dependencies: ["DNSInterceptor", "AddressProbing", "HTTPDNS", "DNSCore", "TestSupport"]),
         .testTarget(

@@ -147,6 +147,18 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
         }
     }
 
+    /// `host → IP` for each of `hosts` that resolves: the shape of AsyncHTTPClient's
+    /// `Configuration.dnsOverride` (and of `curl --resolve`), whose clients connect to the IP while TLS
+    /// keeps the name. The map is a snapshot: make a new one (and a new client) when the answers'
+    /// TTLs run out. Hosts that fail are left out; `warm(_:)` says why.
+    public func addressOverrides(for hosts: [String], type: AddressQuery = .both) async -> [String: String] {
+        var overrides: [String: String] = [:]
+        for (host, result) in await warm(hosts, type: type) {
+            if case let .success(resolution) = result, let first = resolution.addresses.first { overrides[host] = first.ip.description }
+        }
+        return overrides
+    }
+
     /// Each trusted upstream's identifier and health, in configured order (the daemon's readiness).
     package var upstreamHealth: [(upstream: String, health: UpstreamPool.Health)] {
         Array(zip(engine.pool.upstreams.map(\.identifier), engine.pool.healthSnapshot))

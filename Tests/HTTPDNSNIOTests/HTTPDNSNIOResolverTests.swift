@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import DNSCore
 import Foundation
 import HTTPDNS
@@ -135,5 +136,34 @@ import Testing
             #expect(error.error.code == .cancelled)
         }
         #expect(ContinuousClock.now - start < .seconds(2))
+    }
+}
+
+/// The README's AsyncHTTPClient recipe, run: AsyncHTTPClient has no resolver hook, only a static
+/// `dnsOverride` map; HTTPDNS fills it, and TLS still checks the name.
+@Suite(.serialized) struct AsyncHTTPClientRecipeTests {
+    typealias Env = TestEnvironment
+
+    @Test func dnsOverrideFromHTTPDNSReachesTheGenuineOrigin() async throws {
+        try Env.requireRunning()
+        var options = HTTPDNSOptions(timeout: .seconds(3), allowPrivate: true)
+        options.minTTL = .zero
+        let resolver = try HTTPDNSResolver(
+            configuration: .init(upstreams: [try .doh(Env.dohA, bootstrap: ["127.0.0.1"])], caFile: Env.caFile), options: options)
+
+        // The recipe (README "SwiftNIO clients"):
+        var configuration = HTTPClient.Configuration()
+        configuration.dnsOverride = await resolver.addressOverrides(for: ["bank.hd.test"], type: .a)
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.trustRoots = .file(Env.caFile)
+        configuration.tlsConfiguration = tls
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+
+        #expect(configuration.dnsOverride == ["bank.hd.test": "127.0.0.4"])
+        let response = try await client.execute(HTTPClientRequest(url: Env.origin("/echo", host: "bank.hd.test")), timeout: .seconds(10))
+        let body = try await response.body.collect(upTo: 4096)
+        try await client.shutdown()
+        #expect(response.status == .ok)
+        #expect(String(buffer: body).hasPrefix("sni=bank.hd.test host=bank.hd.test"), "the genuine origin, by name: \(String(buffer: body))")
     }
 }
