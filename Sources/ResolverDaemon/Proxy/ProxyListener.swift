@@ -292,13 +292,20 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
         let timeout = TimeAmount.nanoseconds(Int64(settings.connectTimeout / .nanoseconds(1)))
         let idle = TimeAmount.nanoseconds(Int64(settings.idleTimeout / .nanoseconds(1)))
         let started = NIODeadline.now()
-        ClientBootstrap(group: context.eventLoop)
+        let bootstrap = ClientBootstrap(group: context.eventLoop)
             .connectTimeout(timeout)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelOption(.allowRemoteHalfClosure, value: true)
             .channelOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 262_144))
-            .resolver(FixedAddresses(addresses, on: context.eventLoop))
-            .connect(host: target.host, port: target.port)
+        let connecting: EventLoopFuture<any Channel>
+        if addresses.count == 1, let only = try? SocketAddress(ipAddress: addresses[0].description, port: target.port) {
+            // One address: nothing to race, so no Happy Eyeballs machinery (its timers and states
+            // are most of a new tunnel's cost on loopback).
+            connecting = bootstrap.connect(to: only)
+        } else {
+            connecting = bootstrap.resolver(FixedAddresses(addresses, on: context.eventLoop)).connect(host: target.host, port: target.port)
+        }
+        connecting
             .assumeIsolated()
             .whenComplete { result in
                 switch result {
