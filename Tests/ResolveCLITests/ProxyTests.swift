@@ -83,6 +83,25 @@ extension DaemonSuites {
                 two.stderr.contains("Re-using existing connection") || two.stderr.contains("Reusing existing"),
                 "keep-alive to the proxy: \(two.stderr)")
 
+            // Three requests pipelined on one connection: three answers, in order.
+            let pipelined = try await CLI.run(
+                [
+                    "-c",
+                    """
+                    import socket
+                    s = socket.create_connection(("127.0.0.1", \(Self.proxyPort)), timeout=10)
+                    base = "http://origin.hd.test:\(Env.originPlainPort)"
+                    s.sendall("".join(f"GET {base}{path} HTTP/1.1\\r\\nHost: origin.hd.test\\r\\n\\r\\n" for path in ("/ok", "/echo-credentials", "/ok")).encode())
+                    data = b""
+                    while data.count(b"HTTP/1.1 200") < 3:
+                        chunk = s.recv(65536)
+                        if not chunk: break
+                        data += chunk
+                    print(data.count(b"HTTP/1.1 200"), data.index(b"ok\\n") < data.index(b"authorization="))
+                    """,
+                ], executable: "/usr/bin/python3")
+            #expect(pipelined.stdout == "3 True\n", "\(pipelined.stdout)\(pipelined.stderr)")
+
             // A 4 MiB chunked upload, streamed to the origin, compared byte for byte.
             let upload = FileManager.default.temporaryDirectory.appendingPathComponent("proxy-up-\(UUID().uuidString)")
             defer { try? FileManager.default.removeItem(at: upload) }

@@ -348,6 +348,10 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
         }
         for data in pending { context.fireChannelRead(data) }
         pending = []
+        if readHeld {
+            readHeld = false
+            context.read()  // the read held while connecting, now for the tunnel
+        }
         pipeline.removeHandler(self, promise: nil)
     }
 
@@ -508,13 +512,16 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
     // MARK: Backpressure while forwarding
 
     func read(context: ChannelHandlerContext) {
-        // While forwarding, read the client's body only as fast as the upstream takes it (and not
-        // at all while it is still being dialled).
-        if case .forwarding(requestDone: false) = stage, upstream.map({ !$0.isWritable }) ?? true {
+        switch stage {
+        case .forwarding(requestDone: false) where upstream.map({ !$0.isWritable }) ?? true,
+            .forwarding(requestDone: true), .connecting:
+            // Read the client's body only as fast as the upstream takes it (not at all while it is
+            // being dialled), and nothing more until a response is done or a tunnel is set up: what
+            // a client sends ahead waits in its socket, not in this process.
             readHeld = true
-            return
+        case .head, .awaitingEnd, .forwarding, .done:
+            context.read()
         }
-        context.read()
     }
 
     fileprivate func resumeReading() {
