@@ -936,6 +936,171 @@ class UpstreamFaults(unittest.TestCase):
             daemon.stop()
 
 
+PROXY_HTTP, PROXY_DNS, PROXY_PORT = 18670, 18671, 18672
+ORIGIN = "origin.hd.test:18480"
+
+
+def proxy_tunnel(port=PROXY_PORT, target=ORIGIN, timeout=5):
+    """A CONNECT through the proxy: the socket after `200`, or raises."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("closed before the answer")
+        head += chunk
+    if not head.startswith(b"HTTP/1.1 200"):
+        sock.close()
+        raise ConnectionError(head.split(b"\r\n")[0].decode())
+    return sock
+
+
+def legit_proxy(port=PROXY_PORT):
+    """An HTTPS GET through a tunnel, TLS verified end to end: (body, seconds)."""
+    started = time.time()
+    sock = proxy_tunnel(port)
+    context = ssl.create_default_context(cafile=CA)
+    tls = context.wrap_socket(sock, server_hostname="origin.hd.test")
+    tls.sendall(b"GET /echo HTTP/1.1\r\nHost: origin.hd.test\r\nConnection: close\r\n\r\n")
+    body = b""
+    while True:
+        chunk = tls.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    tls.close()
+    return body, time.time() - started
+
+
+class ProxyAttacks(unittest.TestCase):
+    """The forward proxy (`proxy_listen`) against slow, silent, flooding and never-reading clients."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon(PROXY_HTTP, PROXY_DNS, extra=f"""proxy_listen: "127.0.0.1:{PROXY_PORT}"
+proxy: {{connect_ports: [18480, 18481], allow_private_destinations: true, limits: {{max_connections: 400, idle_timeout: 30}}}}""")
+        deadline = time.time() + 10
+        while "proxy listening" not in cls.daemon.log_text() and time.time() < deadline:
+            time.sleep(0.1)
+        body, _ = legit_proxy()
+        assert b"sni=origin.hd.test" in body, body
+        cls.baseline_rss = cls.daemon.rss_mb()
+
+    @classmethod
+    def tearDownClass(cls):
+        status, _ = cls.daemon.stop()
+        assert status == 0, f"the daemon exited {status}: {cls.daemon.log_text()[-2000:]}"
+
+    def assertLegitTunnel(self, within=1.5):
+        body, seconds = legit_proxy()
+        self.assertIn(b"sni=origin.hd.test", body)
+        self.assertLess(seconds, within, f"a legitimate tunnel took {seconds:.2f} s")
+
+    def test_silent_and_trickling_clients_are_closed_after_the_request_timeout(self):
+        before = self.daemon.fds()
+        silent = [socket.create_connection(("127.0.0.1", PROXY_PORT)) for _ in range(150)]
+        trickling = [socket.create_connection(("127.0.0.1", PROXY_PORT)) for _ in range(100)]
+        request = b"CONNECT origin.hd.test:18480 HTTP/1.1\r\nHost: x\r\n"
+        for index in range(8):  # one byte each per 0.5 s: a head that never completes
+            for sock in trickling:
+                try:
+                    sock.send(request[index:index + 1])
+                except OSError:
+                    pass
+            if index == 2:
+                self.assertLegitTunnel()
+            time.sleep(0.5)
+        time.sleep(0.5)  # request_timeout is 3 s
+        closed = 0
+        for sock in silent + trickling:
+            sock.settimeout(0.5)
+            try:
+                if sock.recv(100) == b"":
+                    closed += 1
+            except ConnectionResetError:
+                closed += 1
+            except socket.timeout:
+                pass
+            sock.close()
+        self.assertEqual(closed, 250, "every silent or trickling client is closed")
+        time.sleep(0.3)
+        self.assertLess(self.daemon.fds(), before + 20)
+        self.assertLegitTunnel()
+
+    def test_connections_over_the_limit_are_closed_at_once(self):
+        sockets = [socket.create_connection(("127.0.0.1", PROXY_PORT)) for _ in range(450)]
+        time.sleep(0.5)
+        closed = 0
+        for sock in sockets:
+            sock.settimeout(0.01)
+            try:
+                if sock.recv(1) == b"":
+                    closed += 1
+            except socket.timeout:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        self.assertGreaterEqual(closed, 40, "proxy max_connections is 400")
+        for sock in sockets:
+            sock.close()
+        time.sleep(0.5)
+        self.assertLegitTunnel()
+
+    def test_a_flood_of_tunnels_to_a_dead_origin_gets_502s_and_costs_nothing(self):
+        def attempt(_):
+            try:
+                proxy_tunnel(target="dead.hd.test:18480")
+                return "opened"
+            except ConnectionError as error:
+                return str(error)
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(50) as pool:
+            results = list(pool.map(attempt, range(500)))
+        self.assertEqual(sum(1 for result in results if result.startswith("HTTP/1.1 502")), 500, set(results))
+        self.assertLegitTunnel()
+        self.assertLess(self.daemon.rss_mb() - self.baseline_rss, 40)
+
+    def test_a_client_that_never_reads_a_large_download_holds_bounded_memory(self):
+        # 64 MiB requested through tunnels whose clients never read: backpressure must hold the
+        # origin, not the proxy's memory.
+        held = []
+        for _ in range(4):
+            tls = ssl.create_default_context(cafile=CA).wrap_socket(proxy_tunnel(), server_hostname="origin.hd.test")
+            tls.sendall(b"GET /big-fast HTTP/1.1\r\nHost: origin.hd.test\r\n\r\n")
+            held.append(tls)
+        time.sleep(3)
+        growth = self.daemon.rss_mb() - self.baseline_rss
+        self.assertLess(growth, 40, f"RSS grew by {growth:.0f} MB with 4 x 64 MiB unread")
+        self.assertLegitTunnel()
+        for tls in held:
+            tls.close()
+
+    def test_random_bytes_and_absurd_requests_get_a_status_or_a_close(self):
+        generator = random.Random(7)
+        payloads = [bytes(generator.getrandbits(8) for _ in range(generator.randint(1, 300))) for _ in range(150)]
+        payloads += [
+            b"CONNECT " + b"a" * 10000 + b":443 HTTP/1.1\r\n\r\n",
+            b"CONNECT [::1 HTTP/1.1\r\n\r\n",
+            b"CONNECT origin.hd.test:99999 HTTP/1.1\r\n\r\n",
+            b"CONNECT origin.hd.test:18480 HTTP/9.9\r\n\r\n",
+            b"GET http://origin.hd.test:18481/ok HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+            b"GET http://origin.hd.test:18481/ok HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"\r\n" * 5000,
+        ]
+        for payload in payloads:
+            sock = socket.create_connection(("127.0.0.1", PROXY_PORT), timeout=5)
+            try:
+                sock.sendall(payload)
+                answer = sock.recv(100)
+            except (ConnectionResetError, BrokenPipeError, socket.timeout):
+                answer = b""
+            sock.close()
+            self.assertTrue(answer == b"" or answer.startswith(b"HTTP/1.1 4") or answer.startswith(b"HTTP/1.1 5"), answer)
+        self.assertIsNone(self.daemon.process.poll(), "the daemon is still running")
+        self.assertLegitTunnel()
+
+
 if __name__ == "__main__":
     BINARY = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=2)
