@@ -23,6 +23,12 @@ public struct ConfigFile: Sendable {
     /// What only `resolve daemon` reads: its listeners, watched hosts, limits and readiness.
     public var daemon = DaemonSettings()
 
+    /// Settings made in code rather than read from a file (`resolve proxy` from its flags).
+    public init(lookup: LookupSettings, daemon: DaemonSettings = DaemonSettings()) {
+        self.lookup = lookup
+        self.daemon = daemon
+    }
+
     /// Reads and validates `path`.
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` naming the line and key.
     public static func load(_ path: String) throws(DNSError) -> ConfigFile {
@@ -70,6 +76,13 @@ public struct LookupSettings: Sendable {
     public var systemDNS: [String] = []
     /// Where the cache is persisted, if anywhere.
     public var persistPath: String?
+    public init(configuration: HTTPDNSConfiguration, options: HTTPDNSOptions, systemDNS: [String] = [], persistPath: String? = nil) {
+        self.configuration = configuration
+        self.options = options
+        self.systemDNS = systemDNS
+        self.persistPath = persistPath
+    }
+
     /// Names resolved at start-up (``HTTPDNSConfiguration/preresolve``).
     public var preresolve: [String] {
         get { configuration.preresolve }

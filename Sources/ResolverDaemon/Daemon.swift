@@ -73,7 +73,8 @@ struct WatchStatus: Sendable {
 final class DaemonState: Sendable {
     private let runtime: Mutex<Runtime>
     private let statuses = Mutex<[String: WatchStatus]>([:])
-    let configPath: String
+    /// The file SIGHUP re-reads; nil when the settings came from the command line.
+    let configPath: String?
     /// What the command changes in the file's settings, at start and on every reload
     /// (`resolve proxy` keeps only the proxy listening).
     let adjust: @Sendable (inout ConfigFile) -> Void
@@ -83,7 +84,7 @@ final class DaemonState: Sendable {
     let requestsInFlight = Atomic<Int>(0)
 
     init(
-        runtime: Runtime, configPath: String, adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }, metrics: DaemonMetrics,
+        runtime: Runtime, configPath: String?, adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }, metrics: DaemonMetrics,
         logger: Logger
     ) {
         self.runtime = Mutex(runtime)
@@ -163,12 +164,21 @@ package final class Daemon: Sendable {
     ///   - signals: what stops the daemon gracefully (none in tests, which call ``shutdown()``).
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration``.
     ///   - adjust: what the command changes in the file's settings, at start and on every reload.
-    package init(
+    package convenience init(
         configPath: String, metrics: any MetricsFactory, exposition: @escaping @Sendable () -> [UInt8], logger: Logger,
         signals: [UnixSignal] = [.sigterm, .sigint], adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }
     ) throws(DNSError) {
         var config = try ConfigFile.load(configPath)
         adjust(&config)
+        try self.init(
+            config: config, configPath: configPath, metrics: metrics, exposition: exposition, logger: logger, signals: signals, adjust: adjust)
+    }
+
+    /// Settings made in code (`resolve proxy` from its flags); with a `configPath`, SIGHUP re-reads it.
+    package init(
+        config: ConfigFile, configPath: String?, metrics: any MetricsFactory, exposition: @escaping @Sendable () -> [UInt8], logger: Logger,
+        signals: [UnixSignal] = [.sigterm, .sigint], adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }
+    ) throws(DNSError) {
         let runtime = try Runtime(config, metrics: metrics, logger: logger)
         _ = try Self.tlsContext(config)
         _ = try Self.listenAddress(config.daemon.listen)
@@ -406,8 +416,12 @@ struct Reloader: Service {
 
     func reload() {
         let logger = state.logger
+        guard let path = state.configPath else {
+            logger.notice("SIGHUP ignored: the settings came from the command line, there is no file to re-read")
+            return
+        }
         do {
-            var config = try ConfigFile.load(state.configPath)
+            var config = try ConfigFile.load(path)
             state.adjust(&config)
             let running = state.current.config
             for (key, changed) in [
@@ -430,7 +444,7 @@ struct Reloader: Service {
                 try? await Task.sleep(for: .seconds(30))
                 old.shutdown()
             }
-            logger.notice("configuration reloaded", metadata: ["file": "\(state.configPath)", "watched": "\(config.daemon.watch.count)"])
+            logger.notice("configuration reloaded", metadata: ["file": "\(path)", "watched": "\(config.daemon.watch.count)"])
         } catch {
             logger.error("configuration NOT reloaded, the previous one keeps serving", metadata: ["error": "\(error.message)"])
         }

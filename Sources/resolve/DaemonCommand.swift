@@ -4,6 +4,7 @@ import Foundation
 import HTTPDNS
 import Logging
 import Metrics
+import ResolverConfig
 import ResolverDaemon
 
 struct DaemonCommand: AsyncParsableCommand {
@@ -68,14 +69,14 @@ struct ProxyCommand: AsyncParsableCommand {
         abstract: "Run a local HTTP(S) forward proxy that connects by HTTPDNS (CONNECT tunnels and plain http://).",
         discussion: """
             Point any program at it: HTTPS_PROXY=http://127.0.0.1:8118 HTTP_PROXY=http://127.0.0.1:8118. \
-            The trusted upstreams, the lookup policy and the proxy: policy come from the config file; \
-            the flags override the listener and the policy. SIGHUP reloads the file; SIGTERM/SIGINT \
-            stop accepting and let tunnels finish (at most 5 s).
+            The trusted resolvers come from the lookup flags (--doh, --preset, --bootstrap, …) or --config, \
+            the proxy: policy from the file; the flags override the listener and the policy. SIGHUP reloads \
+            the file; SIGTERM/SIGINT stop accepting and let tunnels finish (at most 5 s).
             Exit status: 0 after a clean shutdown, 2 usage or configuration error, 1 anything else.
             """)
 
-    @Option(name: .customLong("config"), help: ArgumentHelp("The YAML config file (required: upstreams, proxy policy).", valueName: "FILE"))
-    var config: String
+    /// The trusted resolvers and lookup policy, from `--config` and the lookup flags as for `resolve lookup`.
+    @OptionGroup var lookup: LookupOptions
 
     @Option(
         name: .customLong("listen"), help: ArgumentHelp("Where the proxy listens (default proxy_listen, else 127.0.0.1:8118).", valueName: "IP:PORT"))
@@ -107,20 +108,32 @@ struct ProxyCommand: AsyncParsableCommand {
         var logger = Logger(label: "resolve.proxy")
         logger.logLevel = level
         let (listen, ports, allowPrivate) = (self.listen, connectPorts, allowPrivateDestinations)
+        // Flags win over the file, as for every command; without `--config` they are all there is
+        // (and SIGHUP has nothing to re-read).
+        let settings = try lookup.makeSettings()
+        let file = lookup.config
+        let flagsGiven = !lookup.doh.isEmpty || !lookup.jsonAPI.isEmpty || !lookup.presets.isEmpty
+        let adjust: @Sendable (inout ConfigFile) -> Void = { config in
+            // The proxy alone: the API on a free loopback port, no TLS, stub or watch list.
+            config.daemon.proxyListen = listen ?? config.daemon.proxyListen ?? "127.0.0.1:8118"
+            config.daemon.listen = "127.0.0.1:0"
+            config.daemon.tls = nil
+            config.daemon.dnsListen = nil
+            config.daemon.watch = []
+            if !ports.isEmpty { config.daemon.proxy.connectPorts = ports }
+            if allowPrivate { config.daemon.proxy.allowPrivateDestinations = true }
+            if flagsGiven || file == nil { config.lookup = settings }
+        }
         let daemon: Daemon
         do {
-            daemon = try Daemon(
-                configPath: config, metrics: exposition.factory, exposition: exposition.render, logger: logger,
-                adjust: { config in
-                    // The proxy alone: the API on a free loopback port, no TLS, stub or watch list.
-                    config.daemon.proxyListen = listen ?? config.daemon.proxyListen ?? "127.0.0.1:8118"
-                    config.daemon.listen = "127.0.0.1:0"
-                    config.daemon.tls = nil
-                    config.daemon.dnsListen = nil
-                    config.daemon.watch = []
-                    if !ports.isEmpty { config.daemon.proxy.connectPorts = ports }
-                    if allowPrivate { config.daemon.proxy.allowPrivateDestinations = true }
-                })
+            if let file {
+                daemon = try Daemon(configPath: file, metrics: exposition.factory, exposition: exposition.render, logger: logger, adjust: adjust)
+            } else {
+                var config = ConfigFile(lookup: settings)
+                adjust(&config)
+                daemon = try Daemon(
+                    config: config, configPath: nil, metrics: exposition.factory, exposition: exposition.render, logger: logger)
+            }
         } catch {
             throw ValidationError(error.message)
         }

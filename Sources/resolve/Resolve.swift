@@ -112,6 +112,18 @@ struct LookupOptions: ParsableArguments {
 
     /// Builds the resolver's configuration and options from the config file and the flags (flags win).
     func makeResolver() throws -> HTTPDNSResolver {
+        let settings = try makeSettings()
+        do {
+            var system: SystemResolver?
+            if settings.options.fallback == .system { system = try makeSystemResolver(settings) }
+            return try HTTPDNSResolver(configuration: settings.configuration, options: settings.options, fallback: system)
+        } catch {
+            throw ValidationError(error.message)
+        }
+    }
+
+    /// The lookup settings the config file and the flags make together (flags win).
+    func makeSettings() throws -> LookupSettings {
         let file = try loadConfig()
         if let timeout {
             guard timeout > 0, timeout <= 300, timeout.isFinite else {
@@ -191,13 +203,11 @@ struct LookupOptions: ParsableArguments {
             }
             options.fallback = policy
         }
-        do {
-            var system: SystemResolver?
-            if options.fallback == .system { system = try makeSystemResolver(file) }
-            return try HTTPDNSResolver(configuration: configuration, options: options, fallback: system)
-        } catch {
-            throw ValidationError(error.message)
-        }
+        var settings = file ?? LookupSettings(configuration: configuration, options: options)
+        settings.configuration = configuration
+        settings.options = options
+        if !systemDNS.isEmpty { settings.systemDNS = systemDNS }
+        return settings
     }
 
     /// `--preset VENDOR-REGION`: the vendor's published service IPs for the account that the config

@@ -184,25 +184,27 @@ extension DaemonSuites {
             // No proxy_listen and a policy the flags widen; `listen` and `dns_listen` are ignored by `resolve proxy`.
             try DaemonProcess.config(port: Self.port, extra: "dns_listen: \"127.0.0.1:\(Self.proxyPort)\"")
                 .write(to: config, atomically: true, encoding: .utf8)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: CLI.binary)
-            process.arguments = [
-                "proxy", "--config", config.path, "--listen", "127.0.0.1:\(Self.proxyPort)", "--connect-port", "\(Env.originPort)",
-                "--allow-private-destinations",
-            ]
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-            var echo = CLI.Output(status: -1, stdout: "", stderr: "")
-            for _ in 0..<50 {
-                echo = try await curl([Env.origin("/echo", host: "bank.hd.test")])
-                if echo.status == 0 { break }
-                try await Task.sleep(for: .milliseconds(100))
+            let policy = ["--listen", "127.0.0.1:\(Self.proxyPort)", "--connect-port", "\(Env.originPort)", "--allow-private-destinations"]
+            // From a config file, and from flags alone (a one-off: no file at all).
+            let fromFlags = ["--doh", Env.dohA, "--bootstrap", "doh-a.test=127.0.0.1", "--ca-file", Env.caFile, "--allow-private"]
+            for arguments in [["--config", config.path], fromFlags] {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: CLI.binary)
+                process.arguments = ["proxy"] + arguments + policy
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+                var echo = CLI.Output(status: -1, stdout: "", stderr: "")
+                for _ in 0..<50 {
+                    echo = try await curl([Env.origin("/echo", host: "bank.hd.test")])
+                    if echo.status == 0 { break }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                #expect(echo.stdout.hasPrefix("sni=bank.hd.test"), "\(arguments): \(echo.stdout)\(echo.stderr)")
+                process.terminate()
+                for _ in 0..<80 where process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
+                #expect(!process.isRunning && process.terminationStatus == 0, "SIGTERM: a clean exit")
             }
-            #expect(echo.stdout.hasPrefix("sni=bank.hd.test"), "\(echo.stdout)\(echo.stderr)")
-            process.terminate()
-            for _ in 0..<80 where process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
-            #expect(!process.isRunning && process.terminationStatus == 0, "SIGTERM: a clean exit")
         }
 
         /// Headless Chromium with `--proxy-server`: the genuine page of a hijacked name arrives, with the
