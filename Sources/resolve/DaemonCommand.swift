@@ -31,17 +31,7 @@ struct DaemonCommand: AsyncParsableCommand {
         guard let level = Logger.Level(rawValue: logLevel.lowercased()) else {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not '\(logLevel)'")
         }
-        // The process's backends are bootstrapped here, once; the daemon only uses what it is given.
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
-        let exposition = PrometheusExposition()
-        MetricsSystem.bootstrap(exposition.factory)
-        raiseDescriptorLimit()
-        var logger = Logger(label: "resolve.daemon")
-        logger.logLevel = level
+        let (exposition, logger) = bootstrapServer(level: level, label: "resolve.daemon")
         let daemon: Daemon
         do {
             daemon = try Daemon(configPath: config, metrics: exposition.factory, exposition: exposition.render, logger: logger)
@@ -51,14 +41,6 @@ struct DaemonCommand: AsyncParsableCommand {
         try await daemon.run()
     }
 
-    /// Raises the soft limit on open descriptors to the hard limit, as servers do: each connection
-    /// costs one, and the listeners' `max_connections` should be what stops them, not EMFILE.
-    private func raiseDescriptorLimit() {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-        limit.rlim_cur = limit.rlim_max
-        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-    }
 }
 
 /// `resolve proxy`: the forward proxy alone, in the foreground (the daemon's proxy without its API,
@@ -98,15 +80,7 @@ struct ProxyCommand: AsyncParsableCommand {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not '\(logLevel)'")
         }
         for port in connectPorts where !(1...65_535).contains(port) { throw ValidationError("--connect-port \(port) is not a port") }
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
-        let exposition = PrometheusExposition()
-        MetricsSystem.bootstrap(exposition.factory)
-        var logger = Logger(label: "resolve.proxy")
-        logger.logLevel = level
+        let (exposition, logger) = bootstrapServer(level: level, label: "resolve.proxy")
         let (listen, ports, allowPrivate) = (self.listen, connectPorts, allowPrivateDestinations)
         // Flags win over the file, as for every command; without `--config` they are all there is
         // (and SIGHUP has nothing to re-read).
@@ -139,4 +113,26 @@ struct ProxyCommand: AsyncParsableCommand {
         }
         try await daemon.run()
     }
+}
+
+/// The process's backends, bootstrapped once by `resolve daemon` and `resolve proxy` (the daemon only
+/// uses what it is given): logs to stderr at `level`, Prometheus metrics, and the descriptor limit
+/// raised to the hard limit, as servers do (each connection costs one, and the listeners'
+/// `max_connections` should be what stops them, not EMFILE).
+func bootstrapServer(level: Logger.Level, label: String) -> (PrometheusExposition, Logger) {
+    LoggingSystem.bootstrap { label in
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = level
+        return handler
+    }
+    let exposition = PrometheusExposition()
+    MetricsSystem.bootstrap(exposition.factory)
+    var limit = rlimit()
+    if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+    var logger = Logger(label: label)
+    logger.logLevel = level
+    return (exposition, logger)
 }

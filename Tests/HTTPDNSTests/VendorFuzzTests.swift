@@ -10,17 +10,7 @@ import Testing
 /// delimiters, then decoded. Properties: no trap, no hang; an answer is only ever for a name that
 /// was asked, in the family asked; and every failure is a ``VendorFault`` with a specific code.
 @Suite struct VendorFuzzTests {
-    /// SplitMix64: small, fast, and the same sequence on every machine.
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
+    typealias Generator = SplitMix64
 
     static let tokens: [[UInt8]] = [
         "\"", "{", "}", "[", "]", ":", ",", "\n", "|", "-", ";", ".:", "0", "-1", "1e999", "null", "true", "\"ips\"",
