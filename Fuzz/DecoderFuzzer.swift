@@ -4,11 +4,16 @@
 // Properties checked on every input:
 //  - decoding never traps: it returns a message or throws a WireError;
 //  - a decoded message re-encodes (without compression) to bytes that decode to the same message;
-//  - answer extraction for the message's own question never traps.
+//  - answer extraction for the message's own question never traps;
+//  - the same bytes read as SVCB/HTTPS RDATA decode or throw, and a decoded one keeps its keys in order.
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
+    if let binding = try? ServiceBinding(rdata: bytes), zip(binding.parameters, binding.parameters.dropFirst()).contains(where: { $0.key >= $1.key })
+    {
+        fatalError("SVCB parameters out of order")
+    }
     guard let message = try? DNSMessage(decoding: bytes) else { return 0 }
     let reencoded = message.encode()
     guard let again = try? DNSMessage(decoding: reencoded), again == message else {

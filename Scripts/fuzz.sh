@@ -23,7 +23,7 @@ targets=(${targets[*]})
 out=.build-fuzz
 codec="Sources/DNSCore/DoHWire.swift Sources/DNSCore/AddressAnswer.swift Sources/DNSCore/DNSError.swift Sources/DNSCore/DomainName.swift
        Sources/DNSCore/IPAddress.swift Sources/DNSCore/Message.swift Sources/DNSCore/RecordType.swift Sources/DNSCore/Resolution.swift
-       Sources/DNSCore/ResolverClock.swift"
+       Sources/DNSCore/ResolverClock.swift Sources/DNSCore/ServiceBinding.swift"
 daemon="Sources/ResolverDaemon/DNS/DNSQuery.swift Sources/ResolverDaemon/DNS/DNSResponseWriter.swift
         Sources/ResolverDaemon/DNS/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
 vendor="Sources/HTTPDNS/Vendor/VendorWire.swift Sources/HTTPDNS/Vendor/AlibabaWire.swift Sources/HTTPDNS/Vendor/TencentWire.swift
