@@ -45,6 +45,11 @@ echo "# second genuine node proves itself; the canary catches a resolver inventi
 run compare $a --ca-file $ca --allow-private --system-dns 127.0.0.1:$SYSTEM_DNS_PORT --probe-port $ORIGIN_PORT \
     --canary-zone nxrewrite.hd.test origin.hd.test cdn.hd.test bank.hd.test blocked.hd.test
 
+echo; echo "# A commercial HTTPDNS account as the trusted upstream (examples/vendor.yaml: Alibaba's v2 API with"
+echo "# AES-GCM, then Tencent's DES over plain HTTP - which is said on stderr and in the JSON). Several"
+echo "# names go out as one signed batch request."
+run lookup --config examples/vendor.yaml --json www.hd.test bank.hd.test v6only.hd.test
+
 echo; echo "# daemon: examples/daemon.yaml serves the trusted cache over HTTPS with HTTP/2 (DoH and the"
 echo "# JSON API, bearer token), as a plain-DNS stub, and watches origin.hd.test and bank.hd.test."
 "$bin" daemon --config examples/daemon.yaml --log-level notice 2>.testenv/demo-daemon.log &
@@ -60,6 +65,11 @@ show curl -s --cacert $ca -H "$token" https://127.0.0.1:8053/readyz
 show kdig @127.0.0.1 -p 8053 +https=/dns-query +tls-ca=$ca +tls-hostname=localhost +short www.hd.test TXT
 show curl -s --cacert $ca --doh-url https://127.0.0.1:8053/dns-query https://origin.hd.test:$ORIGIN_PORT/echo
 show dig @127.0.0.1 -p 8054 +tries=1 +short www.hd.test
+echo; echo "# The local proxy (proxy_listen: 127.0.0.1:8118): the lying DNS sends bank.hd.test to an impostor;"
+echo "# through the proxy curl reaches the genuine origin, over a CONNECT tunnel (TLS end to end) and over"
+echo "# plain http:// (the genuine site's X-Genuine-Origin header)."
+show curl -s --cacert $ca -x http://127.0.0.1:8118 https://bank.hd.test:$ORIGIN_PORT/echo
+show sh -c "curl -s -i -x http://127.0.0.1:8118 http://bank.hd.test:$ORIGIN_PLAIN_PORT/ | grep -iE '^(HTTP|x-genuine|via)|origin'"
 echo; echo "# The stub echoes the question's letter case and answers EDNS with OPT (BADVERS for version 1)."
 show sh -c "dig @127.0.0.1 -p 8054 +tries=1 WwW.Hd.TeSt | grep -A1 'QUESTION SECTION'"
 show sh -c "dig @127.0.0.1 -p 8054 +tries=1 +edns=1 www.hd.test | grep -E 'status|EDNS'"
