@@ -227,7 +227,7 @@ extension DaemonSuites {
                     #expect(added.status == 0, "\(added.stderr)")
                 }
                 let script = """
-                    HOME='\(home.path)' exec timeout 60 /usr/bin/chromium --headless=new --no-sandbox --disable-gpu --no-first-run \\
+                    HOME='\(home.path)' exec timeout 60 /usr/bin/chromium --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run \\
                       --disable-background-networking --disable-component-update --disable-sync --disable-default-apps \\
                       --disable-domain-reliability --no-pings --dns-prefetch-disable \\
                       --host-resolver-rules='MAP * ~NOTFOUND, EXCLUDE 127.0.0.1' --proxy-server=\(proxyURL) \\
