@@ -107,11 +107,10 @@ extension DaemonSuites {
             defer { try? FileManager.default.removeItem(at: upload) }
             let payload = try #require(FileHandle(forReadingAtPath: "/dev/urandom")).readData(ofLength: 4 << 20)
             try payload.write(to: upload)
-            let started = ContinuousClock.now
             let sent = try await curl(
                 ["-i", "-T", upload.path, "-H", "Transfer-Encoding: chunked", "http://origin.hd.test:\(Env.originPlainPort)/upload-file"])
             // curl sends `Expect: 100-continue` and waits 1 s for the 100 unless the proxy passes it on.
-            #expect(ContinuousClock.now - started < .milliseconds(900), "100 Continue is forwarded")
+            #expect(sent.stdout.contains("HTTP/1.1 100 Continue"), "100 Continue is forwarded: \(sent.stdout)")
             let file = sent.stdout.split(separator: "\r\n").first { $0.lowercased().hasPrefix("x-request-body-file:") }
                 .map { String($0.split(separator: ":", maxSplits: 1)[1]).trimmingCharacters(in: .whitespaces) }
             #expect(sent.stdout.contains("HTTP/1.1 200"), "\(sent.stdout)\(sent.stderr)")
@@ -288,7 +287,7 @@ extension DaemonSuites {
             #expect(lines[1].hasPrefix("HTTP/1.1 400"), "CONNECT without a port: \(lines[1])")
             #expect(lines[2].hasPrefix("HTTP/1.1 431"), "an absurd header: \(lines[2])")
             #expect(lines[3].hasPrefix("HTTP/1.1 400"), "origin-form to a proxy: \(lines[3])")
-            #expect(lines[4] == "closed 2", "a client that never sends is closed after request_timeout: \(lines[4])")
+            #expect(["closed 2", "closed 3"].contains(lines[4]), "a client that never sends is closed after request_timeout: \(lines[4])")
             #expect(lines[5] == "closed" || lines[5].hasPrefix("HTTP/1.1 400"), "half-closed mid-head: \(lines[5])")
             // And it still serves.
             let echo = try await curl([Env.origin("/echo")])
