@@ -12,7 +12,9 @@ Listeners (loopback only):
     127.0.0.23:P  HTTPS, every API, its clock two hours ahead (signatures look expired; Date says why)
 Accounts: alibaba 100000 (signing required) and 100001 (unsigned allowed); tencent id 12345 with
 key tencent.key (DES and AES) or token tencent.token; baidu 123456 with baidu.secret.
-Names under vendor.test trigger faults (see FAULTS). GET /stats returns request counts as JSON.
+Names under vendor.test trigger faults (see FAULTS; a `TAG-` prefix is allowed). GET /stats returns request
+counts as JSON; GET /stats?tag=TAG also counts the requests that named a `TAG-…` domain, so concurrent tests
+can each count their own.
 """
 import argparse
 import base64
@@ -75,7 +77,20 @@ FAULTS = {  # name -> what the fake does instead of answering
     "tampered.vendor.test": "tampered",
 }
 stats = {"requests": 0, "names": 0}
+tagged = {}
 stats_lock = threading.Lock()
+
+
+def fault_of(name):
+    """The fault a name asks for: `garbage.vendor.test`, or `TAG-garbage.vendor.test`."""
+    return FAULTS.get(name) or (FAULTS.get(name.split("-", 1)[1]) if "-" in name else None)
+
+
+def count(names):
+    """Counts one request for every `TAG-` prefix among its names."""
+    with stats_lock:
+        for tag in {name.split("-", 1)[0] for name in names if "-" in name}:
+            tagged[tag] = tagged.get(tag, 0) + 1
 
 
 current = threading.local()  # the request's ECS client IP, as each API carries it
@@ -192,11 +207,12 @@ def alibaba_legacy(account, endpoint, q, now):
     names = host.split(",")
     current.cip = q.get("ip")
     check_batch(names, 5 if endpoint.endswith("resolve") else 1)
+    count(names)
     query = q.get("query", "4")
     want4, want6 = "4" in query, "6" in query
     entries = []
     for name in names:
-        fault = FAULTS.get(name)
+        fault = fault_of(name)
         fault_reply(fault)
         v4, v6 = families(name, want4, want6)
         entry = {"host": name, "client_ip": q.get("ip", "127.0.0.1")}
@@ -250,10 +266,11 @@ def alibaba_v2(q, now):
     names = params.get("dn", "").split(",")
     current.cip = params.get("cip")  # inside `enc` when encrypted, a signed parameter when not
     check_batch(names, 5)
+    count(names)
     query = params.get("q", "4")
     answers, tamper = [], False
     for name in names:
-        fault = FAULTS.get(name)
+        fault = fault_of(name)
         fault_reply(fault)
         tamper = tamper or fault == "tampered"
         v4, v6 = families(name, "4" in query, "6" in query)
@@ -309,12 +326,13 @@ def tencent(q, now):
             raise Reply(401, b"", "text/plain")
     names = dn.split(",")
     check_batch(names, 10)
+    count(names)
     kind = q.get("type", "a").lower()
     current.cip = q.get("ip")
     cip = q.get("ip", "127.0.0.1")
     lines, tamper = [], False
     for name in names:
-        fault = FAULTS.get(name)
+        fault = fault_of(name)
         if fault in ("429", "500", "garbage", "html", "huge"):
             if fault == "429":
                 raise Reply(429, b"", "text/plain")
@@ -366,13 +384,14 @@ def baidu(q, now):
     if check_expiry(q.get("t", ""), now):
         return 403, {"msg": "timestamp expired", "data": {}}
     names = dn.split(",")
+    count(names)
     if len(names) > 10:
         return 400, {"msg": "too many domains", "data": {}}
     kind = q.get("type", "ipv4")
     current.cip = q.get("ip")
     data = {}
     for name in names:
-        fault = FAULTS.get(name)
+        fault = fault_of(name)
         if fault == "429":
             return 429, {"msg": "rate limit exceeded", "data": {}}
         if fault == "500":
@@ -420,7 +439,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         now = int(time.time() + self.skew)
         if url.path == "/stats":
             with stats_lock:
-                return self.reply(200, json.dumps(stats).encode(), "application/json")
+                answer = dict(stats, tagged=tagged.get(q.get("tag"), 0))
+            return self.reply(200, json.dumps(answer).encode(), "application/json")
         with stats_lock:
             stats["requests"] += 1
         try:

@@ -18,7 +18,8 @@ struct VendorUpstream: BatchingUpstream {
     let transport: HTTPTransport
     /// Unix seconds of the wall clock (signature expiries are wall time).
     let wallSeconds: @Sendable () -> Int64
-    let state = VendorUpstreamState()
+    /// Seconds the server's clock is ahead of ours, learnt from a refused expiry.
+    let clockOffset = ClockOffset()
 
     init(
         endpoint: UpstreamEndpoint, api: VendorAPI, transport: HTTPTransport,
@@ -88,7 +89,7 @@ struct VendorUpstream: BatchingUpstream {
             } catch let fault {
                 guard fault.retry == .afterClockSync, !synced, let serverTime = fault.serverTime else { throw fault.error }
                 synced = true
-                state.setOffset(serverTime - wallSeconds())
+                clockOffset.seconds.store(serverTime - wallSeconds(), ordering: .relaxed)
             }
         }
     }
@@ -104,11 +105,13 @@ struct VendorUpstream: BatchingUpstream {
         let pathAndQuery: String
         do {
             pathAndQuery = try format.request(
-                names: names, families: families, clientIP: endpoint.clientIP, wallSeconds: wallSeconds() + state.offset)
+                names: names, families: families, clientIP: endpoint.clientIP,
+                wallSeconds: wallSeconds() + clockOffset.seconds.load(ordering: .relaxed))
         } catch {
             throw Failure(error: error.error, retry: .never)
         }
-        let addresses = state.order(serviceAddresses)
+        // The service IP that answered last goes first: the transport's memory, as for DoH bootstrap addresses.
+        let addresses = transport.preferred.order(serviceAddresses, for: identifier)
         var last: Failure?
         for (index, address) in addresses.enumerated() {
             let remaining = deadline - ContinuousClock.now
@@ -119,7 +122,7 @@ struct VendorUpstream: BatchingUpstream {
             // Share the budget: an IP that does not connect leaves time for the others.
             request.connectTimeout = remaining / (addresses.count - index)
             request.headers.append("Accept: application/json, text/plain")
-            if let address, address.description != urlHost {
+            if address.description != urlHost {
                 (request.connectTo, request.resolve) = Pinning.pin(host: urlHost, port: endpoint.port, to: [address.urlHost])
             }
             let response: CurlResponse
@@ -132,7 +135,7 @@ struct VendorUpstream: BatchingUpstream {
             }
             do {
                 let answers = try format.decode(status: response.status, body: response.body, names: names, families: families)
-                if let address { state.remember(address) }
+                transport.preferred.remember(address, for: identifier)
                 return answers
             } catch {
                 let failure = Failure(error: error.error, retry: error.retry, serverTime: Self.serverTime(response.header("Date")))
@@ -151,14 +154,13 @@ struct VendorUpstream: BatchingUpstream {
         return (endpoint.isPlainHTTP ? "http://" : "https://") + host + ":\(endpoint.port)"
     }
 
-    /// The service IPs in configured order: the endpoint's own IP literal, then the bootstrap list;
-    /// `[nil]` (connect by the name as libcurl would… which the engine forbids) never happens, as
-    /// validation requires an address for a name.
-    private var serviceAddresses: [IPAddress?] {
+    /// The service IPs in configured order: the endpoint's own IP literal, then the bootstrap list
+    /// (never empty: validation requires a bootstrap address for an endpoint given by name).
+    private var serviceAddresses: [IPAddress] {
         var list: [IPAddress] = []
         if let own = IPAddress(endpoint.host) { list.append(own) }
         for address in endpoint.bootstrap where !list.contains(address) { list.append(address) }
-        return list.isEmpty ? [nil] : list
+        return list
     }
 
     /// The Unix time of an HTTP `Date` header (RFC 9110 IMF-fixdate), or nil.
@@ -173,34 +175,9 @@ struct VendorUpstream: BatchingUpstream {
     }
 }
 
-/// What a vendor upstream learns as it goes: the server's clock offset and the service IP that
-/// answered last.
-final class VendorUpstreamState: Sendable {
-    private struct Values {
-        var offset: Int64 = 0
-        var preferred: IPAddress?
-    }
-
-    private let values = Mutex(Values())
-
-    var offset: Int64 { values.withLock { $0.offset } }
-
-    func setOffset(_ offset: Int64) {
-        values.withLock { $0.offset = offset }
-    }
-
-    func remember(_ address: IPAddress) {
-        values.withLock { $0.preferred = address }
-    }
-
-    func order(_ addresses: [IPAddress?]) -> [IPAddress?] {
-        guard let preferred = values.withLock({ $0.preferred }), let index = addresses.firstIndex(of: preferred), index > 0 else {
-            return addresses
-        }
-        var ordered = addresses
-        ordered.swapAt(0, index)
-        return ordered
-    }
+/// A vendor upstream's offset from the server's clock, shared by its copies.
+final class ClockOffset: Sendable {
+    let seconds = Atomic<Int64>(0)
 }
 
 extension UpstreamEndpoint {
