@@ -8,8 +8,8 @@ import Testing
 
 @testable import ResolverDaemon
 
-/// The HTTP/2 handler in an embedded pipeline: frames in, frames out, the gateway and router real,
-/// the upstream scripted.
+/// The HTTP/2 handler in an embedded pipeline: bytes in, bytes out (read back as frames by
+/// ``H2Wire``), the gateway and router real, the upstream scripted.
 @Suite struct HTTP2ConnectionHandlerTests {
     static func get(_ path: String) -> HPACKHeaders {
         HPACKHeaders([(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", path)])
@@ -21,159 +21,157 @@ import Testing
         return "/dns-query?dns=" + base64
     }
 
-    func channel(_ fixture: DaemonFixture, configuration: HTTP2ServerConnection.Configuration = .init()) async throws -> NIOAsyncTestingChannel {
-        let gateway = fixture.gateway
-        // The handler is made and added on the channel's loop: it is not Sendable.
-        return try await NIOAsyncTestingChannel { channel in
-            try channel.pipeline.syncOperations.addHandler(
-                HTTP2ConnectionHandler(gateway: gateway, configuration: configuration, logger: .init(label: "test")))
-        }
-    }
+    /// A connection past the preface: our SETTINGS and the ACK of the client's already read.
+    final class Connection {
+        let channel: NIOAsyncTestingChannel
+        var wire = H2Wire()
 
-    func frames(_ channel: NIOAsyncTestingChannel) async throws -> [HTTP2Frame] {
-        var frames: [HTTP2Frame] = []
-        while let frame = try await channel.readOutbound(as: HTTP2Frame.self) { frames.append(frame) }
-        return frames
-    }
-
-    /// The (status, body) of one stream's response among `frames`.
-    func response(_ stream: Int, in frames: [HTTP2Frame]) -> (status: String?, body: [UInt8]) {
-        var status: String?, body: [UInt8] = []
-        for frame in frames where frame.streamID == HTTP2StreamID(stream) {
-            switch frame.payload {
-            case .headers(let headers): status = headers.headers.first(name: ":status")
-            case .data(let data): if case .byteBuffer(let buffer) = data.data { body += Array(buffer: buffer) }
-            default: break
+        init(_ fixture: DaemonFixture, configuration: HTTP2ServerConnection.Configuration = .init()) async throws {
+            let gateway = fixture.gateway
+            // The handler is made and added on the channel's loop: it is not Sendable.
+            channel = try await NIOAsyncTestingChannel { channel in
+                try channel.pipeline.syncOperations.addHandler(
+                    HTTP2ConnectionHandler(gateway: gateway, configuration: configuration, logger: .init(label: "test")))
             }
+            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443))
+            try await channel.writeInbound(H2Wire.preface())
+            let settings = try await frames(2)
+            #expect(settings.map(\.type) == [H2Wire.Kind.settings, H2Wire.Kind.settings])
+            #expect(settings.map(\.flags) == [0, 1], "our SETTINGS, then the ACK of the client's")
         }
-        return (status, body)
+
+        func send(_ bytes: ByteBuffer) async throws { try await channel.writeInbound(bytes) }
+
+        /// What has been flushed so far, one element per write.
+        func writes() async throws -> [ByteBuffer] {
+            var writes: [ByteBuffer] = []
+            while let bytes = try await channel.readOutbound(as: ByteBuffer.self) { writes.append(bytes) }
+            return writes
+        }
+
+        /// At least `count` frames, waiting for writes as needed.
+        func frames(_ count: Int) async throws -> [H2Wire.Frame] {
+            var frames: [H2Wire.Frame] = []
+            while frames.count < count { frames += wire.frames(try await channel.waitForOutboundWrite(as: ByteBuffer.self)) }
+            return frames
+        }
     }
 
-    @Test func cachedAnswersOfOneReadLeaveInOneFlushWithTheirOwnIDs() async throws {
+    @Test func cachedAnswersOfOneReadLeaveInOneFlushEachInItsOwnWrite() async throws {
         let fixture = try DaemonFixture()
         _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
-        let channel = try await channel(fixture)
+        let connection = try await Connection(fixture)
         for (index, id) in [UInt16(11), 22, 33].enumerated() {
-            let stream = HTTP2StreamID(2 * index + 1)
-            channel.pipeline.fireChannelRead(
-                HTTP2Frame(streamID: stream, payload: .headers(.init(headers: Self.get(try Self.dohPath("www.hd.test", id: id)), endStream: true))))
+            let bytes = connection.wire.headers(UInt32(2 * index + 1), Self.get(try Self.dohPath("www.hd.test", id: id)), endStream: true)
+            connection.channel.pipeline.fireChannelRead(bytes)
         }
-        #expect(try await frames(channel).isEmpty, "nothing is flushed before the read completes")
-        channel.pipeline.fireChannelReadComplete()
-        let written = try await frames(channel)
-        #expect(written.count == 6, "HEADERS and DATA for each: \(written)")
+        #expect(try await connection.writes().isEmpty, "nothing is flushed before the read completes")
+        connection.channel.pipeline.fireChannelReadComplete()
+        let writes = try await connection.writes()
+        // One write (so one TLS record) per answer: dnsperf loses a second answer in a record.
+        #expect(writes.count == 3, "\(writes)")
         for (index, id) in [UInt16(11), 22, 33].enumerated() {
-            let (status, body) = response(2 * index + 1, in: written)
+            let frames = connection.wire.frames(writes[index])
+            #expect(frames.map(\.type) == [H2Wire.Kind.headers, H2Wire.Kind.data])
+            #expect(frames.last?.endStream == true)
+            let (status, body) = frames.response(UInt32(2 * index + 1))
             #expect(status == "200")
             let message = try DNSMessage(decoding: body)
             #expect(message.id == id)
             #expect(message.answers.first?.data == .address(IPAddress("198.18.0.10")!))
+            let headers = frames.first?.headers
+            #expect(headers?.first(name: "content-type") == "application/dns-message")
+            #expect(headers?.first(name: "content-length") == String(body.count))
         }
         #expect(fixture.requests("/dns-query", "GET", 200) == 3)
     }
 
     @Test func aLookupIsAnsweredWhenItFinishes() async throws {
         let fixture = try DaemonFixture(upstream: ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(50), ["198.18.0.77"])))
-        let channel = try await channel(fixture)
-        try await channel.writeInbound(
-            HTTP2Frame(streamID: 1, payload: .headers(.init(headers: Self.get(try Self.dohPath("slow.hd.test", id: 5)), endStream: true))))
-        let headers = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        guard case .headers(let head) = headers.payload else {
-            Issue.record("\(headers)")
-            return
-        }
-        #expect(head.headers.first(name: ":status") == "200")
-        let data = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        let body = response(1, in: [data]).body
-        #expect(try DNSMessage(decoding: body).answers.first?.data == .address(IPAddress("198.18.0.77")!))
+        let connection = try await Connection(fixture)
+        try await connection.send(connection.wire.headers(1, Self.get(try Self.dohPath("slow.hd.test", id: 5)), endStream: true))
+        let frames = try await connection.frames(2)
+        #expect(frames.response(1).status == "200")
+        #expect(try DNSMessage(decoding: frames.response(1).body).answers.first?.data == .address(IPAddress("198.18.0.77")!))
         #expect(fixture.state.requestsInFlight.load(ordering: .relaxed) == 0)
     }
 
     @Test func otherPathsGoThroughTheRouterWithThePolicy() async throws {
         let fixture = try DaemonFixture(extra: "auth_token: test-token-0123456789abcdef")
-        let channel = try await channel(fixture)
-        try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: Self.get("/healthz"), endStream: true))))
-        try await channel.writeInbound(HTTP2Frame(streamID: 3, payload: .headers(.init(headers: Self.get("/v1/status"), endStream: true))))
+        let connection = try await Connection(fixture)
+        try await connection.send(connection.wire.headers(1, Self.get("/healthz"), endStream: true))
+        try await connection.send(connection.wire.headers(3, Self.get("/v1/status"), endStream: true))
         var authorized = Self.get("/nope")
         authorized.add(name: "authorization", value: "Bearer test-token-0123456789abcdef")
-        try await channel.writeInbound(HTTP2Frame(streamID: 5, payload: .headers(.init(headers: authorized, endStream: true))))
-        var written: [HTTP2Frame] = []
-        for _ in 0..<5 { written.append(try await channel.waitForOutboundWrite(as: HTTP2Frame.self)) }
-        #expect(response(1, in: written).status == "200")
-        #expect(response(1, in: written).body == Array("ok\n".utf8))
-        #expect(response(3, in: written).status == "401")
-        #expect(response(5, in: written).status == "404")
+        try await connection.send(connection.wire.headers(5, authorized, endStream: true))
+        let frames = try await connection.frames(5)
+        #expect(frames.response(1).status == "200")
+        #expect(frames.response(1).body == Array("ok\n".utf8))
+        #expect(frames.response(3).status == "401")
+        #expect(frames.response(5).status == "404")
         #expect(fixture.requests("/v1/status", "GET", 401) == 1)
         #expect(fixture.requests("NotFound", "GET", 404) == 1)
     }
 
     @Test func aMalformedRequestIsResetAndAnOversizedOneAnswered413ThenReset() async throws {
         let fixture = try DaemonFixture()
-        let channel = try await channel(fixture)
+        let connection = try await Connection(fixture)
         let malformed = HPACKHeaders([(":method", "GET"), (":path", "/healthz")])
-        try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: malformed, endStream: true))))
-        let reset = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        #expect(reset.streamID == 1)
-        guard case .rstStream(.protocolError) = reset.payload else {
-            Issue.record("\(reset)")
-            return
-        }
+        try await connection.send(connection.wire.headers(1, malformed, endStream: true))
+        let reset = try await connection.frames(1)
+        #expect(reset.first?.type == H2Wire.Kind.rstStream)
+        #expect(reset.first?.stream == 1)
+        #expect(reset.first?.errorCode == H2Wire.Code.protocolError)
 
         let post = HPACKHeaders([
             (":method", "POST"), (":scheme", "https"), (":path", "/dns-query"),
             ("content-type", "application/dns-message"), ("content-length", "70000"),
         ])
-        try await channel.writeInbound(HTTP2Frame(streamID: 3, payload: .headers(.init(headers: post, endStream: false))))
-        var written: [HTTP2Frame] = []
-        for _ in 0..<3 { written.append(try await channel.waitForOutboundWrite(as: HTTP2Frame.self)) }
-        #expect(response(3, in: written).status == "413")
-        guard case .rstStream(.noError) = written.last?.payload else {
-            Issue.record("RST_STREAM NO_ERROR last: \(written)")
-            return
-        }
+        try await connection.send(connection.wire.headers(3, post, endStream: false))
+        let frames = try await connection.frames(3)
+        #expect(frames.response(3).status == "413")
+        #expect(frames.last?.type == H2Wire.Kind.rstStream)
+        #expect(frames.last?.errorCode == H2Wire.Code.noError, "RST_STREAM NO_ERROR last: \(frames)")
     }
 
     @Test func bodiesRefillTheirStreamWindowAndSlowOnesGet408() async throws {
         let fixture = try DaemonFixture()
-        let channel = try await channel(fixture)
+        let connection = try await Connection(fixture)
         let post = HPACKHeaders([(":method", "POST"), (":scheme", "https"), (":path", "/dns-query"), ("content-type", "application/dns-message")])
-        try await channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: post, endStream: false))))
-        try await channel.writeInbound(
-            HTTP2Frame(streamID: 1, payload: .data(.init(data: .byteBuffer(ByteBuffer(repeating: 0, count: 20_000)), endStream: false))))
-        let update = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        guard case .windowUpdate(20_000) = update.payload, update.streamID == 1 else {
-            Issue.record("\(update)")
-            return
+        try await connection.send(connection.wire.headers(1, post, endStream: false))
+        // Three frames in one read: the stream's window comes back in full, the connection's once
+        // it is below half.
+        var body = ByteBuffer()
+        for _ in 0..<3 {
+            var frame = H2Wire.data(1, ByteBuffer(repeating: 0, count: 12_000), endStream: false)
+            body.writeBuffer(&frame)
         }
-        await channel.testingEventLoop.advanceTime(by: .seconds(11))
-        var written: [HTTP2Frame] = []
-        for _ in 0..<2 { written.append(try await channel.waitForOutboundWrite(as: HTTP2Frame.self)) }
-        #expect(response(1, in: written).status == "408")
+        try await connection.send(body)
+        let updates = try await connection.frames(2)
+        #expect(updates.of(type: H2Wire.Kind.windowUpdate).map(\.stream).sorted() == [0, 1], "\(updates)")
+        #expect(updates.allSatisfy { $0.firstWord == 36_000 })
+        await connection.channel.testingEventLoop.advanceTime(by: .seconds(11))
+        let frames = try await connection.frames(2)
+        #expect(frames.response(1).status == "408")
     }
 
     @Test func quiescingSendsGOAWAYAndClosesOnceAnswered() async throws {
         let fixture = try DaemonFixture(upstream: ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(50), ["198.18.0.77"])))
-        let channel = try await channel(fixture)
-        try await channel.writeInbound(
-            HTTP2Frame(streamID: 1, payload: .headers(.init(headers: Self.get(try Self.dohPath("drain.hd.test", id: 1)), endStream: true))))
-        channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
-        let goAway = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        guard case .goAway(let last, .noError, _) = goAway.payload else {
-            Issue.record("\(goAway)")
-            return
-        }
-        #expect(last == 1)
+        let connection = try await Connection(fixture)
+        try await connection.send(connection.wire.headers(1, Self.get(try Self.dohPath("drain.hd.test", id: 1)), endStream: true))
+        connection.channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+        let goAway = try await connection.frames(1)
+        #expect(goAway.first?.type == H2Wire.Kind.goAway)
+        #expect(goAway.first?.firstWord == 1)
+        #expect(goAway.first?.errorCode == H2Wire.Code.noError)
         // A new stream after GOAWAY is refused; the one in flight is still answered.
-        try await channel.writeInbound(HTTP2Frame(streamID: 3, payload: .headers(.init(headers: Self.get("/healthz"), endStream: true))))
-        let refused = try await channel.waitForOutboundWrite(as: HTTP2Frame.self)
-        guard case .rstStream(.refusedStream) = refused.payload else {
-            Issue.record("\(refused)")
-            return
-        }
-        var written: [HTTP2Frame] = []
-        for _ in 0..<2 { written.append(try await channel.waitForOutboundWrite(as: HTTP2Frame.self)) }
-        #expect(response(1, in: written).status == "200")
-        try await channel.closeFuture.get()
+        try await connection.send(connection.wire.headers(3, Self.get("/healthz"), endStream: true))
+        let refused = try await connection.frames(1)
+        #expect(refused.first?.type == H2Wire.Kind.rstStream)
+        #expect(refused.first?.errorCode == H2Wire.Code.refusedStream)
+        let frames = try await connection.frames(2)
+        #expect(frames.response(1).status == "200")
+        try await connection.channel.closeFuture.get()
     }
 }
 

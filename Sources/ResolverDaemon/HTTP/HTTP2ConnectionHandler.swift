@@ -7,25 +7,34 @@ import NIOHTTP2
 import Glibc
 #endif
 
-/// The I/O of one HTTP/2 connection: frames from NIOHTTP2Handler go into ``HTTP2ServerConnection``,
-/// its actions come out as frames; complete requests go to the ``RequestGateway``. No child channel
-/// and no task per stream: a cached DoH answer is written in the same read that brought its query,
-/// and every answer of one read leaves in one flush.
-final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
-    typealias InboundIn = HTTP2Frame
-    typealias OutboundOut = HTTP2Frame
+/// The I/O of one HTTP/2 connection: bytes from TLS go through ``HTTP2Session`` (the frame layer)
+/// into ``HTTP2ServerConnection`` (the requests), whose actions come out as frames written by the
+/// session; complete requests go to the ``RequestGateway``. No child channel and no task per
+/// stream: a cached DoH answer is written in the same read that brought its query, and the answers
+/// of one read leave together.
+///
+/// Reads are held while the channel is not writable: a client that sends requests and never reads
+/// the answers stops being read, so what it costs is bounded by the write buffer's high mark.
+final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     private var connection: HTTP2ServerConnection
+    private var session: HTTP2Session
     private let gateway: RequestGateway
     private let logger: Logger
     var context: ChannelHandlerContext?
     private var reading = false
     private var flushPending = false
     var timer: RepeatedTask?
-    /// The write of the last frame sent while draining: the connection closes after it is on the wire.
+    /// The write of the last bytes sent while draining: the connection closes after they are on the wire.
     private var lastWrite: EventLoopFuture<Void>?
     private var closing = false
     private var date = HTTPDate()
+    /// The start of a frame that has not fully arrived.
+    private var partial: ByteBuffer?
+    private var readHeld = false
 
     private var answersSinceFlush = 0
     /// Answers written in one read before they are flushed, without waiting for the read to end.
@@ -38,11 +47,20 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
         self.gateway = gateway
         self.logger = logger
         connection = HTTP2ServerConnection(configuration: configuration, now: .now())
+        session = HTTP2Session()
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         connection = HTTP2ServerConnection(configuration: connection.configuration, now: context.eventLoop.now)
+        session = HTTP2Session(allocator: context.channel.allocator)
         startTicking(context)
+        // Our SETTINGS go out at once (RFC 9113 §3.4).
+        if context.channel.isActive { flushOutput(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        flushOutput(context)
+        context.fireChannelActive()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -50,60 +68,92 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else { return }
         reading = true
-        let frame = unwrapInboundIn(data)
-        switch frame.payload {
-        case .headers(let headers):
-            perform(connection.receivedHeaders(frame.streamID, headers.headers, endStream: headers.endStream, now: now))
-        case .data(let payload):
-            guard case .byteBuffer(let bytes) = payload.data else { return }
-            perform(connection.receivedData(frame.streamID, bytes, endStream: payload.endStream))
-        case .rstStream:
-            connection.streamClosed(frame.streamID, now: now)
-        default:
-            break
+        var bytes = unwrapInboundIn(data)
+        if var held = partial {
+            partial = nil
+            held.writeBuffer(&bytes)
+            bytes = held
+        }
+        do {
+            while let event = try session.next(from: &bytes, now: self.now) {
+                handle(event)
+                if closing { return }
+            }
+        } catch {
+            connectionError(error)
+            return
+        }
+        if bytes.readableBytes > 0 {
+            bytes.discardReadBytes()
+            partial = bytes
+        }
+    }
+
+    private func handle(_ event: HTTP2Session.Event) {
+        switch event {
+        case let .headers(id, headers, endStream):
+            perform(connection.receivedHeaders(id, headers, endStream: endStream, now: now))
+        case let .data(id, bytes, endStream):
+            perform(connection.receivedData(id, bytes, endStream: endStream))
+        case .reset(let id):
+            connection.streamClosed(id, now: now)
+            if connection.closeIfDrained() { close() }
+        case .goAway:
+            drain()
         }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
         reading = false
+        connection.inboundConnectionWindow(session.inboundWindow)
         for (stream, increment) in connection.readComplete() {
-            context.write(wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .windowUpdate(windowSizeIncrement: increment))), promise: nil)
-            flushPending = true
+            session.windowUpdate(stream, increment)
         }
-        if flushPending {
-            flushPending = false
-            context.flush()
-        }
+        flushOutput(context)
         answersSinceFlush = 0
+        flushPending = false
         context.fireChannelReadComplete()
     }
 
+    func read(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            context.read()
+        } else {
+            readHeld = true
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, readHeld {
+            readHeld = false
+            context.read()
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        switch event {
-        case let updated as NIOHTTP2WindowUpdatedEvent where updated.streamID == .rootStream:
-            if let inbound = updated.inboundWindowSize { connection.inboundConnectionWindow(inbound) }
-        case let closed as StreamClosedEvent:
-            connection.streamClosed(closed.streamID, now: now)
-            if connection.closeIfDrained() { close() }
-        case is ChannelShouldQuiesceEvent:
+        if event is ChannelShouldQuiesceEvent {
             drain()
-        default:
+        } else {
             context.fireUserInboundEventTriggered(event)
         }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A stream error has been answered with RST_STREAM by NIOHTTP2Handler already; a connection
-        // error ends the connection. Logged at debug only, counted always: a client must not be
-        // able to flood the log.
-        if let streamError = error as? NIOHTTP2Errors.StreamError {
-            connection.streamClosed(streamError.streamID, now: now)
-            return
-        }
         gateway.metrics.connectionRejected(.http, reason: "error")
         logger.debug("HTTP/2 connection error", metadata: ["error": "\(error)"])
         context.close(promise: nil)
+    }
+
+    /// A protocol violation or an abuse bound: GOAWAY with the code and reason, then close. Logged
+    /// at debug only, counted always: a client must not be able to flood the log.
+    private func connectionError(_ error: HTTP2Session.ConnectionError) {
+        gateway.metrics.connectionRejected(.http, reason: "error")
+        logger.debug("HTTP/2 connection error", metadata: ["code": "\(error.code)", "reason": "\(error.reason)"])
+        session.goAway(error.code, reason: error.reason)
+        close()
     }
 
     // MARK: Actions
@@ -115,11 +165,12 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
         case let .dispatch(id, request):
             dispatch(id, request)
         case let .respond(id, status, reason, _):
+            // RST_STREAM NO_ERROR follows when the client is still sending (the session's rule).
             let answer = HTTPAnswer.text(status, reason)
             if let head = connection.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
             write(id, answer)
         case let .reset(id, code):
-            context?.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .rstStream(code))), promise: nil)
+            session.reset(id, code)
             scheduleFlush()
         }
     }
@@ -144,38 +195,13 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
     /// sending; flushed with the rest of this read, or on the next turn of the loop for an answer
     /// that came from a task.
     private func write(_ id: HTTP2StreamID, _ answer: HTTPAnswer) {
-        guard let context, connection.isAwaitingResponse(id) else { return }
-        var headers = HPACKHeaders()
-        headers.reserveCapacity(answer.headers.count + 4)
-        headers.add(name: ":status", value: String(answer.status))
-        for (name, value) in answer.headers {
-            // Values that change from answer to answer stay out of the HPACK table.
-            headers.add(name: name, value: value, indexing: name == "cache-control" ? .nonIndexable : .indexable)
-        }
-        headers.add(name: "content-length", value: String(answer.body.readableBytes), indexing: .nonIndexable)
-        headers.add(name: "date", value: date.now())
-        let ended = connection.requestEnded(id)
-        let empty = answer.body.readableBytes == 0
+        guard context != nil, !closing, connection.isAwaitingResponse(id) else { return }
+        var headers = answer.headers
+        headers.append(("content-length", String(answer.body.readableBytes)))
+        headers.append(("date", date.now()))
         let closeAfter = connection.responded(id, now: now)
-        let headersFrame = HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: empty)))
-        let dataFrame = empty ? nil : HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(answer.body), endStream: true)))
-        // The last frame's write is watched when the connection closes after it, or when the client
-        // is still sending: RST_STREAM then follows once the answer is on the wire (NIOHTTP2 drops
-        // a stream's queued DATA when a reset overtakes it).
-        let watched = !ended || connection.isDraining || closeAfter
-        let promise = watched ? context.eventLoop.makePromise(of: Void.self) : nil
-        context.write(wrapOutboundOut(headersFrame), promise: dataFrame == nil ? promise : nil)
-        if let dataFrame { context.write(wrapOutboundOut(dataFrame), promise: promise) }
-        if let promise {
-            lastWrite = promise.futureResult
-            if !ended {
-                let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-                promise.futureResult.whenSuccess {
-                    guard let context = handler.value.context else { return }
-                    context.writeAndFlush(handler.value.wrapOutboundOut(HTTP2Frame(streamID: id, payload: .rstStream(.noError))), promise: nil)
-                }
-            }
-        }
+        session.respond(id, status: answer.status, headers: headers, body: answer.body)
+        if let context { emit(context) }
         scheduleFlush()
         if closeAfter { close() }
     }
@@ -185,7 +211,7 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
         if reading, answersSinceFlush >= Self.flushEvery, let context {
             answersSinceFlush = 0
             flushPending = false
-            context.flush()
+            flushOutput(context)
             return
         }
         guard !flushPending, let context else { return }
@@ -194,10 +220,34 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         context.eventLoop.execute {
             let this = handler.value
-            guard this.flushPending, !this.reading else { return }
+            guard this.flushPending, !this.reading, let context = this.context else { return }
             this.flushPending = false
-            this.context?.flush()
+            this.flushOutput(context)
         }
+    }
+
+    /// Writes what the session has written, as one buffer and so one TLS record; the write is
+    /// remembered as the last while draining.
+    ///
+    /// Each answer is its own record (``write(_:_:)`` emits after every answer; they leave
+    /// together at the flush). A client may read one record at a time and expect one answer in it:
+    /// dnsperf 2.10 pauses nghttp2 after the first complete answer of a read and loses the DATA of
+    /// a second answer in the same record (its queries time out). BIND and unbound write an answer
+    /// per record too. Still three records fewer per answer than a record per frame.
+    private func emit(_ context: ChannelHandlerContext) {
+        guard let bytes = session.takeOutput(allocator: context.channel.allocator) else { return }
+        if closing || connection.isDraining {
+            let promise = context.eventLoop.makePromise(of: Void.self)
+            context.write(wrapOutboundOut(bytes), promise: promise)
+            lastWrite = promise.futureResult
+        } else {
+            context.write(wrapOutboundOut(bytes), promise: nil)
+        }
+    }
+
+    private func flushOutput(_ context: ChannelHandlerContext) {
+        emit(context)
+        context.flush()
     }
 
     // MARK: Time and draining
@@ -211,10 +261,11 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
         }
         if let last = housekeeping.goAway { sendGoAway(last) }
         if housekeeping.close || connection.isClosed { close() }
+        if let context, !closing { flushOutput(context) }
     }
 
-    /// SIGTERM: GOAWAY with the last stream taken; close once those are answered (or at the drain
-    /// deadline).
+    /// SIGTERM, or the client's GOAWAY: GOAWAY with the last stream taken; close once those are
+    /// answered (or at the drain deadline).
     private func drain() {
         guard let last = connection.startDraining(now: now) else { return }
         sendGoAway(last)
@@ -223,19 +274,16 @@ final class HTTP2ConnectionHandler: ChannelInboundHandler, TickingHandler {
 
     private func sendGoAway(_ last: HTTP2StreamID) {
         guard let context else { return }
-        let promise = context.eventLoop.makePromise(of: Void.self)
-        context.writeAndFlush(
-            wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: last, errorCode: .noError, opaqueData: nil))),
-            promise: promise)
-        lastWrite = promise.futureResult
+        session.goAway(lastStreamID: last, .noError)
+        flushOutput(context)
     }
 
-    /// Closes once the last frame written is on the wire (a close fails writes not yet sent).
+    /// Closes once the last bytes written are on the wire (a close fails writes not yet sent).
     private func close() {
         guard !closing, let context else { return }
         closing = true
         flushPending = false
-        context.flush()
+        flushOutput(context)
         let channel = context.channel
         (lastWrite ?? context.eventLoop.makeSucceededVoidFuture()).whenComplete { _ in channel.close(promise: nil) }
     }

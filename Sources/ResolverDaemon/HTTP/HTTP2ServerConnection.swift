@@ -175,12 +175,12 @@ struct HTTP2ServerConnection {
         return .none
     }
 
-    /// NIOHTTP2's report of the connection's inbound window after a frame.
+    /// The frame layer's report of the connection's inbound window after a read.
     mutating func inboundConnectionWindow(_ size: Int) {
         connectionWindow = size
     }
 
-    /// The client reset the stream, or NIOHTTP2 closed it.
+    /// The client reset the stream, or the frame layer reset it.
     mutating func streamClosed(_ id: HTTP2StreamID, now: @autoclosure () -> NIODeadline) {
         guard let stream = streams.removeValue(forKey: id) else { return }
         if case let .receiving(_, received, _) = stream.state { finishBody(received) }

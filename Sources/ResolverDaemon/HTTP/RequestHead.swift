@@ -3,8 +3,8 @@ import NIOHPACK
 /// The head of a request as the HTTP/2 connection received it, checked as RFC 9113 §8.2-§8.3 asks
 /// of a server: anything malformed is a stream error (PROTOCOL_ERROR), never an answer.
 ///
-/// NIOHTTP2's own header-block validation is off on the daemon's connections (it cost an eighth of a
-/// cached DoH answer); this is the same set of rules in one pass over the fields.
+/// The daemon's frame layer (``HTTP2Session``) only decodes header blocks; this is the set of rules
+/// NIOHTTP2's header-block validation applies, in one pass over the fields.
 struct RequestHead: Sendable {
     var method: String
     /// The request target (path and query); empty for CONNECT.

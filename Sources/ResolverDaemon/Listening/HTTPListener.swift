@@ -89,14 +89,8 @@ struct HTTPListener: Service {
                 channel.eventLoop.makeCompletedFuture {
                     switch result {
                     case .negotiated("h2"):
-                        var connection = NIOHTTP2Handler.ConnectionConfiguration()
-                        // RFC 9113 §8.2-§8.3 checks are RequestHead's, and a body's length is checked
-                        // against content-length by HTTP2ServerConnection.
-                        connection.headerBlockValidation = .disabled
-                        connection.contentLengthValidation = .disabled
-                        let sync = channel.pipeline.syncOperations
-                        try sync.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: connection))
-                        try sync.addHandler(HTTP2ConnectionHandler(gateway: gateway, configuration: limits.http2, logger: logger))
+                        try channel.pipeline.syncOperations.addHandler(
+                            HTTP2ConnectionHandler(gateway: gateway, configuration: limits.http2, logger: logger))
                     case .negotiated("http/1.1"), .fallback:
                         try Self.addHTTP1(channel, gateway: gateway, limits: limits, scheme: "https", logger: logger)
                     case .negotiated:

@@ -1,0 +1,605 @@
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+
+/// The server side of the HTTP/2 framing layer (RFC 9113 §3-§6): the preface, frames in and out,
+/// SETTINGS, PING, flow control in both directions, stream identifiers and states, header blocks
+/// with CONTINUATION and HPACK. What a request means is ``HTTP2ServerConnection``'s business; this
+/// layer hands it ``Event``s and writes the frames it is asked to.
+///
+/// Our own rather than NIOHTTP2Handler: a DoH answer is a cached lookup, so the frame layer is most
+/// of the cost of a query. NIOHTTP2's general machinery (a frame enum per frame, a stream state
+/// machine per stream, a user event per window change and per closed stream, HPACK with a dynamic
+/// table on the way out) took about half the daemon's CPU under h2load; this layer parses frames in
+/// place, keeps a small table of open streams and writes answers as bytes (BENCHMARKS.md).
+///
+/// Bounds against abusive clients, each a connection error (GOAWAY, then close):
+/// - frames larger than our SETTINGS_MAX_FRAME_SIZE (16,384);
+/// - header blocks over ``Limits/maxHeaderBlockBytes`` or ``Limits/maxContinuationFrames``;
+///   decoded header lists over ``Limits/maxHeaderListSize`` (HPACK state cannot be skipped, so
+///   the connection ends);
+/// - more than ``Limits/maxCostlyFrames`` frames that cost work and make no progress (PING,
+///   SETTINGS, PRIORITY, empty DATA, frames on closed streams, unknown types) in
+///   ``Limits/window``, and more than ``Limits/maxResets`` RST_STREAMs in it (rapid reset,
+///   CVE-2023-44487);
+/// - a new stream over MAX_CONCURRENT_STREAMS is refused (RST_STREAM REFUSED_STREAM).
+struct HTTP2Session {
+    struct Limits: Sendable, Equatable {
+        var maxConcurrentStreams = 100
+        var maxHeaderListSize = 16_384
+        var maxHeaderBlockBytes = 32_768
+        var maxContinuationFrames = 64
+        var maxCostlyFrames = 1_000
+        var maxResets = 200
+        var window = TimeAmount.seconds(30)
+    }
+
+    enum Event {
+        case headers(HTTP2StreamID, HPACKHeaders, endStream: Bool)
+        case data(HTTP2StreamID, ByteBuffer, endStream: Bool)
+        /// The client reset the stream, or it was reset for a stream error.
+        case reset(HTTP2StreamID)
+        /// The client sent GOAWAY.
+        case goAway
+    }
+
+    struct ConnectionError: Error, Equatable {
+        var code: HTTP2ErrorCode
+        var reason: String
+    }
+
+    static let preface: [UInt8] = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+    static let defaultWindow = 65_535
+    static let maxWindow = Int(Int32.max)
+    static let ourMaxFrameSize = 16_384
+
+    private enum FrameType: UInt8 {
+        case data = 0, headers, priority, rstStream, settings, pushPromise, ping, goAway, windowUpdate, continuation
+    }
+
+    private enum Flag {
+        static let endStream: UInt8 = 0x1
+        static let ack: UInt8 = 0x1
+        static let endHeaders: UInt8 = 0x4
+        static let padded: UInt8 = 0x8
+        static let priority: UInt8 = 0x20
+    }
+
+    private struct Stream {
+        var remoteClosed: Bool
+        var sendWindow: Int
+        var receiveWindow: Int
+        /// DATA waiting for window, and whether END_STREAM (then RST_STREAM NO_ERROR) follows it.
+        var queued: ByteBuffer?
+        var resetAfterQueued = false
+        var responding = false
+    }
+
+    private struct HeaderBlock {
+        var stream: UInt32
+        var endStream: Bool
+        var bytes: ByteBuffer
+        var frames: Int
+    }
+
+    let limits: Limits
+    /// Frames to write; the handler takes them at each flush.
+    private(set) var output: ByteBuffer
+    private var decoder: HPACKDecoder
+    private var sawPreface = false
+    private var sawSettings = false
+    private var streams: [UInt32: Stream] = [:]
+    /// Streams with DATA waiting for window, oldest first.
+    private var blocked: [UInt32] = []
+    private(set) var highestStreamID: UInt32 = 0
+    private var block: HeaderBlock?
+    private(set) var inboundWindow = defaultWindow
+    private var sendWindow = defaultWindow
+    private var peerInitialWindow = defaultWindow
+    private var peerMaxFrameSize = ourMaxFrameSize
+    /// The client lowered SETTINGS_HEADER_TABLE_SIZE: the next header block starts with a table
+    /// size update to 0 (RFC 7541 §4.2). We never add to the table, so 0 is always right.
+    private var tableSizeUpdatePending = false
+    private var costly = RateWindow()
+    private var resets = RateWindow()
+
+    init(limits: Limits = Limits(), allocator: ByteBufferAllocator = ByteBufferAllocator()) {
+        self.limits = limits
+        output = allocator.buffer(capacity: 4_096)
+        decoder = HPACKDecoder(
+            allocator: allocator, maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize, maxHeaderListSize: limits.maxHeaderListSize)
+        // Our SETTINGS: MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE (ENABLE_PUSH is the client's).
+        writeFrameHeader(length: 12, type: .settings, flags: 0, stream: 0)
+        output.writeInteger(UInt16(3))
+        output.writeInteger(UInt32(limits.maxConcurrentStreams))
+        output.writeInteger(UInt16(6))
+        output.writeInteger(UInt32(limits.maxHeaderListSize))
+    }
+
+    var openStreams: Int { streams.count }
+
+    /// The bytes written so far, leaving an empty buffer behind (sized for one answer: the handler
+    /// takes the output after each).
+    mutating func takeOutput(allocator: ByteBufferAllocator) -> ByteBuffer? {
+        guard output.readableBytes > 0 else { return nil }
+        let bytes = output
+        output = allocator.buffer(capacity: 512)
+        return bytes
+    }
+
+    // MARK: Reading
+
+    /// The next event in `buffer`, consuming the frames before it; nil when `buffer` holds no
+    /// complete frame (what is left is the start of one).
+    mutating func next(from buffer: inout ByteBuffer, now: @autoclosure () -> NIODeadline) throws(ConnectionError) -> Event? {
+        if !sawPreface {
+            guard buffer.readableBytes >= Self.preface.count else {
+                if !buffer.readableBytesView.elementsEqual(Self.preface.prefix(buffer.readableBytes)) {
+                    throw ConnectionError(code: .protocolError, reason: "not the HTTP/2 connection preface")
+                }
+                return nil
+            }
+            guard buffer.readableBytesView.prefix(Self.preface.count).elementsEqual(Self.preface) else {
+                throw ConnectionError(code: .protocolError, reason: "not the HTTP/2 connection preface")
+            }
+            buffer.moveReaderIndex(forwardBy: Self.preface.count)
+            sawPreface = true
+        }
+        while buffer.readableBytes >= 9 {
+            let start = buffer.readerIndex
+            let length = Int(buffer.getInteger(at: start, as: UInt32.self)! >> 8)
+            let rawType = buffer.getInteger(at: start + 3, as: UInt8.self)!
+            let flags = buffer.getInteger(at: start + 4, as: UInt8.self)!
+            let stream = buffer.getInteger(at: start + 5, as: UInt32.self)! & 0x7FFF_FFFF
+            guard length <= Self.ourMaxFrameSize else {
+                throw ConnectionError(code: .frameSizeError, reason: "a frame of \(length) bytes (the limit is \(Self.ourMaxFrameSize))")
+            }
+            guard buffer.readableBytes >= 9 + length else { return nil }
+            var payload = buffer.getSlice(at: start + 9, length: length)!
+            buffer.moveReaderIndex(forwardBy: 9 + length)
+            let type = FrameType(rawValue: rawType)
+            if !sawSettings {
+                guard type == .settings, flags & Flag.ack == 0 else {
+                    throw ConnectionError(code: .protocolError, reason: "the first frame is not SETTINGS")
+                }
+                sawSettings = true
+            }
+            if block != nil, type != .continuation || stream != block!.stream {
+                throw ConnectionError(code: .protocolError, reason: "a header block interrupted by another frame")
+            }
+            if let event = try frame(type, rawType: rawType, flags: flags, stream: stream, payload: &payload, now: now()) {
+                return event
+            }
+        }
+        return nil
+    }
+
+    private mutating func frame(
+        _ type: FrameType?, rawType: UInt8, flags: UInt8, stream: UInt32, payload: inout ByteBuffer, now: NIODeadline
+    ) throws(ConnectionError) -> Event? {
+        guard let type else {
+            try cost(now)  // unknown frame types are ignored (RFC 9113 §4.1)
+            return nil
+        }
+        switch type {
+        case .data: return try data(flags: flags, stream: stream, payload: &payload, now: now)
+        case .headers:
+            guard stream != 0, stream & 1 == 1 else { throw ConnectionError(code: .protocolError, reason: "HEADERS on stream \(stream)") }
+            try removePadding(flags: flags, payload: &payload)
+            if flags & Flag.priority != 0 {
+                guard payload.readableBytes >= 5 else { throw ConnectionError(code: .frameSizeError, reason: "HEADERS too short for its priority") }
+                payload.moveReaderIndex(forwardBy: 5)
+            }
+            block = HeaderBlock(stream: stream, endStream: flags & Flag.endStream != 0, bytes: payload, frames: 1)
+            return flags & Flag.endHeaders != 0 ? try headerBlockEnded(now: now) : nil
+        case .continuation:
+            guard var current = block else { throw ConnectionError(code: .protocolError, reason: "CONTINUATION without HEADERS") }
+            current.frames += 1
+            guard current.frames <= limits.maxContinuationFrames, current.bytes.readableBytes + payload.readableBytes <= limits.maxHeaderBlockBytes
+            else {
+                throw ConnectionError(
+                    code: .enhanceYourCalm,
+                    reason: "a header block over \(limits.maxHeaderBlockBytes) bytes or \(limits.maxContinuationFrames) frames")
+            }
+            current.bytes.writeBuffer(&payload)
+            block = current
+            return flags & Flag.endHeaders != 0 ? try headerBlockEnded(now: now) : nil
+        case .priority:
+            guard stream != 0 else { throw ConnectionError(code: .protocolError, reason: "PRIORITY on stream 0") }
+            guard payload.readableBytes == 5 else {
+                throw ConnectionError(code: .frameSizeError, reason: "PRIORITY of \(payload.readableBytes) bytes")
+            }
+            try cost(now)
+            return nil
+        case .rstStream:
+            guard stream != 0, stream <= highestStreamID else {
+                throw ConnectionError(code: .protocolError, reason: "RST_STREAM on idle stream \(stream)")
+            }
+            guard payload.readableBytes == 4 else {
+                throw ConnectionError(code: .frameSizeError, reason: "RST_STREAM of \(payload.readableBytes) bytes")
+            }
+            if resets.count(now, window: limits.window) > limits.maxResets {
+                throw ConnectionError(code: .enhanceYourCalm, reason: "more than \(limits.maxResets) streams reset")
+            }
+            guard streams.removeValue(forKey: stream) != nil else { return nil }
+            unblock(stream)
+            return .reset(HTTP2StreamID(Int(stream)))
+        case .settings:
+            try settings(flags: flags, stream: stream, payload: &payload, now: now)
+            return nil
+        case .pushPromise:
+            throw ConnectionError(code: .protocolError, reason: "PUSH_PROMISE from a client")
+        case .ping:
+            guard stream == 0 else { throw ConnectionError(code: .protocolError, reason: "PING on stream \(stream)") }
+            guard payload.readableBytes == 8 else { throw ConnectionError(code: .frameSizeError, reason: "PING of \(payload.readableBytes) bytes") }
+            try cost(now)
+            if flags & Flag.ack == 0 {
+                writeFrameHeader(length: 8, type: .ping, flags: Flag.ack, stream: 0)
+                output.writeBuffer(&payload)
+            }
+            return nil
+        case .goAway:
+            guard stream == 0 else { throw ConnectionError(code: .protocolError, reason: "GOAWAY on stream \(stream)") }
+            guard payload.readableBytes >= 8 else { throw ConnectionError(code: .frameSizeError, reason: "GOAWAY of \(payload.readableBytes) bytes") }
+            return .goAway
+        case .windowUpdate:
+            try windowUpdate(stream: stream, payload: &payload)
+            return nil
+        }
+    }
+
+    private mutating func data(flags: UInt8, stream: UInt32, payload: inout ByteBuffer, now: NIODeadline) throws(ConnectionError) -> Event? {
+        guard stream != 0 else { throw ConnectionError(code: .protocolError, reason: "DATA on stream 0") }
+        guard stream <= highestStreamID else { throw ConnectionError(code: .protocolError, reason: "DATA on idle stream \(stream)") }
+        let length = payload.readableBytes
+        inboundWindow -= length
+        guard inboundWindow >= 0 else { throw ConnectionError(code: .flowControlError, reason: "DATA beyond the connection window") }
+        let endStream = flags & Flag.endStream != 0
+        guard var state = streams[stream], !state.remoteClosed else {
+            // Closed (or the client already ended it): STREAM_CLOSED, at a cost.
+            try cost(now)
+            if streams.removeValue(forKey: stream) != nil {
+                unblock(stream)
+                writeReset(stream, .streamClosed)
+                return .reset(HTTP2StreamID(Int(stream)))
+            }
+            writeReset(stream, .streamClosed)
+            return nil
+        }
+        try removePadding(flags: flags, payload: &payload)
+        state.receiveWindow -= length
+        guard state.receiveWindow >= 0 else {
+            streams[stream] = nil
+            unblock(stream)
+            writeReset(stream, .flowControlError)
+            return .reset(HTTP2StreamID(Int(stream)))
+        }
+        let padding = length - payload.readableBytes
+        if padding > 0 {
+            // Padding is flow-controlled but carries nothing: the stream gets it back at once.
+            state.receiveWindow += padding
+            writeWindowUpdate(stream, padding)
+        }
+        if payload.readableBytes == 0, !endStream { try cost(now) }
+        if endStream { state.remoteClosed = true }
+        streams[stream] = state
+        return .data(HTTP2StreamID(Int(stream)), payload, endStream: endStream)
+    }
+
+    private mutating func headerBlockEnded(now: NIODeadline) throws(ConnectionError) -> Event? {
+        guard var current = block else { return nil }
+        block = nil
+        let headers: HPACKHeaders
+        do {
+            headers = try decoder.decodeHeaders(from: &current.bytes)
+        } catch {
+            throw ConnectionError(code: .compressionError, reason: "a header block that does not decode: \(error)")
+        }
+        let id = current.stream
+        let streamID = HTTP2StreamID(Int(id))
+        if var state = streams[id] {
+            // Trailers; ``HTTP2ServerConnection`` decides what they may hold.
+            guard !state.remoteClosed else {
+                streams[id] = nil
+                unblock(id)
+                writeReset(id, .streamClosed)
+                return .reset(streamID)
+            }
+            state.remoteClosed = current.endStream
+            streams[id] = state
+            return .headers(streamID, headers, endStream: current.endStream)
+        }
+        guard id > highestStreamID else {
+            try cost(now)
+            writeReset(id, .streamClosed)
+            return nil
+        }
+        highestStreamID = id
+        guard streams.count < limits.maxConcurrentStreams else {
+            writeReset(id, .refusedStream)
+            return nil
+        }
+        streams[id] = Stream(remoteClosed: current.endStream, sendWindow: peerInitialWindow, receiveWindow: Self.defaultWindow)
+        return .headers(streamID, headers, endStream: current.endStream)
+    }
+
+    private mutating func settings(flags: UInt8, stream: UInt32, payload: inout ByteBuffer, now: NIODeadline) throws(ConnectionError) {
+        guard stream == 0 else { throw ConnectionError(code: .protocolError, reason: "SETTINGS on stream \(stream)") }
+        if flags & Flag.ack != 0 {
+            guard payload.readableBytes == 0 else { throw ConnectionError(code: .frameSizeError, reason: "a SETTINGS ACK with a payload") }
+            return
+        }
+        guard payload.readableBytes % 6 == 0 else {
+            throw ConnectionError(code: .frameSizeError, reason: "SETTINGS of \(payload.readableBytes) bytes")
+        }
+        try cost(now)
+        while let identifier = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
+            switch identifier {
+            case 1:  // HEADER_TABLE_SIZE
+                if value < 4_096 { tableSizeUpdatePending = true }
+            case 2:  // ENABLE_PUSH
+                guard value <= 1 else { throw ConnectionError(code: .protocolError, reason: "ENABLE_PUSH \(value)") }
+            case 4:  // INITIAL_WINDOW_SIZE
+                guard value <= UInt32(Self.maxWindow) else { throw ConnectionError(code: .flowControlError, reason: "INITIAL_WINDOW_SIZE \(value)") }
+                let delta = Int(value) - peerInitialWindow
+                peerInitialWindow = Int(value)
+                for id in Array(streams.keys) {
+                    streams[id]!.sendWindow += delta
+                    guard streams[id]!.sendWindow <= Self.maxWindow else {
+                        throw ConnectionError(code: .flowControlError, reason: "a stream window over 2^31-1")
+                    }
+                }
+            case 5:  // MAX_FRAME_SIZE
+                guard (16_384...16_777_215).contains(value) else { throw ConnectionError(code: .protocolError, reason: "MAX_FRAME_SIZE \(value)") }
+                peerMaxFrameSize = Int(value)
+            default:
+                break  // MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE and unknown settings change nothing here
+            }
+        }
+        writeFrameHeader(length: 0, type: .settings, flags: Flag.ack, stream: 0)
+        if !blocked.isEmpty { sendQueued() }
+    }
+
+    private mutating func windowUpdate(stream: UInt32, payload: inout ByteBuffer) throws(ConnectionError) {
+        guard payload.readableBytes == 4, let raw = payload.readInteger(as: UInt32.self) else {
+            throw ConnectionError(code: .frameSizeError, reason: "WINDOW_UPDATE of \(payload.readableBytes) bytes")
+        }
+        let increment = Int(raw & 0x7FFF_FFFF)
+        if stream == 0 {
+            guard increment > 0 else { throw ConnectionError(code: .protocolError, reason: "a WINDOW_UPDATE of 0 on the connection") }
+            sendWindow += increment
+            guard sendWindow <= Self.maxWindow else { throw ConnectionError(code: .flowControlError, reason: "the connection window over 2^31-1") }
+        } else {
+            guard stream <= highestStreamID else { throw ConnectionError(code: .protocolError, reason: "WINDOW_UPDATE on idle stream \(stream)") }
+            guard var state = streams[stream] else { return }
+            guard increment > 0, state.sendWindow + increment <= Self.maxWindow else {
+                streams[stream] = nil
+                unblock(stream)
+                writeReset(stream, increment == 0 ? .protocolError : .flowControlError)
+                return
+            }
+            state.sendWindow += increment
+            streams[stream] = state
+        }
+        if !blocked.isEmpty { sendQueued() }
+    }
+
+    private func removePadding(flags: UInt8, payload: inout ByteBuffer) throws(ConnectionError) {
+        guard flags & Flag.padded != 0 else { return }
+        guard let padding = payload.readInteger(as: UInt8.self), Int(padding) <= payload.readableBytes else {
+            throw ConnectionError(code: .protocolError, reason: "padding longer than the frame")
+        }
+        payload.moveWriterIndex(to: payload.writerIndex - Int(padding))
+    }
+
+    private mutating func cost(_ now: NIODeadline) throws(ConnectionError) {
+        if costly.count(now, window: limits.window) > limits.maxCostlyFrames {
+            throw ConnectionError(code: .enhanceYourCalm, reason: "more than \(limits.maxCostlyFrames) control or empty frames")
+        }
+    }
+
+    // MARK: Writing
+
+    /// Whether the stream is open and its response not yet begun.
+    func canRespond(_ id: HTTP2StreamID) -> Bool {
+        guard let state = streams[UInt32(Int32(id))] else { return false }
+        return !state.responding
+    }
+
+    /// A whole response: HEADERS (END_STREAM when there is no body), then the body as DATA within
+    /// the windows (the rest queued until WINDOW_UPDATE). When the client has not finished its
+    /// request, RST_STREAM NO_ERROR follows the last frame (RFC 9113 §8.1).
+    mutating func respond(_ id: HTTP2StreamID, status: Int, headers: [(String, String)], body: ByteBuffer) {
+        let stream = UInt32(Int32(id))
+        guard var state = streams[stream], !state.responding else { return }
+        state.responding = true
+        let empty = body.readableBytes == 0
+        writeHeaders(stream, status: status, headers: headers, endStream: empty)
+        if empty {
+            finish(stream, state)
+            return
+        }
+        state.queued = body
+        streams[stream] = state
+        sendData(stream)
+    }
+
+    /// RST_STREAM for a stream the connection gives up on.
+    mutating func reset(_ id: HTTP2StreamID, _ code: HTTP2ErrorCode) {
+        let stream = UInt32(Int32(id))
+        streams[stream] = nil
+        unblock(stream)
+        writeReset(stream, code)
+    }
+
+    mutating func windowUpdate(_ id: HTTP2StreamID, _ increment: Int) {
+        let stream = UInt32(Int32(id))
+        guard increment > 0 else { return }
+        if stream == 0 {
+            guard inboundWindow + increment <= Self.maxWindow else { return }
+            inboundWindow += increment
+        } else {
+            guard var state = streams[stream], state.receiveWindow + increment <= Self.maxWindow else { return }
+            state.receiveWindow += increment
+            streams[stream] = state
+        }
+        writeWindowUpdate(stream, increment)
+    }
+
+    mutating func goAway(lastStreamID: HTTP2StreamID? = nil, _ code: HTTP2ErrorCode, reason: String = "") {
+        let debug = Array(reason.utf8.prefix(256))
+        writeFrameHeader(length: 8 + debug.count, type: .goAway, flags: 0, stream: 0)
+        output.writeInteger(lastStreamID.map { UInt32(Int32($0)) } ?? highestStreamID)
+        output.writeInteger(UInt32(code.networkCode))
+        output.writeBytes(debug)
+    }
+
+    private mutating func finish(_ stream: UInt32, _ state: Stream) {
+        if state.remoteClosed {
+            streams[stream] = nil
+        } else {
+            streams[stream] = nil
+            writeReset(stream, .noError)
+        }
+    }
+
+    /// DATA from the stream's queue while both windows allow; END_STREAM on the last.
+    private mutating func sendData(_ stream: UInt32) {
+        guard var state = streams[stream], var queued = state.queued else { return }
+        while queued.readableBytes > 0 {
+            let room = min(sendWindow, state.sendWindow, peerMaxFrameSize)
+            guard room > 0 else {
+                state.queued = queued
+                streams[stream] = state
+                if !blocked.contains(stream) { blocked.append(stream) }
+                return
+            }
+            let count = min(room, queued.readableBytes)
+            var chunk = queued.readSlice(length: count)!
+            sendWindow -= count
+            state.sendWindow -= count
+            writeFrameHeader(length: count, type: .data, flags: queued.readableBytes == 0 ? Flag.endStream : 0, stream: stream)
+            output.writeBuffer(&chunk)
+        }
+        state.queued = nil
+        unblock(stream)
+        finish(stream, state)
+    }
+
+    private mutating func sendQueued() {
+        for stream in blocked where sendWindow > 0 { sendData(stream) }
+    }
+
+    private mutating func unblock(_ stream: UInt32) {
+        if let index = blocked.firstIndex(of: stream) { blocked.remove(at: index) }
+    }
+
+    private mutating func writeHeaders(_ stream: UInt32, status: Int, headers: [(String, String)], endStream: Bool) {
+        var block = ByteBuffer()
+        block.reserveCapacity(128)
+        if tableSizeUpdatePending {
+            block.writeInteger(UInt8(0x20))
+            tableSizeUpdatePending = false
+        }
+        HPACKLiterals.writeStatus(status, to: &block)
+        for (name, value) in headers { HPACKLiterals.write(name: name, value: value, to: &block) }
+        var first = true
+        repeat {
+            let count = min(block.readableBytes, peerMaxFrameSize)
+            var piece = block.readSlice(length: count)!
+            let last = block.readableBytes == 0
+            let flags = (last ? Flag.endHeaders : 0) | (first && endStream ? Flag.endStream : 0)
+            writeFrameHeader(length: count, type: first ? .headers : .continuation, flags: flags, stream: stream)
+            output.writeBuffer(&piece)
+            first = false
+        } while block.readableBytes > 0
+    }
+
+    private mutating func writeReset(_ stream: UInt32, _ code: HTTP2ErrorCode) {
+        writeFrameHeader(length: 4, type: .rstStream, flags: 0, stream: stream)
+        output.writeInteger(UInt32(code.networkCode))
+    }
+
+    private mutating func writeWindowUpdate(_ stream: UInt32, _ increment: Int) {
+        writeFrameHeader(length: 4, type: .windowUpdate, flags: 0, stream: stream)
+        output.writeInteger(UInt32(increment))
+    }
+
+    private mutating func writeFrameHeader(length: Int, type: FrameType, flags: UInt8, stream: UInt32) {
+        output.writeInteger(UInt32(length) << 8 | UInt32(type.rawValue))
+        output.writeInteger(flags)
+        output.writeInteger(stream)
+    }
+}
+
+/// Counts events in a window of time: the window restarts when it has passed.
+struct RateWindow {
+    private var start: NIODeadline?
+    private var events = 0
+
+    /// Counts one event at `now`; returns the count in the current window.
+    mutating func count(_ now: NIODeadline, window: TimeAmount) -> Int {
+        if let start, now - start < window {
+            events += 1
+        } else {
+            start = now
+            events = 1
+        }
+        return events
+    }
+}
+
+/// Response header blocks without the dynamic table (RFC 7541 §6.2.2, literal without indexing):
+/// the static table's name index where there is one, raw (not Huffman) strings. A few bytes more
+/// than an indexed block and no table state to keep in step with the client.
+enum HPACKLiterals {
+    /// Static table indexes of the names an answer uses (RFC 7541 Appendix A).
+    static let nameIndex: [String: Int] = [
+        "accept-ranges": 18, "access-control-allow-origin": 20, "age": 21, "allow": 22, "cache-control": 24,
+        "content-disposition": 25, "content-encoding": 26, "content-language": 27, "content-length": 28,
+        "content-location": 29, "content-range": 30, "content-type": 31, "date": 33, "etag": 34, "expires": 36,
+        "last-modified": 44, "link": 45, "location": 46, "retry-after": 53, "server": 54, "set-cookie": 55,
+        "strict-transport-security": 56, "vary": 59, "via": 60, "www-authenticate": 61,
+    ]
+
+    static func writeStatus(_ status: Int, to block: inout ByteBuffer) {
+        let indexed: [Int: UInt8] = [200: 8, 204: 9, 206: 10, 304: 11, 400: 12, 404: 13, 500: 14]
+        if let index = indexed[status] {
+            block.writeInteger(0x80 | index)
+        } else {
+            writeInteger(8, prefix: 4, flags: 0, to: &block)
+            writeString(String(status), to: &block)
+        }
+    }
+
+    static func write(name: String, value: String, to block: inout ByteBuffer) {
+        if let index = nameIndex[name] {
+            writeInteger(index, prefix: 4, flags: 0, to: &block)
+        } else {
+            block.writeInteger(UInt8(0))
+            writeString(name.lowercased(), to: &block)
+        }
+        writeString(value, to: &block)
+    }
+
+    static func writeString(_ string: String, to block: inout ByteBuffer) {
+        writeInteger(string.utf8.count, prefix: 7, flags: 0, to: &block)
+        block.writeString(string)
+    }
+
+    /// RFC 7541 §5.1.
+    static func writeInteger(_ value: Int, prefix: Int, flags: UInt8, to block: inout ByteBuffer) {
+        let limit = (1 << prefix) - 1
+        if value < limit {
+            block.writeInteger(flags | UInt8(value))
+            return
+        }
+        block.writeInteger(flags | UInt8(limit))
+        var rest = value - limit
+        while rest >= 128 {
+            block.writeInteger(UInt8(rest & 0x7F | 0x80))
+            rest >>= 7
+        }
+        block.writeInteger(UInt8(rest))
+    }
+}

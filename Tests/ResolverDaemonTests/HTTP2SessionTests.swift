@@ -1,0 +1,312 @@
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import Testing
+
+@testable import ResolverDaemon
+
+/// The frame layer alone: bytes from ``H2Wire`` in, events and frames out, time given.
+@Suite struct HTTP2SessionTests {
+    struct Harness {
+        var session: HTTP2Session
+        var wire = H2Wire()
+        var now = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        var held = ByteBuffer()
+
+        init(limits: HTTP2Session.Limits = .init(), settings: [(UInt16, UInt32)] = []) throws {
+            session = HTTP2Session(limits: limits)
+            let ours = wire.frames(session.takeOutput(allocator: .init())!)
+            #expect(ours.map(\.type) == [H2Wire.Kind.settings])
+            let events = try feed(H2Wire.preface(settings: settings))
+            #expect(events.isEmpty)
+            #expect(output().map(\.flags) == [1], "the client's SETTINGS acknowledged")
+        }
+
+        /// Every event `bytes` produces (a partial frame is kept for the next call).
+        mutating func feed(_ bytes: ByteBuffer) throws(HTTP2Session.ConnectionError) -> [HTTP2Session.Event] {
+            var bytes = bytes
+            held.writeBuffer(&bytes)
+            var events: [HTTP2Session.Event] = []
+            let now = self.now
+            while let event = try session.next(from: &held, now: now) { events.append(event) }
+            held.discardReadBytes()
+            return events
+        }
+
+        mutating func output() -> [H2Wire.Frame] {
+            session.takeOutput(allocator: .init()).map { wire.frames($0) } ?? []
+        }
+
+        mutating func request(_ stream: UInt32, endStream: Bool = true) -> ByteBuffer {
+            wire.headers(
+                stream, HPACKHeaders([(":method", "GET"), (":scheme", "https"), (":path", "/x"), (":authority", "a.test")]), endStream: endStream)
+        }
+
+        /// The connection error `bytes` cause, if any.
+        mutating func error(_ bytes: ByteBuffer) -> HTTP2Session.ConnectionError? {
+            do {
+                _ = try feed(bytes)
+                return nil
+            } catch {
+                return error
+            }
+        }
+    }
+
+    static func streams(_ events: [HTTP2Session.Event]) -> [Int] {
+        events.compactMap { if case let .headers(id, _, _) = $0 { Int(id) } else { nil } }
+    }
+
+    @Test func requestsArriveWhateverTheReadBoundaries() throws {
+        var harness = try Harness()
+        var bytes = harness.request(1)
+        bytes.writeImmutableBuffer(harness.request(3))
+        var events: [HTTP2Session.Event] = []
+        // One byte at a time: frames are assembled across reads.
+        while let byte = bytes.readSlice(length: 1) { events += try harness.feed(byte) }
+        #expect(Self.streams(events) == [1, 3])
+        guard case let .headers(_, headers, endStream) = events.first else { return }
+        #expect(headers.first(name: ":path") == "/x")
+        #expect(endStream)
+    }
+
+    @Test func theFirstFrameMustBeSettingsAndThePrefaceExact() {
+        var session = HTTP2Session()
+        var bad = ByteBuffer(string: "GET / HTTP/1.1\r\n\r\n....................")
+        #expect(throws: HTTP2Session.ConnectionError.self) { _ = try session.next(from: &bad, now: .now()) }
+        var session2 = HTTP2Session()
+        var noSettings = ByteBuffer(string: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        noSettings.writeImmutableBuffer(H2Wire.ping())
+        do {
+            _ = try session2.next(from: &noSettings, now: .now())
+            Issue.record("PING before SETTINGS accepted")
+        } catch {
+            #expect(error.code == .protocolError)
+        }
+    }
+
+    @Test func aResponseLargerThanTheWindowWaitsForWindowUpdates() throws {
+        var harness = try Harness(settings: [(4, 100)])  // INITIAL_WINDOW_SIZE 100
+        _ = try harness.feed(harness.request(1))
+        harness.session.respond(1, status: 200, headers: [("content-type", "x/y")], body: ByteBuffer(repeating: 7, count: 250))
+        var frames = harness.output()
+        #expect(frames.map(\.type) == [H2Wire.Kind.headers, H2Wire.Kind.data])
+        #expect(frames.last?.payload.readableBytes == 100)
+        #expect(frames.last?.endStream == false)
+        // The stream's window opens by 100: 100 more. Then the connection's is still wide open.
+        _ = try harness.feed(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 1, H2Wire.word(100)))
+        frames = harness.output()
+        #expect(frames.map { $0.payload.readableBytes } == [100])
+        // SETTINGS raising the initial window applies to open streams (RFC 9113 §6.9.2): the rest.
+        _ = try harness.feed(H2Wire.frame(H2Wire.Kind.settings, flags: 0, stream: 0, settingsPayload([(4, 1_000)])))
+        frames = harness.output()
+        #expect(frames.map(\.type) == [H2Wire.Kind.settings, H2Wire.Kind.data])
+        #expect(frames.last?.payload.readableBytes == 50)
+        #expect(frames.last?.endStream == true)
+        #expect(harness.session.openStreams == 0)
+    }
+
+    @Test func theConnectionWindowIsSharedAndHonoured() throws {
+        var harness = try Harness()
+        _ = try harness.feed(harness.request(1))
+        _ = try harness.feed(harness.request(3))
+        harness.session.respond(1, status: 200, headers: [], body: ByteBuffer(repeating: 1, count: 60_000))
+        harness.session.respond(3, status: 200, headers: [], body: ByteBuffer(repeating: 3, count: 10_000))
+        let frames = harness.output()
+        let sent = frames.of(type: H2Wire.Kind.data).reduce(0) { $0 + $1.payload.readableBytes }
+        #expect(sent == 65_535, "the connection's initial window, no more")
+        #expect(frames.of(type: H2Wire.Kind.data).allSatisfy { $0.payload.readableBytes <= 16_384 })
+        _ = try harness.feed(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 0, H2Wire.word(10_000)))
+        let rest = harness.output()
+        #expect(rest.map { $0.payload.readableBytes }.reduce(0, +) == 4_465)
+        #expect(rest.last?.endStream == true)
+        #expect(rest.last?.stream == 3)
+    }
+
+    @Test func headerBlocksContinueAndAreBounded() throws {
+        var harness = try Harness()
+        let block = harness.wire.block(
+            HPACKHeaders([(":method", "GET"), (":scheme", "https"), (":path", "/long"), ("x-pad", String(repeating: "p", count: 300))]))
+        let first = block.getSlice(at: block.readerIndex, length: 100)!
+        let rest = block.getSlice(at: block.readerIndex + 100, length: block.readableBytes - 100)!
+        var bytes = H2Wire.frame(H2Wire.Kind.headers, flags: 0x1, stream: 1, first)
+        bytes.writeImmutableBuffer(H2Wire.frame(H2Wire.Kind.continuation, flags: 0x4, stream: 1, rest))
+        let events = try harness.feed(bytes)
+        #expect(Self.streams(events) == [1])
+
+        // A CONTINUATION flood: the 65th frame of one block ends the connection.
+        var flood = H2Wire.frame(H2Wire.Kind.headers, flags: 0, stream: 3, ByteBuffer(bytes: [0x82]))
+        for _ in 0..<64 { flood.writeImmutableBuffer(H2Wire.frame(H2Wire.Kind.continuation, flags: 0, stream: 3, ByteBuffer(bytes: [0x82]))) }
+        #expect(harness.error(flood)?.code == .enhanceYourCalm)
+
+        // Another frame in the middle of a block is a protocol error.
+        var other = try Harness()
+        var interrupted = H2Wire.frame(H2Wire.Kind.headers, flags: 0, stream: 1, ByteBuffer(bytes: [0x82]))
+        interrupted.writeImmutableBuffer(H2Wire.ping())
+        #expect(other.error(interrupted)?.code == .protocolError)
+    }
+
+    @Test func paddingIsRemovedAndPriorityFieldsSkipped() throws {
+        var harness = try Harness()
+        var payload = ByteBuffer()
+        payload.writeInteger(UInt8(4))  // pad length
+        payload.writeInteger(UInt32(0))  // stream dependency
+        payload.writeInteger(UInt8(15))  // weight
+        var block = harness.wire.block(HPACKHeaders([(":method", "POST"), (":scheme", "https"), (":path", "/p")]))
+        payload.writeBuffer(&block)
+        payload.writeBytes([0, 0, 0, 0])
+        var bytes = H2Wire.frame(H2Wire.Kind.headers, flags: 0x4 | 0x8 | 0x20, stream: 1, payload)
+        var data = ByteBuffer()
+        data.writeInteger(UInt8(3))
+        data.writeString("body")
+        data.writeBytes([0, 0, 0])
+        bytes.writeImmutableBuffer(H2Wire.frame(H2Wire.Kind.data, flags: 0x1 | 0x8, stream: 1, data))
+        let events = try harness.feed(bytes)
+        #expect(Self.streams(events) == [1])
+        guard case let .data(_, body, endStream) = events.last else {
+            Issue.record("\(events)")
+            return
+        }
+        #expect(String(buffer: body) == "body")
+        #expect(endStream)
+        // The padding's share of the window (1 + 3 bytes) comes back at once.
+        #expect(harness.output().map { $0.firstWord } == [4])
+    }
+
+    @Test func streamsBeyondTheLimitAreRefused() throws {
+        var harness = try Harness(limits: .init(maxConcurrentStreams: 2))
+        var bytes = ByteBuffer()
+        for stream in [UInt32(1), 3, 5] { bytes.writeImmutableBuffer(harness.request(stream)) }
+        let events = try harness.feed(bytes)
+        #expect(Self.streams(events) == [1, 3])
+        let frames = harness.output()
+        #expect(frames.map(\.type) == [H2Wire.Kind.rstStream])
+        #expect(frames.first?.stream == 5)
+        #expect(frames.first?.errorCode == H2Wire.Code.refusedStream)
+        // An answered stream frees its place.
+        harness.session.respond(1, status: 204, headers: [], body: ByteBuffer())
+        _ = harness.output()
+        #expect(Self.streams(try harness.feed(harness.request(7))) == [7])
+    }
+
+    @Test func dataOnAClosedStreamIsResetAndDataOnAnIdleOneEndsTheConnection() throws {
+        var harness = try Harness()
+        _ = try harness.feed(harness.request(1))
+        // The client had ended the stream: the request is given up (its answer will not be sent).
+        let events = try harness.feed(H2Wire.data(1, ByteBuffer(string: "late"), endStream: false))
+        guard case .reset(1) = events.first, events.count == 1 else {
+            Issue.record("\(events)")
+            return
+        }
+        #expect(!harness.session.canRespond(1))
+        let frames = harness.output()
+        #expect(frames.first?.type == H2Wire.Kind.rstStream)
+        #expect(frames.first?.errorCode == H2Wire.Code.streamClosed)
+        #expect(harness.error(H2Wire.data(9, ByteBuffer(string: "x"), endStream: true))?.code == .protocolError)
+    }
+
+    @Test func pingsAreAnsweredUntilTheyBecomeAFlood() throws {
+        var harness = try Harness(limits: .init(maxCostlyFrames: 10))
+        // With the client's SETTINGS, 10 costly frames.
+        for _ in 0..<9 { _ = try harness.feed(H2Wire.ping(42)) }
+        let acks = harness.output()
+        #expect(acks.count == 9)
+        #expect(
+            acks.allSatisfy {
+                $0.type == H2Wire.Kind.ping && $0.flags == 1 && $0.payload.getInteger(at: $0.payload.readerIndex, as: UInt64.self) == 42
+            })
+        #expect(harness.error(H2Wire.ping())?.code == .enhanceYourCalm)
+        // The window restarts once it has passed.
+        var later = try Harness(limits: .init(maxCostlyFrames: 10, window: .seconds(1)))
+        for _ in 0..<9 { _ = try later.feed(H2Wire.ping()) }  // with the SETTINGS, 10
+        later.now = later.now + .seconds(2)
+        #expect(later.error(H2Wire.ping()) == nil)
+    }
+
+    @Test func rapidResetIsBounded() throws {
+        var harness = try Harness(limits: .init(maxResets: 50))
+        var stream: UInt32 = 1
+        var closed: HTTP2Session.ConnectionError?
+        for _ in 0..<100 {
+            var bytes = harness.request(stream, endStream: false)
+            bytes.writeImmutableBuffer(H2Wire.frame(H2Wire.Kind.rstStream, flags: 0, stream: stream, H2Wire.word(8)))
+            if let error = harness.error(bytes) {
+                closed = error
+                break
+            }
+            stream += 2
+        }
+        #expect(closed?.code == .enhanceYourCalm)
+        #expect(stream == 101, "the 51st reset ends the connection")
+    }
+
+    @Test func aLowerHeaderTableSizeIsAcknowledgedInTheNextBlock() throws {
+        var harness = try Harness(settings: [(1, 0)])
+        _ = try harness.feed(harness.request(1))
+        harness.session.respond(1, status: 200, headers: [("content-type", "a/b")], body: ByteBuffer())
+        var frame = harness.output().first!
+        #expect(frame.payload.readInteger(as: UInt8.self) == 0x20, "a dynamic table size update to 0 first")
+        // And the block still decodes for a client whose table is 0.
+        var decoder = HPACKDecoder(allocator: .init(), maxDynamicTableSize: 0)
+        var block = frame.payload
+        block.moveReaderIndex(to: frame.payload.readerIndex - 1)
+        let headers = try decoder.decodeHeaders(from: &block)
+        #expect(headers.first(name: ":status") == "200")
+        #expect(headers.first(name: "content-type") == "a/b")
+    }
+
+    @Test func malformedFramesAreConnectionErrors() throws {
+        let cases: [(ByteBuffer, HTTP2ErrorCode)] = [
+            (H2Wire.frame(H2Wire.Kind.ping, flags: 0, stream: 0, ByteBuffer(bytes: [1, 2, 3])), .frameSizeError),
+            (H2Wire.frame(H2Wire.Kind.ping, flags: 0, stream: 1, ByteBuffer(bytes: [0, 0, 0, 0, 0, 0, 0, 0])), .protocolError),
+            (H2Wire.frame(H2Wire.Kind.settings, flags: 0, stream: 0, ByteBuffer(bytes: [0, 4, 0x80, 0, 0, 0])), .flowControlError),
+            (H2Wire.frame(H2Wire.Kind.settings, flags: 0, stream: 0, ByteBuffer(bytes: [0, 5, 0, 0, 0, 1])), .protocolError),
+            (H2Wire.frame(H2Wire.Kind.settings, flags: 0, stream: 0, ByteBuffer(bytes: [0, 2])), .frameSizeError),
+            (H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 0, H2Wire.word(0)), .protocolError),
+            (H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 0, H2Wire.word(0x7FFF_FFFF)), .flowControlError),
+            (H2Wire.frame(H2Wire.Kind.headers, flags: 0x5, stream: 2, ByteBuffer(bytes: [0x82])), .protocolError),
+            (H2Wire.frame(H2Wire.Kind.headers, flags: 0x5, stream: 1, ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0xFF])), .compressionError),
+            (H2Wire.frame(H2Wire.Kind.headers, flags: 0x5 | 0x8, stream: 1, ByteBuffer(bytes: [9, 0x82])), .protocolError),
+            (H2Wire.frame(H2Wire.Kind.pushPromise, flags: 0x4, stream: 1, ByteBuffer(bytes: [0, 0, 0, 2, 0x82])), .protocolError),
+            (H2Wire.frame(H2Wire.Kind.rstStream, flags: 0, stream: 11, H2Wire.word(0)), .protocolError),
+            (H2Wire.frame(H2Wire.Kind.continuation, flags: 0x4, stream: 1, ByteBuffer(bytes: [0x82])), .protocolError),
+            (H2Wire.frame(H2Wire.Kind.data, flags: 0, stream: 0, ByteBuffer()), .protocolError),
+        ]
+        for (bytes, code) in cases {
+            var harness = try Harness()
+            #expect(harness.error(bytes)?.code == code, "\(harness.wire.frames(bytes))")
+        }
+        // Larger than our SETTINGS_MAX_FRAME_SIZE: refused from its header alone.
+        var harness = try Harness()
+        var header = ByteBuffer()
+        header.writeInteger(UInt32(16_385) << 8 | 0)
+        header.writeInteger(UInt8(0))
+        header.writeInteger(UInt32(1))
+        #expect(harness.error(header)?.code == .frameSizeError)
+    }
+
+    @Test func goAwayCarriesTheLastStreamAndTheReason() throws {
+        var harness = try Harness()
+        _ = try harness.feed(harness.request(5))
+        harness.session.goAway(.enhanceYourCalm, reason: "too much")
+        let frame = harness.output().first!
+        #expect(frame.type == H2Wire.Kind.goAway)
+        #expect(frame.firstWord == 5)
+        #expect(frame.errorCode == H2Wire.Code.enhanceYourCalm)
+        #expect(String(buffer: frame.payload.getSlice(at: frame.payload.readerIndex + 8, length: frame.payload.readableBytes - 8)!) == "too much")
+        let events = try harness.feed(H2Wire.frame(H2Wire.Kind.goAway, flags: 0, stream: 0, ByteBuffer(bytes: [0, 0, 0, 0, 0, 0, 0, 0])))
+        guard case .goAway = events.first else {
+            Issue.record("\(events)")
+            return
+        }
+    }
+
+    func settingsPayload(_ settings: [(UInt16, UInt32)]) -> ByteBuffer {
+        var payload = ByteBuffer()
+        for (identifier, value) in settings {
+            payload.writeInteger(identifier)
+            payload.writeInteger(value)
+        }
+        return payload
+    }
+}
