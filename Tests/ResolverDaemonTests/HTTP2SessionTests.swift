@@ -1,6 +1,7 @@
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
+import TestSupport
 import Testing
 
 @testable import ResolverDaemon
@@ -301,6 +302,55 @@ import Testing
         }
     }
 
+    /// Random mutations of a valid client conversation (seeded, so a failure repeats): every input
+    /// ends as events or a connection error — never a trap — and what the session keeps and writes
+    /// stays bounded. The frame layer is NIO-typed, so it is fuzzed here rather than by libFuzzer.
+    @Test func mutatedConversationsNeverTrapAndStayBounded() throws {
+        var seedWire = H2Wire()
+        var conversation = H2Wire.preface(settings: [(4, 1_000), (1, 0)])
+        for stream in stride(from: UInt32(1), through: 9, by: 2) {
+            conversation.writeImmutableBuffer(
+                seedWire.headers(stream, HPACKHeaders([(":method", "POST"), (":scheme", "https"), (":path", "/dns-query")]), endStream: false))
+            conversation.writeImmutableBuffer(H2Wire.data(stream, ByteBuffer(repeating: 0x41, count: 40), endStream: true))
+            conversation.writeImmutableBuffer(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: stream, H2Wire.word(500)))
+        }
+        conversation.writeImmutableBuffer(H2Wire.ping())
+        conversation.writeImmutableBuffer(H2Wire.frame(H2Wire.Kind.rstStream, flags: 0, stream: 3, H2Wire.word(8)))
+        let original = Array(buffer: conversation)
+        var random = SplitMix64(state: 0x5EED_2026)
+        var outcomes = (events: 0, errors: 0)
+        for _ in 0..<20_000 {
+            var bytes = original
+            for _ in 0..<(1 + Int(random.next() % 4)) {
+                let index = 24 + Int(random.next() % UInt64(bytes.count - 24))
+                switch random.next() % 4 {
+                case 0: bytes[index] ^= UInt8(1 << (random.next() % 8))
+                case 1: bytes[index] = UInt8(truncatingIfNeeded: random.next())
+                case 2: bytes.insert(UInt8(truncatingIfNeeded: random.next()), at: index)
+                default: bytes.remove(at: index)
+                }
+            }
+            var session = HTTP2Session()
+            var input = ByteBuffer(bytes: bytes)
+            var output = 0
+            do {
+                while let event = try session.next(from: &input, now: .uptimeNanoseconds(1)) {
+                    outcomes.events += 1
+                    // Answer what arrives, as the handler does, so the writing side is exercised too.
+                    if case let .headers(id, _, _) = event, session.canRespond(id) {
+                        session.respond(id, status: 200, headers: [("content-type", "a/b")], body: ByteBuffer(repeating: 1, count: 700))
+                    }
+                    output += session.takeOutput(allocator: .init())?.readableBytes ?? 0
+                }
+            } catch {
+                outcomes.errors += 1
+            }
+            #expect(session.openStreams <= session.limits.maxConcurrentStreams)
+            #expect(output <= 64 * 1_024, "output bounded by the requests and windows")
+        }
+        #expect(outcomes.errors > 1_000 && outcomes.events > 10_000, "both paths exercised: \(outcomes)")
+    }
+
     func settingsPayload(_ settings: [(UInt16, UInt32)]) -> ByteBuffer {
         var payload = ByteBuffer()
         for (identifier, value) in settings {
@@ -310,3 +360,4 @@ import Testing
         return payload
     }
 }
+
