@@ -360,4 +360,3 @@ import Testing
         return payload
     }
 }
-
