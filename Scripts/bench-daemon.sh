@@ -129,7 +129,8 @@ run_client() { # client server -> appends "client server qps latency_ms cpu_us_p
                   -c 1 -q 64 -d "$work/cached.txt" -l "$seconds" 2>&1)
             after=$(cpu_ticks "${spid[$server]}")
             echo "$out" | awk -v c="$client" -v s="$server" -v t=$((after - before)) '
-                /Queries completed/ {n=$3} /Queries lost/ {l=$3} /Queries per second/ {q=$4} /Average Latency/ {lat=$4}
+                # The first "Average Latency" is the query latency; the second (Connection Statistics) is TLS set-up.
+                /Queries completed/ {n=$3} /Queries lost/ {l=$3} /Queries per second/ {q=$4} /Average Latency/ && lat == "" {lat=$4}
                 END {printf "%s %s %.0f %.3f %.1f %d\n", c, s, q, lat*1000, (n > 0 ? t*10000/n : 0), l}' >>"$results" ;;
         h2load-get)
             sed "s|^|https://127.0.0.1:${dport[$server]}|" "$work/h2load-paths.txt" >"$work/h2load-$server.txt"

@@ -136,6 +136,14 @@ write_zone() {
         # Types the engine does not answer (the daemon forwards them), and an answer too big for
         # a 512-byte UDP response (the daemon's DNS stub truncates it).
         echo 'www 300 IN TXT "hd-test-txt"'
+        # Service bindings (RFC 9460): every SvcParam the decoder knows, alias mode, a CNAME to
+        # them, SVCB with a port prefix, and a hint the trusted A records do not hold.
+        echo 'www 300 IN HTTPS 1 . alpn="h2,http/1.1" port=8443 ipv4hint=198.18.0.10 ipv6hint=2001:2::10 ech=AEj+DQBEAQAgACAdd+scUi0IYFsXnUIU7ko2Nd9+F8M26pAGZVpz/KrWPgAEAAEAAWQVZWNoLXNpdGVzLmV4YW1wbGUubmV0AAA='
+        echo 'svc 300 IN HTTPS 0 www.hd.test.'
+        echo 'svcalias 120 IN CNAME www.hd.test.'
+        echo 'hinted 300 IN A 127.0.0.4'
+        echo 'hinted 300 IN HTTPS 1 . alpn=h2 ipv4hint=203.0.113.9,127.0.0.4 mandatory=alpn'
+        echo '_8443._foo.api 300 IN SVCB 2 api.hd.test. alpn=h3 port=8443 no-default-alpn'
         echo 'hd.test. 300 IN MX 10 mx.hd.test.'
         for i in $(seq 1 40); do echo "big 300 IN A 198.18.3.$i"; done
     } >"$file"

@@ -12,6 +12,7 @@ public struct RecordType: RawRepresentable, Sendable, Hashable, CustomStringConv
     public static let txt = RecordType(rawValue: 16)
     public static let aaaa = RecordType(rawValue: 28)
     public static let opt = RecordType(rawValue: 41)
+    public static let svcb = RecordType(rawValue: 64)
     public static let https = RecordType(rawValue: 65)
 
     public var description: String {
@@ -25,6 +26,7 @@ public struct RecordType: RawRepresentable, Sendable, Hashable, CustomStringConv
         case .txt: return "TXT"
         case .aaaa: return "AAAA"
         case .opt: return "OPT"
+        case .svcb: return "SVCB"
         case .https: return "HTTPS"
         default: return "TYPE\(rawValue)"
         }

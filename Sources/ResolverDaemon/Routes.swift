@@ -29,14 +29,20 @@ enum Routes {
             guard let host = request.uri.queryParameters.get("host"), !host.isEmpty else {
                 return json(.badRequest, error("invalid_request", "give ?host=NAME"))
             }
-            let typeText = request.uri.queryParameters.get("type") ?? "both"
-            guard let type = AddressQuery(rawValue: typeText.lowercased()) else {
-                return json(.badRequest, error("invalid_request", "type must be a, aaaa or both, not '\(typeText)'"))
-            }
+            let typeText = (request.uri.queryParameters.get("type") ?? "both").lowercased()
             let resolver = state.current.resolver
             do throws(DNSError) {
-                let resolution = try await resolver.resolve(host, type: type)
-                return json(.ok, LookupOutput.json(resolution))
+                switch typeText {
+                case "https", "svcb":
+                    let answer = try await resolver.serviceBindings(for: host, type: typeText == "https" ? .https : .svcb)
+                    return json(.ok, ServiceBindingOutput.json(answer))
+                default:
+                    guard let type = AddressQuery(rawValue: typeText) else {
+                        return json(.badRequest, error("invalid_request", "type must be a, aaaa, both, https or svcb, not '\(typeText)'"))
+                    }
+                    let resolution = try await resolver.resolve(host, type: type)
+                    return json(.ok, LookupOutput.json(resolution))
+                }
             } catch {
                 let status: HTTPResponse.Status =
                     switch error.code {

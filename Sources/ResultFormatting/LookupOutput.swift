@@ -134,3 +134,76 @@ package struct JSONObject {
         }
     }
 }
+
+/// Renders HTTPS/SVCB lookups (RFC 9460): JSON Lines or human lines in presentation style.
+package enum ServiceBindingOutput {
+    package static func json(_ answer: ServiceBindingAnswer) -> String {
+        var object = JSONObject()
+        object["host"] = .string(answer.host)
+        object["type"] = .string(answer.type.description)
+        object["records"] = .array(answer.records.map { .object(record($0)) })
+        object["ttl"] = .int(Int(answer.ttl))
+        if let canonical = answer.canonicalName { object["canonical_name"] = .string(canonical) }
+        object["source"] = .string("doh")
+        object["elapsed_ms"] = .double(LookupOutput.milliseconds(answer.elapsed))
+        return JSONValue.object(object).serialized
+    }
+
+    package static func human(_ answer: ServiceBindingAnswer) -> String {
+        var lines = ["\(answer.host)  \(answer.type)" + (answer.canonicalName.map { "  (canonical name \($0))" } ?? "")]
+        for binding in answer.records {
+            let parameters = binding.parameters.map(presentation).joined(separator: " ")
+            let mode = binding.isAlias ? "alias" : "service"
+            lines.append("  \(binding.priority) \(binding.target)  \(mode)\(parameters.isEmpty ? "" : "  " + parameters)  ttl \(answer.ttl)")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func record(_ binding: ServiceBinding) -> JSONObject {
+        var entry = JSONObject()
+        entry["priority"] = .int(Int(binding.priority))
+        entry["target"] = .string(binding.target.description)
+        entry["mode"] = .string(binding.isAlias ? "alias" : "service")
+        for parameter in binding.parameters {
+            switch parameter {
+            case .mandatory(let keys): entry["mandatory"] = .array(keys.map { .string(keyName($0)) })
+            case .alpn(let ids): entry["alpn"] = .array(ids.map(JSONValue.string))
+            case .noDefaultALPN: entry["no_default_alpn"] = .bool(true)
+            case .port(let port): entry["port"] = .int(Int(port))
+            case .ipv4Hint(let list): entry["ipv4hint"] = .array(list.map { .string($0.description) })
+            case .ech(let config): entry["ech"] = .string(Data(config).base64EncodedString())
+            case .ipv6Hint(let list): entry["ipv6hint"] = .array(list.map { .string($0.description) })
+            case let .unknown(key, value): entry[keyName(key)] = .string(Data(value).base64EncodedString())
+            }
+        }
+        return entry
+    }
+
+    /// RFC 9460 §2.1 presentation of one SvcParam.
+    static func presentation(_ parameter: ServiceBinding.Parameter) -> String {
+        switch parameter {
+        case .mandatory(let keys): return "mandatory=" + keys.map(keyName).joined(separator: ",")
+        case .alpn(let ids): return "alpn=" + ids.joined(separator: ",")
+        case .noDefaultALPN: return "no-default-alpn"
+        case .port(let port): return "port=\(port)"
+        case .ipv4Hint(let list): return "ipv4hint=" + list.map(\.description).joined(separator: ",")
+        case .ech(let config): return "ech=" + Data(config).base64EncodedString()
+        case .ipv6Hint(let list): return "ipv6hint=" + list.map(\.description).joined(separator: ",")
+        case let .unknown(key, value): return "\(keyName(key))=" + Data(value).base64EncodedString()
+        }
+    }
+
+    /// The SvcParamKey's name (RFC 9460 §14.3.2), or `keyNNNNN`.
+    static func keyName(_ key: UInt16) -> String {
+        switch key {
+        case 0: return "mandatory"
+        case 1: return "alpn"
+        case 2: return "no-default-alpn"
+        case 3: return "port"
+        case 4: return "ipv4hint"
+        case 5: return "ech"
+        case 6: return "ipv6hint"
+        default: return "key\(key)"
+        }
+    }
+}

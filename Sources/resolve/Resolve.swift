@@ -75,7 +75,9 @@ struct LookupOptions: ParsableArguments {
     @Option(name: .customLong("ca-file"), help: ArgumentHelp("Extra trust anchors for HTTPS (PEM), added to the system's.", valueName: "PEM"))
     var caFile: String?
 
-    @Option(name: .customLong("type"), help: ArgumentHelp("a, aaaa or both (default both).", valueName: "TYPE"))
+    @Option(
+        name: .customLong("type"),
+        help: ArgumentHelp("a, aaaa or both (default both); lookup also takes https or svcb (RFC 9460 records, decoded).", valueName: "TYPE"))
     var type: String = "both"
 
     @Option(name: .customLong("timeout"), help: ArgumentHelp("Budget per host in seconds (default 3).", valueName: "SECONDS"))
@@ -99,6 +101,15 @@ struct LookupOptions: ParsableArguments {
 
     @Flag(name: .customLong("json"), help: "JSON Lines: one object per host, in argument order.")
     var json = false
+
+    /// HTTPS or SVCB, when `--type` asks for service bindings (lookup only).
+    var serviceBindingType: RecordType? {
+        switch type.lowercased() {
+        case "https": return .https
+        case "svcb": return .svcb
+        default: return nil
+        }
+    }
 
     var addressQuery: AddressQuery {
         get throws { try AddressQuery(rawValue: type.lowercased()).orThrow(ValidationError("--type must be a, aaaa or both, not '\(type)'")) }
@@ -253,11 +264,14 @@ struct Lookup: AsyncParsableCommand {
 
     func validate() throws {
         if hosts.isEmpty { throw ValidationError("give at least one HOST") }
-        _ = try options.addressQuery
+        if options.serviceBindingType == nil { _ = try options.addressQuery }
     }
 
     func run() async throws {
         let resolver = try options.makeResolver()
+        if let recordType = options.serviceBindingType {
+            try await lookUpServiceBindings(recordType, with: resolver)
+        }
         let type = try options.addressQuery
         let persist = try options.loadConfig()?.persistPath
         if let persist {
@@ -277,6 +291,37 @@ struct Lookup: AsyncParsableCommand {
             switch result {
             case let .success(resolution):
                 print(options.json ? LookupOutput.json(resolution) : LookupOutput.human(resolution))
+            case let .failure(error):
+                failed = true
+                print(options.json ? LookupOutput.json(host: host, error: error) : LookupOutput.human(host: host, error: error))
+            }
+        }
+        throw ExitCode(failed ? Exit.failed : Exit.ok)
+    }
+}
+
+extension Lookup {
+    /// `--type https|svcb`: the records of every host, concurrently, printed in argument order.
+    func lookUpServiceBindings(_ type: RecordType, with resolver: HTTPDNSResolver) async throws -> Never {
+        let results = await withTaskGroup(of: (Int, Result<ServiceBindingAnswer, DNSError>).self) { group in
+            for (index, host) in hosts.enumerated() {
+                group.addTask {
+                    do throws(DNSError) {
+                        return (index, .success(try await resolver.serviceBindings(for: host, type: type)))
+                    } catch {
+                        return (index, .failure(error))
+                    }
+                }
+            }
+            var results = [Result<ServiceBindingAnswer, DNSError>?](repeating: nil, count: hosts.count)
+            for await (index, result) in group { results[index] = result }
+            return results.compactMap { $0 }
+        }
+        var failed = false
+        for (host, result) in zip(hosts, results) {
+            switch result {
+            case let .success(answer):
+                print(options.json ? ServiceBindingOutput.json(answer) : ServiceBindingOutput.human(answer))
             case let .failure(error):
                 failed = true
                 print(options.json ? LookupOutput.json(host: host, error: error) : LookupOutput.human(host: host, error: error))

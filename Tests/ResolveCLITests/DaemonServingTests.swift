@@ -192,6 +192,11 @@ extension DaemonSuites {
             #expect(try await daemon.get("/v1/status", headers: ["Authorization: Basic \(Self.token)"]).status == 401)
             #expect(try await daemon.get("/v1/status", headers: authorized).status == 200)
             #expect(try await daemon.get("/v1/resolve?host=www.hd.test", headers: ["Authorization: bearer \(Self.token)"]).status == 200)
+            let https = try await daemon.get("/v1/resolve?host=svcalias.hd.test&type=https", headers: authorized)
+            #expect(https.status == 200)
+            #expect(daemon.text(https).contains(#""alpn":["h2","http/1.1"],"port":8443"#), "\(daemon.text(https))")
+            #expect(try await daemon.get("/v1/resolve?host=v4only.hd.test&type=https", headers: authorized).status == 404)
+            #expect(try await daemon.get("/v1/resolve?host=www.hd.test&type=mx", headers: authorized).status == 400)
             // /dns-query is open unless protect_dns_query.
             let query = DNSMessage(id: 1, flags: 0x0100, questions: [.init(name: try DomainName("www.hd.test"), type: .a)]).encode()
             #expect(try await daemon.post("/dns-query", query).status == 200)
