@@ -144,6 +144,7 @@ write_zone() {
         echo 'hinted 300 IN A 127.0.0.4'
         echo 'hinted 300 IN HTTPS 1 . alpn=h2 ipv4hint=203.0.113.9,127.0.0.4 mandatory=alpn'
         echo '_8443._foo.api 300 IN SVCB 2 api.hd.test. alpn=h3 port=8443 no-default-alpn'
+        echo 'forged 300 IN A 127.0.0.4'
         echo 'hd.test. 300 IN MX 10 mx.hd.test.'
         for i in $(seq 1 40); do echo "big 300 IN A 198.18.3.$i"; done
     } >"$file"
@@ -399,6 +400,8 @@ address=/blocked.hd.test/
 host-record=dual.hd.test,127.0.0.4,::ffff:127.0.0.8
 address=/nxrewrite.hd.test/127.0.0.8
 address=/cmp.hd.test/127.0.0.10
+# A forged HTTPS record (1 . alpn=h2 ipv4hint=203.0.113.66) for a name whose A answer is honest.
+dns-rr=forged.hd.test,65,00:01:00:00:01:00:03:02:68:32:00:04:00:04:cb:00:71:42
 EOF
 }
 

@@ -26,4 +26,36 @@ public struct ServiceBindingAnswer: Sendable, Hashable {
         self.canonicalName = canonicalName
         self.elapsed = elapsed
     }
+
+    /// The `type` records that answer `name` in `response`, following its CNAMEs: the records in
+    /// priority order, the smallest TTL along the chain, and the owner they were found at.
+    /// - Throws: ``DNSError``: `nxdomain`, `nodata`, `refused`, `server_failure` from the RCODE;
+    ///   `malformed_response` for a CNAME loop or a record that does not decode.
+    public static func records(
+        in response: DNSMessage, for name: DomainName, type: RecordType
+    ) throws(DNSError) -> (records: [ServiceBinding], ttl: UInt32, owner: DomainName) {
+        switch response.responseCode {
+        case .noError: break
+        case .nameError: throw DNSError(.nxdomain, "\(name) does not exist")
+        case .refused: throw DNSError(.refused, "the resolver refused the \(type) query for \(name)")
+        default: throw DNSError(.serverFailure, "the resolver answered \(response.responseCode) for \(name) \(type)")
+        }
+        var owner = name
+        var ttl = UInt32.max
+        var seen: Set<DomainName> = [owner]
+        while let cname = response.answers.first(where: { $0.type == .cname && $0.name == owner }), case .cname(let target) = cname.data {
+            guard seen.insert(target).inserted else { throw DNSError(.malformedResponse, "a CNAME loop at \(target)") }
+            ttl = min(ttl, cname.ttl)
+            owner = target
+        }
+        var records: [ServiceBinding] = []
+        for record in response.answers where record.type == type && record.name == owner {
+            guard case .opaque(let rdata) = record.data else { continue }
+            records.append(try ServiceBinding(rdata: rdata))
+            ttl = min(ttl, record.ttl)
+        }
+        guard !records.isEmpty else { throw DNSError(.nodata, "\(name) has no \(type) records") }
+        records.sort { $0.priority < $1.priority }
+        return (records, ttl, owner)
+    }
 }

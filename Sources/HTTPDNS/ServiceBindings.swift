@@ -23,29 +23,7 @@ extension HTTPDNSResolver {
         let wire = try await forward(query)
         let response: DNSMessage
         do { response = try DNSMessage(decoding: wire) } catch { throw DNSError(.malformedResponse, "\(error)") }
-        switch response.responseCode {
-        case .noError: break
-        case .nameError: throw DNSError(.nxdomain, "\(host) does not exist")
-        case .refused: throw DNSError(.refused, "the resolver refused the \(type) query for \(host)")
-        default: throw DNSError(.serverFailure, "the resolver answered \(response.responseCode) for \(host) \(type)")
-        }
-        // Follow the CNAME chain from the question's name, as the answer section gives it.
-        var owner = name
-        var ttl = UInt32.max
-        var seen: Set<DomainName> = [owner]
-        while let cname = response.answers.first(where: { $0.type == .cname && $0.name == owner }), case .cname(let target) = cname.data {
-            guard seen.insert(target).inserted else { throw DNSError(.malformedResponse, "a CNAME loop at \(target)") }
-            ttl = min(ttl, cname.ttl)
-            owner = target
-        }
-        var records: [ServiceBinding] = []
-        for record in response.answers where record.type == type && record.name == owner {
-            guard case .opaque(let rdata) = record.data else { continue }
-            records.append(try ServiceBinding(rdata: rdata))
-            ttl = min(ttl, record.ttl)
-        }
-        guard !records.isEmpty else { throw DNSError(.nodata, "\(host) has no \(type) records") }
-        records.sort { $0.priority < $1.priority }
+        let (records, ttl, owner) = try ServiceBindingAnswer.records(in: response, for: name, type: type)
         return ServiceBindingAnswer(
             host: host, type: type, records: records, ttl: ttl, canonicalName: owner == name ? nil : owner.description,
             elapsed: .now - start)

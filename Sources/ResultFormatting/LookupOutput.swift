@@ -159,7 +159,7 @@ package enum ServiceBindingOutput {
         return lines.joined(separator: "\n")
     }
 
-    static func record(_ binding: ServiceBinding) -> JSONObject {
+    package static func record(_ binding: ServiceBinding) -> JSONObject {
         var entry = JSONObject()
         entry["priority"] = .int(Int(binding.priority))
         entry["target"] = .string(binding.target.description)
@@ -180,7 +180,7 @@ package enum ServiceBindingOutput {
     }
 
     /// RFC 9460 §2.1 presentation of one SvcParam.
-    static func presentation(_ parameter: ServiceBinding.Parameter) -> String {
+    package static func presentation(_ parameter: ServiceBinding.Parameter) -> String {
         switch parameter {
         case .mandatory(let keys): return "mandatory=" + keys.map(keyName).joined(separator: ",")
         case .alpn(let ids): return "alpn=" + ids.joined(separator: ",")

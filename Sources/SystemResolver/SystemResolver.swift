@@ -107,8 +107,37 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
     // MARK: DNSUpstream
 
     public func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        let raw = try await exchange(question, timeout: timeout)
+        return try Self.interpret(status: raw.status, answer: raw.answer, question: question, server: identifier).get()
+    }
+
+    /// The whole response to `question` (any type: HTTPS, TXT, …), checked to answer it; the
+    /// caller reads its sections. NXDOMAIN and NODATA without a message are `nxdomain`/`nodata`.
+    public func message(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> DNSMessage {
+        let raw = try await exchange(question, timeout: timeout)
+        if let answer = raw.answer, !answer.isEmpty {
+            do {
+                let message = try DNSMessage(decoding: answer)
+                try message.validate(answering: question, id: message.id)
+                return message
+            } catch {
+                throw DNSError(.malformedResponse, "\(identifier): \(error)")
+            }
+        }
+        switch raw.status {
+        case ARES_ENOTFOUND: throw DNSError(.nxdomain, "\(question.name) does not exist (NXDOMAIN from \(identifier))")
+        case ARES_ENODATA: throw DNSError(.nodata, "\(question.name) has no \(question.type) records (from \(identifier))")
+        default:
+            switch Self.interpret(status: raw.status, answer: nil, question: question, server: identifier) {
+            case .failure(let error): throw error
+            case .success: throw DNSError(.upstreamFailed, "\(identifier): no message")
+            }
+        }
+    }
+
+    private func exchange(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> RawAnswer {
         let id = nextID.add(1, ordering: .relaxed).newValue
-        let result: Result<AddressAnswer, DNSError> = await withTaskCancellationHandler {
+        let result: Result<RawAnswer, DNSError> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let query = PendingQuery(id: id, question: question, deadline: .now + timeout, continuation: continuation)
                 let accepted = inbox.withLock { inbox -> Bool in
@@ -212,7 +241,7 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
     /// Called on the loop thread by the C callback.
     fileprivate func complete(id: UInt64, status: Int32, answer: [UInt8]?) {
         guard let query = pending.removeValue(forKey: id) else { return }
-        query.finish(Self.interpret(status: status, answer: answer, question: query.question, server: identifier))
+        query.finish(.success(RawAnswer(status: status, answer: answer)))
     }
 
     static func interpret(
@@ -242,17 +271,23 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
     }
 }
 
+/// What c-ares called back with: its status, and the response when there was one.
+private struct RawAnswer: Sendable {
+    var status: Int32
+    var answer: [UInt8]?
+}
+
 /// One lookup waiting for c-ares.
 private final class PendingQuery: @unchecked Sendable {
     // Safety: finished only on the loop thread, or before it was ever enqueued.
     let id: UInt64
     let question: DNSMessage.Question
     let deadline: ContinuousClock.Instant
-    private var continuation: CheckedContinuation<Result<AddressAnswer, DNSError>, Never>?
+    private var continuation: CheckedContinuation<Result<RawAnswer, DNSError>, Never>?
 
     init(
         id: UInt64, question: DNSMessage.Question, deadline: ContinuousClock.Instant,
-        continuation: CheckedContinuation<Result<AddressAnswer, DNSError>, Never>
+        continuation: CheckedContinuation<Result<RawAnswer, DNSError>, Never>
     ) {
         self.id = id
         self.question = question
@@ -260,7 +295,7 @@ private final class PendingQuery: @unchecked Sendable {
         self.continuation = continuation
     }
 
-    func finish(_ result: Result<AddressAnswer, DNSError>) {
+    func finish(_ result: Result<RawAnswer, DNSError>) {
         continuation?.resume(returning: result)
         continuation = nil
     }

@@ -29,6 +29,11 @@ struct Compare: AsyncParsableCommand {
     @Flag(name: .customLong("no-probe"), help: "Compare answers only: a difference stays suspicious.")
     var noProbe = false
 
+    @Flag(
+        name: .customLong("https-records"),
+        help: "Also compare each host's HTTPS records (RFC 9460): system-side hints the trusted addresses do not hold are named.")
+    var httpsRecords = false
+
     @Option(
         name: .customLong("http-marker"),
         help: ArgumentHelp("Probe plain HTTP instead of TLS: the genuine response contains TEXT (weaker evidence).", valueName: "TEXT"))
@@ -85,20 +90,54 @@ struct Compare: AsyncParsableCommand {
             trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: stepTimeout),
             prober: prober, probePort: probePort ?? (httpMarker == nil ? 443 : 80),
             type: try options.addressQuery)
-        let results = await detector.compare(
+        var results = await detector.compare(
             hosts, canaryZone: canaryZone,
             within: .milliseconds(Int64(overallTimeout * 1000)))
-        for result in results {
-            print(options.json ? CompareOutput.json(result) : CompareOutput.human(result))
+        var bindings: [ServiceBindingComparison?] = Array(repeating: nil, count: results.count)
+        if httpsRecords {
+            bindings = await Self.compareServiceBindings(results, resolver: resolver, system: system, timeout: stepTimeout)
+            for (index, comparison) in bindings.enumerated() {
+                guard let comparison, let evidence = comparison.evidence else { continue }
+                results[index].verdict.reason += "; " + evidence
+                // A hint outside the trusted addresses is evidence, not proof (CDNs move): a consistent
+                // host becomes suspicious; a proven hijack stays hijacked.
+                if !comparison.foreignHints.isEmpty, results[index].verdict.kind == .consistent { results[index].verdict.kind = .suspicious }
+            }
+        }
+        for (result, binding) in zip(results, bindings) {
+            print(options.json ? CompareOutput.json(result, https: binding) : CompareOutput.human(result, https: binding))
         }
         if results.contains(where: { $0.verdict.kind == .hijacked }) { throw ExitCode(Exit.hijacked) }
         throw ExitCode(results.contains { $0.verdict.kind == .unverified } ? Exit.failed : Exit.ok)
     }
 }
 
+extension Compare {
+    /// The HTTPS records of every compared host (canaries skipped), all at once.
+    static func compareServiceBindings(
+        _ results: [HostComparison], resolver: HTTPDNSResolver, system: SystemResolver, timeout: Duration
+    ) async -> [ServiceBindingComparison?] {
+        await withTaskGroup(of: (Int, ServiceBindingComparison).self) { group in
+            for (index, result) in results.enumerated() where !result.isCanary {
+                let trusted: [IPAddress] = if case .addresses(let list) = result.trusted { list } else { [] }
+                group.addTask {
+                    (
+                        index,
+                        await ServiceBindingComparison.compare(
+                            host: result.host, resolver: resolver, system: system, trustedAddresses: trusted, timeout: timeout)
+                    )
+                }
+            }
+            var collected = [ServiceBindingComparison?](repeating: nil, count: results.count)
+            for await (index, comparison) in group { collected[index] = comparison }
+            return collected
+        }
+    }
+}
+
 /// Renders comparisons: the contract's JSON line, or a few human lines per host.
 enum CompareOutput {
-    static func json(_ result: HostComparison) -> String {
+    static func json(_ result: HostComparison, https: ServiceBindingComparison? = nil) -> String {
         var object = JSONObject()
         object["host"] = .string(result.host)
         object["verdict"] = .string(result.verdict.kind.rawValue)
@@ -119,10 +158,30 @@ enum CompareOutput {
         object["trusted_status"] = .string(status(result.trusted))
         object["system_status"] = .string(status(result.system))
         if result.isCanary { object["canary"] = .bool(true) }
+        if let https { object["https"] = .object(httpsJSON(https)) }
         return JSONValue.object(object).serialized
     }
 
-    static func human(_ result: HostComparison) -> String {
+    /// `{"trusted": [records] | {"error": code}, "system": …, "agree": bool, "foreign_hints": [ip]}`.
+    static func httpsJSON(_ comparison: ServiceBindingComparison) -> JSONObject {
+        func side(_ result: Result<[ServiceBinding], DNSError>) -> JSONValue {
+            switch result {
+            case .success(let records): return .array(records.map { .object(ServiceBindingOutput.record($0)) })
+            case .failure(let error):
+                var entry = JSONObject()
+                entry["error"] = .string(error.code.rawValue)
+                return .object(entry)
+            }
+        }
+        var object = JSONObject()
+        object["trusted"] = side(comparison.trusted)
+        object["system"] = side(comparison.system)
+        object["agree"] = .bool(comparison.agree)
+        object["foreign_hints"] = .array(comparison.foreignHints.map { .string($0.description) })
+        return object
+    }
+
+    static func human(_ result: HostComparison, https: ServiceBindingComparison? = nil) -> String {
         var lines = ["\(result.host)\(result.isCanary ? " (canary)" : "")  \(result.verdict.kind.rawValue.uppercased())"]
         lines.append("  trusted: \(side(result.trusted))")
         lines.append("  system:  \(side(result.system))")
@@ -135,6 +194,20 @@ enum CompareOutput {
                 "  probe \(where_) \(probe.kind.rawValue) \(probe.outcome.rawValue)"
                     + (timing.isEmpty ? "" : " (\(timing.joined(separator: ", ")))")
                     + (probe.detail.map { ": \($0)" } ?? ""))
+        }
+        if let https {
+            func side(_ result: Result<[ServiceBinding], DNSError>) -> String {
+                switch result {
+                case .success(let records):
+                    return records.map {
+                        "\($0.priority) \($0.target) " + $0.parameters.map(ServiceBindingOutput.presentation).joined(separator: " ")
+                    }
+                    .joined(separator: " | ")
+                case .failure(let error): return error.code.rawValue
+                }
+            }
+            lines.append("  https trusted: \(side(https.trusted))")
+            lines.append("  https system:  \(side(https.system))")
         }
         lines.append("  reason: \(result.verdict.reason)")
         return lines.joined(separator: "\n")

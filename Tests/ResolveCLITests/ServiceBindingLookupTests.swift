@@ -65,4 +65,35 @@ import Testing
         #expect(literal.status == 1)
         #expect(((try literal.jsonLines().first?["error"]) as? [String: Any])?["code"] as? String == "invalid_name")
     }
+
+    @Test func compareNamesSystemHintsOutsideTheTrustedAddresses() async throws {
+        try TestEnvironment.requireRunning()
+        let output = try await CLI.run(ResolveCompareTests.base + ["--https-records", "--json", "forged.hd.test", "www.hd.test"])
+        #expect(output.status == 0, "\(output.stdout) \(output.stderr)")
+        let lines = try output.jsonLines()
+        try #require(lines.count == 2)
+
+        // The A answers agree; the system's HTTPS record hints an address the trusted side never gave.
+        let forged = lines[0]
+        #expect(forged["verdict"] as? String == "suspicious")
+        #expect((forged["reason"] as? String)?.contains("the system's HTTPS record hints 203.0.113.66") == true, "\(forged)")
+        let https = try #require(forged["https"] as? [String: Any])
+        #expect((https["trusted"] as? [String: Any])?["error"] as? String == "nodata")
+        #expect(((https["system"] as? [[String: Any]])?.first)?["ipv4hint"] as? [String] == ["203.0.113.66"])
+        #expect(https["foreign_hints"] as? [String] == ["203.0.113.66"])
+        #expect(https["agree"] as? Bool == false)
+
+        // Honest records on both sides: the same, hints inside the trusted addresses.
+        let www = lines[1]
+        #expect(www["verdict"] as? String == "consistent")
+        let wwwHTTPS = try #require(www["https"] as? [String: Any])
+        #expect(wwwHTTPS["agree"] as? Bool == true)
+        #expect(wwwHTTPS["foreign_hints"] as? [String] == [])
+
+        // Without the flag, the contract's line is as before.
+        let plain = try await CLI.run(ResolveCompareTests.base + ["--json", "forged.hd.test"])
+        let line = try #require(try plain.jsonLines().first)
+        #expect(line["verdict"] as? String == "consistent")
+        #expect(line["https"] == nil)
+    }
 }
