@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "HTTPDNS", targets: ["HTTPDNS"]),
         .library(name: "DNSCore", targets: ["DNSCore"]),
+        .library(name: "DNSSEC", targets: ["DNSSEC"]),
         .library(name: "DNSInterceptor", targets: ["DNSInterceptor"]),
         .library(name: "SystemResolver", targets: ["SystemResolver"]),
         .library(name: "AddressProbing", targets: ["AddressProbing"]),
@@ -56,6 +57,15 @@ let package = Package(
 
         // One libcurl multi handle driven on its own thread.
         .target(name: "CurlSupport", dependencies: ["CCurl"]),
+
+        // DNSSEC: RRSIG/DS verification (swift-crypto); the validator builds on it.
+        .target(
+            name: "DNSSEC",
+            dependencies: [
+                "DNSCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ]),
 
         // Plain DNS via c-ares: the system's view, for fallback and comparison.
         .target(name: "SystemResolver", dependencies: ["CCares", "DNSCore"]),
@@ -157,6 +167,7 @@ let package = Package(
             ]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
         .testTarget(name: "SystemResolverTests", dependencies: ["SystemResolver", "TestSupport"]),
+        .testTarget(name: "DNSSECTests", dependencies: ["DNSSEC", "DNSCore", "TestSupport"], resources: [.copy("Vectors")]),
         .testTarget(name: "ResolverConfigTests", dependencies: ["ResolverConfig"]),
         .testTarget(
             name: "HTTPDNSTests",

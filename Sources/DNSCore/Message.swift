@@ -173,20 +173,27 @@ extension DNSMessage {
             out.append16(record.type.rawValue)
             out.append16(record.recordClass)
             out.append32(record.ttl)
-            let rdata: [UInt8]
-            switch record.data {
-            case let .address(address): rdata = address.bytes
-            case let .cname(target): rdata = target.wire
-            case let .soa(soa):
-                var bytes = soa.primary.wire + soa.mailbox.wire
-                for value in [soa.serial, soa.refresh, soa.retry, soa.expire, soa.minimum] { bytes.append32(value) }
-                rdata = bytes
-            case let .opaque(bytes): rdata = bytes
-            }
+            let rdata = record.data.wire
             out.append16(UInt16(truncatingIfNeeded: rdata.count))
             out.append(contentsOf: rdata)
         }
         return out
+    }
+}
+
+extension DNSMessage.RecordData {
+    /// The RDATA on the wire, uncompressed; names as decoded (lowercase), so for A, AAAA, CNAME and
+    /// SOA this is also the canonical form of RFC 4034 §6.2. Opaque data is as received.
+    public var wire: [UInt8] {
+        switch self {
+        case let .address(address): return address.bytes
+        case let .cname(target): return target.wire
+        case let .soa(soa):
+            var bytes = soa.primary.wire + soa.mailbox.wire
+            for value in [soa.serial, soa.refresh, soa.retry, soa.expire, soa.minimum] { bytes.append32(value) }
+            return bytes
+        case let .opaque(bytes): return bytes
+        }
     }
 }
 
