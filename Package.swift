@@ -167,7 +167,7 @@ let package = Package(
             ]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
         .testTarget(name: "SystemResolverTests", dependencies: ["SystemResolver", "TestSupport"]),
-        .testTarget(name: "DNSSECTests", dependencies: ["DNSSEC", "DNSCore", "TestSupport"], resources: [.copy("Vectors")]),
+        .testTarget(name: "DNSSECTests", dependencies: ["DNSSEC", "DNSCore", "HTTPDNS", "TestSupport"], resources: [.copy("Vectors")]),
         .testTarget(name: "ResolverConfigTests", dependencies: ["ResolverConfig"]),
         .testTarget(
             name: "HTTPDNSTests",

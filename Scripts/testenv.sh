@@ -154,6 +154,7 @@ write_named_conf() { # dir doh-port dns-port listen-v6 cert
     local dir=$1 doh_port=$2 dns_port=$3 doh_v6=$4 cert=$5
     mkdir -p "$dir"
     write_zone "$dir/hd.test.zone"
+    write_signed_zones "$dir"
     cat >"$dir/named.conf" <<EOF
 tls local-tls { cert-file "$ca_dir/$cert.pem"; key-file "$ca_dir/$cert.key"; };
 http local-http { endpoints { "/dns-query"; }; listener-clients 4096; streams-per-connection 1024; };
@@ -173,7 +174,30 @@ options {
 };
 logging { channel default_log { file "$dir/named.log" versions 1 size 5m; severity info; }; category default { default_log; }; };
 zone "hd.test" { type primary; file "$dir/hd.test.zone"; };
+# Signed zones (DNSSEC): BIND signs them at start (inline signing, its own keys per instance), one
+# per algorithm family, for the validator's interoperability tests.
+dnssec-policy "rsa" { keys { csk lifetime unlimited algorithm rsasha256 2048; }; };
+dnssec-policy "ed" { keys { csk lifetime unlimited algorithm ed25519; }; };
+zone "ecdsa.sec.test" { type primary; file "$dir/ecdsa.sec.test.zone"; dnssec-policy default; inline-signing yes; key-directory "$dir/keys"; };
+zone "rsa.sec.test" { type primary; file "$dir/rsa.sec.test.zone"; dnssec-policy "rsa"; inline-signing yes; key-directory "$dir/keys"; };
+zone "ed.sec.test" { type primary; file "$dir/ed.sec.test.zone"; dnssec-policy "ed"; inline-signing yes; key-directory "$dir/keys"; };
 EOF
+}
+
+write_signed_zones() { # dir: the unsigned sources of the signed zones (BIND keeps the signed copies)
+    local dir=$1 zone
+    mkdir -p "$dir/keys"
+    for zone in ecdsa rsa ed; do
+        cat >"$dir/$zone.sec.test.zone" <<EOF
+\$TTL 300
+@ IN SOA ns.hd.test. admin.hd.test. 1 3600 600 86400 60
+@ IN NS ns.hd.test.
+www IN A 192.0.2.1
+www IN A 192.0.2.2
+www IN TXT "signed by BIND"
+*.wild IN A 192.0.2.9
+EOF
+    done
 }
 
 write_hostile() {
