@@ -9,6 +9,7 @@
 #   stub      one datagram to the daemon's DNS stub (Fuzz/StubDatagramFuzzer.swift)
 #   doh       a DoH GET target or POST media type and body (Fuzz/DoHRequestFuzzer.swift)
 #   vendor    the vendor HTTPDNS answer decoders (Fuzz/VendorAnswerFuzzer.swift; AES stubbed, DES real)
+#   dnssec    the DNSKEY, RRSIG and DS decoders (Fuzz/DNSSECRecordFuzzer.swift)
 # A crash leaves its input in Fuzz/crashers/TARGET/ (decoder: Fuzz/crashers/), which the test
 # suites replay on every run. The working corpora grow in .build-fuzz; the committed seeds stay small.
 set -euo pipefail
@@ -17,7 +18,7 @@ cd "$root"
 runs=${1:-1000000}
 seconds=${2:-600}
 shift $(( $# < 2 ? $# : 2 ))
-targets=("${@:-decoder stub doh vendor}")
+targets=("${@:-decoder stub doh vendor dnssec}")
 # shellcheck disable=SC2206
 targets=(${targets[*]})
 out=.build-fuzz
@@ -35,7 +36,8 @@ for target in "${targets[@]}"; do
         stub) sources="$codec $daemon Fuzz/StubDatagramFuzzer.swift"; seeds=Fuzz/corpus-stub; crashers=Fuzz/crashers/stub; max_len=1500 ;;
         doh) sources="$codec $daemon Fuzz/DoHRequestFuzzer.swift"; seeds=Fuzz/corpus-doh; crashers=Fuzz/crashers/doh; max_len=2048 ;;
         vendor) sources="$codec $vendor Fuzz/VendorAnswerFuzzer.swift"; seeds=Fuzz/corpus-vendor; crashers=Fuzz/crashers/vendor; max_len=2048 ;;
-        *) echo "unknown target '$target' (decoder, stub, doh, vendor)" >&2; exit 2 ;;
+        dnssec) sources="$codec Sources/DNSSEC/DNSSECRecords.swift Fuzz/DNSSECRecordFuzzer.swift"; seeds=Fuzz/corpus-dnssec; crashers=Fuzz/crashers/dnssec; max_len=1024 ;;
+        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"
     # One module named DNSCore, so the daemon files' `import DNSCore` is their own module.
