@@ -73,4 +73,69 @@ import Testing
             }
         }
     }
+
+    /// A fetch for the validator: DO and CD set, through the trusted DoH path.
+    func fetcher(_ resolver: HTTPDNSResolver) -> DNSSECValidator.Fetch {
+        { name, type in
+            let opt = DNSMessage.Record(name: .root, type: .opt, recordClass: 4096, ttl: 0x0000_8000, data: .opaque([]))
+            let query = DNSMessage(id: 0, flags: 0x0110, questions: [.init(name: name, type: type)], additionals: [opt])
+            return try DNSMessage(decoding: try await resolver.forward(query.encode()))
+        }
+    }
+
+    @Test(arguments: ["ecdsa.sec.test", "rsa.sec.test", "ed.sec.test"])
+    func theValidatorProvesBINDsAnswersFromAnAnchorAndFlagsForgeries(zone: String) async throws {
+        let resolver = try resolver()
+        let keyRecords = try await signedAnswers(zone, .dnskey, with: resolver).filter { $0.type == .dnskey }
+        // A trust-anchor file as a user writes it: the zone's key in presentation format.
+        let lines = keyRecords.compactMap { record -> String? in
+            guard case .opaque(let rdata) = record.data, let key = try? DNSKEY(rdata: rdata) else { return nil }
+            return "\(zone). 3600 IN DNSKEY \(key.flags) 3 \(key.algorithm) \(Data(key.publicKey).base64EncodedString()) ; BIND's key"
+        }
+        let anchors = try TrustAnchors(presentation: "; test anchors\n" + lines.joined(separator: "\n") + "\n")
+        let validator = DNSSECValidator(anchors: anchors, fetch: fetcher(resolver))
+        let now = UInt32(Date.now.timeIntervalSince1970)
+        for name in ["www.\(zone)", "a.b.wild.\(zone)"] {
+            let owner = try DomainName(name)
+            let response = DNSMessage(id: 0, flags: 0x8180, questions: [], answers: try await signedAnswers(name, .a, with: resolver))
+            #expect(await validator.validate(response, name: owner, type: .a, now: now) == .secure, "\(name)")
+            // A lying trusted resolver: another address under the genuine signature.
+            var forged = response
+            if let index = forged.answers.firstIndex(where: { $0.type == .a }) { forged.answers[index].data = .address(IPAddress("203.0.113.66")!) }
+            let status = await validator.validate(forged, name: owner, type: .a, now: now)
+            #expect(status == .bogus("the signature does not verify"), "\(name): \(status)")
+            // Signatures stripped: bogus under an anchor.
+            var stripped = response
+            stripped.answers.removeAll { $0.type == .rrsig }
+            #expect(await validator.validate(stripped, name: owner, type: .a, now: now).name == "bogus")
+        }
+        // Outside every anchor: indeterminate, not secure and not bogus.
+        let outside = DNSMessage(id: 0, flags: 0x8180, questions: [], answers: try await answers("www.hd.test", .a, with: resolver))
+        #expect(await validator.validate(outside, name: try DomainName("www.hd.test"), type: .a, now: now).name == "indeterminate")
+        // A DS anchor whose digest matches no key: bogus.
+        let wrongDS = try TrustAnchors(presentation: "\(zone). IN DS 1 13 2 \(String(repeating: "ab", count: 32))")
+        let www = DNSMessage(id: 0, flags: 0x8180, questions: [], answers: try await signedAnswers("www.\(zone)", .a, with: resolver))
+        let misanchored = await DNSSECValidator(anchors: wrongDS, fetch: fetcher(resolver)).validate(
+            www, name: try DomainName("www.\(zone)"), type: .a, now: now)
+        #expect(misanchored.name == "bogus", "\(misanchored)")
+        // The query budget is a bound: indeterminate, never a hang.
+        var starved = validator
+        starved.maxQueries = 0
+        #expect(await starved.validate(www, name: try DomainName("www.\(zone)"), type: .a, now: now).name == "indeterminate")
+    }
+
+    @Test func trustAnchorFilesAreParsedStrictly() throws {
+        let anchors = try TrustAnchors(
+            presentation: """
+                ; comment line
+                sec.test. 3600 IN DS 40440 13 2 4B9A 0C1D
+                sec.test. DNSKEY 257 3 15 l02Woi0iS8Aa25FQkUd9RMzZHJpBoRQwAQEX1SxZJA4=
+
+                """)
+        #expect(anchors.ds[try DomainName("sec.test")]?.first?.digest == [0x4B, 0x9A, 0x0C, 0x1D])
+        #expect(anchors.keys[try DomainName("sec.test")]?.first?.algorithm == 15)
+        #expect(throws: DNSSECFailure.self) { try TrustAnchors(presentation: "sec.test. IN A 192.0.2.1") }
+        #expect(throws: DNSSECFailure.self) { try TrustAnchors(presentation: "sec.test. IN DS 1 13 2 XYZ") }
+        #expect(throws: DNSSECFailure.self) { try TrustAnchors(presentation: "sec.test. IN DNSKEY 257 3 13 !!!") }
+    }
 }
