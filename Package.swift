@@ -74,7 +74,7 @@ let package = Package(
         .target(
             name: "HTTPDNS",
             dependencies: [
-                "DNSCore", "CurlSupport", "SystemResolver",
+                "DNSCore", "DNSSEC", "CurlSupport", "SystemResolver",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -133,7 +133,7 @@ let package = Package(
         .executableTarget(
             name: "resolve",
             dependencies: [
-                "HTTPDNS",
+                "HTTPDNS", "DNSSEC",
                 "DNSInterceptor",
                 "HijackDetection",
                 "AddressProbing",

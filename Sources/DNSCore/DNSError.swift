@@ -50,6 +50,8 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
         case corruptCacheFile = "corrupt_cache_file"
         /// The cache could not be written (the directory is missing, read-only or full).
         case cacheWriteFailed = "cache_write_failed"
+        /// DNSSEC validation found the answer bogus and the policy requires it to validate.
+        case dnssecBogus = "dnssec_bogus"
         /// Something failed that is none of the above (a defect, or a failure of the system);
         /// the message says what.
         case internalError = "internal_error"

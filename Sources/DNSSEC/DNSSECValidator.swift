@@ -38,6 +38,17 @@ public struct TrustAnchors: Sendable {
 
     public init() {}
 
+    /// The root zone's KSKs as IANA publishes them (root-anchors.xml): 20326 (since 2017) and
+    /// 38696 (since 2024), both RSA/SHA-256, as SHA-256 DS digests.
+    public static let root: TrustAnchors = {
+        var anchors = TrustAnchors()
+        anchors.ds[.root] = [
+            DSRecord(keyTag: 20326, algorithm: 8, digestType: 2, digest: hex("E06D44B80B8F1D39A95C0B0D7C65D08458E880409BBC683457104237C7F8EC8D")!),
+            DSRecord(keyTag: 38696, algorithm: 8, digestType: 2, digest: hex("683D2D0ACB8C9B712A1948B27F741219298D0A450D612C483AF444A4C0FB2B16")!),
+        ]
+        return anchors
+    }()
+
     public init(presentation text: String) throws(DNSSECFailure) {
         for (number, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DNSCore
+import DNSSEC
 import Foundation
 import HTTPDNS
 import ResolverConfig
@@ -101,6 +102,32 @@ struct LookupOptions: ParsableArguments {
 
     @Flag(name: .customLong("json"), help: "JSON Lines: one object per host, in argument order.")
     var json = false
+
+    @Option(
+        name: .customLong("dnssec"),
+        help: ArgumentHelp("off (default), report (label each answer) or require (a bogus answer is an error).", valueName: "MODE"))
+    var dnssec: String = "off"
+
+    @Option(
+        name: .customLong("trust-anchors"),
+        help: ArgumentHelp("DS or DNSKEY records (presentation format) replacing the built-in root anchors.", valueName: "FILE"))
+    var trustAnchors: String?
+
+    var dnssecPolicy: DNSSECPolicy {
+        get throws {
+            try DNSSECPolicy(rawValue: dnssec.lowercased()).orThrow(ValidationError("--dnssec must be off, report or require, not '\(dnssec)'"))
+        }
+    }
+
+    /// The anchors: the file's, else the root's.
+    func loadTrustAnchors() throws -> TrustAnchors {
+        guard let trustAnchors else { return .root }
+        let text: String
+        do { text = try String(contentsOfFile: trustAnchors, encoding: .utf8) } catch {
+            throw ValidationError("--trust-anchors \(trustAnchors): cannot read it (\(error.localizedDescription))")
+        }
+        do { return try TrustAnchors(presentation: text) } catch { throw ValidationError("--trust-anchors \(trustAnchors): \(error)") }
+    }
 
     /// HTTPS or SVCB, when `--type` asks for service bindings (lookup only).
     var serviceBindingType: RecordType? {
@@ -265,6 +292,8 @@ struct Lookup: AsyncParsableCommand {
     func validate() throws {
         if hosts.isEmpty { throw ValidationError("give at least one HOST") }
         if options.serviceBindingType == nil { _ = try options.addressQuery }
+        _ = try options.dnssecPolicy
+        if options.trustAnchors != nil { _ = try options.loadTrustAnchors() }
     }
 
     func run() async throws {
@@ -286,9 +315,20 @@ struct Lookup: AsyncParsableCommand {
         }
         // Every host is resolved concurrently; output keeps argument order.
         let results = await resolver.warm(hosts, type: type).map(\.result)
+        let policy = try options.dnssecPolicy
+        let anchors = try options.loadTrustAnchors()
         var failed = false
         for (host, result) in zip(hosts, results) {
             switch result {
+            case let .success(resolution) where policy != .off:
+                let status = await resolver.dnssecStatus(of: resolution, anchors: anchors)
+                if policy == .require, case .bogus(let reason) = status {
+                    failed = true
+                    let error = DNSError(.dnssecBogus, "\(host): DNSSEC validation failed: \(reason)")
+                    print(options.json ? LookupOutput.json(host: host, error: error) : LookupOutput.human(host: host, error: error))
+                } else {
+                    print(options.json ? LookupOutput.json(resolution, dnssec: status) : LookupOutput.human(resolution, dnssec: status))
+                }
             case let .success(resolution):
                 print(options.json ? LookupOutput.json(resolution) : LookupOutput.human(resolution))
             case let .failure(error):
@@ -297,6 +337,28 @@ struct Lookup: AsyncParsableCommand {
             }
         }
         throw ExitCode(failed ? Exit.failed : Exit.ok)
+    }
+}
+
+extension LookupOutput {
+    /// The lookup object with `dnssec` (and `dnssec_reason` unless secure) appended.
+    static func json(_ resolution: Resolution, dnssec status: DNSSECStatus) -> String {
+        guard case .object(var object) = jsonValue(resolution) else { return json(resolution) }
+        object["dnssec"] = .string(status.name)
+        switch status {
+        case .bogus(let reason), .indeterminate(let reason): object["dnssec_reason"] = .string(reason)
+        case .secure, .insecure: break
+        }
+        return JSONValue.object(object).serialized
+    }
+
+    static func human(_ resolution: Resolution, dnssec status: DNSSECStatus) -> String {
+        let reason: String =
+            switch status {
+            case .bogus(let reason), .indeterminate(let reason): ": " + reason
+            case .secure, .insecure: ""
+            }
+        return human(resolution) + "\n  dnssec \(status.name)\(reason)"
     }
 }
 
