@@ -64,4 +64,41 @@ import Testing
         #expect(wrong.status == 2)
         #expect(wrong.stderr.contains("A is not a trust anchor (DS or DNSKEY)"), "\(wrong.stderr)")
     }
+
+    /// A peer validator in the same environment: BIND's `delv`, with the same anchor, agrees with us
+    /// name by name and server by server (a table of both verdicts in the failure message).
+    @Test func delvAgreesNameByName() async throws {
+        try TestEnvironment.requireRunning()
+        let file = try await Self.anchors("ed.sec.test")
+        defer { try? FileManager.default.removeItem(at: file.deletingLastPathComponent()) }
+        // delv's anchor syntax: trust-anchors { zone static-key flags protocol algorithm "base64"; };
+        let line = try String(contentsOf: file, encoding: .utf8).split(separator: "\n").last!.split(separator: " ")
+        let delvAnchors = file.deletingLastPathComponent().appendingPathComponent("delv.conf")
+        try "trust-anchors {\n  ed.sec.test. static-key \(line[4]) \(line[5]) \(line[6]) \"\(line[7...].joined())\";\n};\n"
+            .write(to: delvAnchors, atomically: true, encoding: .utf8)
+        var table: [String] = []
+        var disagreements = 0
+        for (server, dnsPort, doh) in [("doh-a", TestEnvironment.dnsPort, CLI.dohA), ("doh-b", TestEnvironment.dnsPortB, CLI.dohB)] {
+            for name in ["www.ed.sec.test", "a.b.wild.ed.sec.test", "www.hd.test"] {
+                let ours = try await CLI.run(doh + ["--allow-private", "--trust-anchors", file.path, "--json", "--dnssec", "report", name])
+                let status = try ours.jsonLines().first?["dnssec"] as? String ?? "none"
+                let delv = try await CLI.run(
+                    ["-a", delvAnchors.path, "@127.0.0.1", "-p", "\(dnsPort)", name, "A", "+root=ed.sec.test"], executable: "/usr/bin/delv")
+                let output = delv.stdout + delv.stderr
+                let peer =
+                    output.contains("fully validated")
+                    ? "secure" : output.contains("broken trust chain") || output.contains("resolution failed") ? "bogus" : "not validated"
+                let agree =
+                    (status == "secure" && peer == "secure") || (status == "bogus" && peer == "bogus")
+                    || (status == "indeterminate" && peer == "not validated")
+                if !agree { disagreements += 1 }
+                table.append("\(server) \(name): ours \(status), delv \(peer)\(agree ? "" : "  <- differ")")
+            }
+        }
+        let report = table.joined(separator: "\n")
+        #expect(disagreements == 0, "\n\(report)")
+        #expect(
+            table.filter { $0.contains("ours secure") }.count == 2 && table.filter { $0.contains("ours bogus") }.count == 2,
+            "\n\(report)")
+    }
 }

@@ -32,6 +32,8 @@ public enum TestEnvironment {
     public static let dohPort = port("DOH_PORT")
     public static let dohPortB = port("DOH_PORT_B")
     public static let dnsPort = port("DNS_PORT")
+    /// doh-b's plain DNS (the same zones, signed with its own keys).
+    public static let dnsPortB = port("DNS_PORT_B")
     /// dnsmasq, the "system" DNS: honest for hd.test, lying for hijacked.hd.test.
     public static let systemDNSPort = port("SYSTEM_DNS_PORT")
 
