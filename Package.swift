@@ -127,7 +127,7 @@ let package = Package(
         .target(name: "ResultFormatting", dependencies: ["DNSCore"]),
 
         // The YAML configuration file of `resolve --config` and `resolve daemon`.
-        .target(name: "ResolverConfig", dependencies: ["HTTPDNS", .product(name: "Yams", package: "Yams")]),
+        .target(name: "ResolverConfig", dependencies: ["HTTPDNS", "DNSSEC", .product(name: "Yams", package: "Yams")]),
 
         // The CLI: argument parsing and printing only.
         .executableTarget(

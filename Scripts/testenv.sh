@@ -11,6 +11,9 @@
 #   doh-a.test  BIND 9.18 named, DoH on 127.0.0.1:18443 and [::1]:18443, plain DNS 127.0.0.1:18053
 #   doh-b.test  BIND 9.18 named, DoH on 127.0.0.1:18444, plain DNS 127.0.0.1:18054 (same zone data)
 #               (named binds only addresses assigned to an interface, and lo has just 127.0.0.1)
+#   unbound     a validating recursive resolver (the DNSSEC peer, and a DoH upstream that follows
+#               CNAMEs across zones): DoH 127.0.0.1:18446 (doh-v.test), plain DNS 127.0.0.1:18056,
+#               iterating to doh-a's plain DNS for sig.test and hd.test only, with sig.test's anchor
 #   nginx       127.0.0.3:18443: hostile.test (broken resolvers: HTML, 500, wrong type, oversized,
 #               truncated, mismatched, garbage; the default server, so any other SNI gets its
 #               certificate: a name mismatch), doh-untrusted.test (certificate from an unknown CA),
@@ -77,7 +80,7 @@ EOF
 origin_sans="$(printf 'DNS:%s.hd.test,' origin2 failover bank shop cdn sinkhole blocked dual nodes)DNS:*.cmp.hd.test"
 
 make_ca() {
-    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/impostor.pem" ] && [ -f "$ca_dir/daemon.test.pem" ] && [ -f "$ca_dir/vendor.test.pem" ] && [ "$(cat "$ca_dir/origin.sans" 2>/dev/null)" = "$origin_sans" ] && return 0
+    [ -f "$ca_dir/ca.pem" ] && [ -f "$ca_dir/doh-a.test.pin" ] && [ -f "$ca_dir/impostor.pem" ] && [ -f "$ca_dir/daemon.test.pem" ] && [ -f "$ca_dir/vendor.test.pem" ] && [ -f "$ca_dir/doh-v.test.pem" ] && [ "$(cat "$ca_dir/origin.sans" 2>/dev/null)" = "$origin_sans" ] && return 0
     mkdir -p "$ca_dir"
     cd "$ca_dir"
     # The project's test CA, and a second unrelated CA for "untrusted" cases.
@@ -97,6 +100,7 @@ make_ca() {
     }
     issue doh-a.test ca "IP:127.0.0.1,IP:::1"
     issue doh-b.test ca "IP:127.0.0.1"
+    issue doh-v.test ca "IP:127.0.0.1"
     issue hostile.test ca
     issue json.test ca
     # resolve daemon's HTTPS listener in the tests and the demo (DoH clients connect by IP).
@@ -150,8 +154,8 @@ write_zone() {
     } >"$file"
 }
 
-write_named_conf() { # dir doh-port dns-port listen-v6 cert
-    local dir=$1 doh_port=$2 dns_port=$3 doh_v6=$4 cert=$5
+write_named_conf() { # dir doh-port dns-port listen-v6 cert sig-zone-dir
+    local dir=$1 doh_port=$2 dns_port=$3 doh_v6=$4 cert=$5 sig_dir=$6
     mkdir -p "$dir"
     write_zone "$dir/hd.test.zone"
     write_signed_zones "$dir"
@@ -181,6 +185,7 @@ dnssec-policy "ed" { keys { csk lifetime unlimited algorithm ed25519; }; };
 zone "ecdsa.sec.test" { type primary; file "$dir/ecdsa.sec.test.zone"; dnssec-policy default; inline-signing yes; key-directory "$dir/keys"; };
 zone "rsa.sec.test" { type primary; file "$dir/rsa.sec.test.zone"; dnssec-policy "rsa"; inline-signing yes; key-directory "$dir/keys"; };
 zone "ed.sec.test" { type primary; file "$dir/ed.sec.test.zone"; dnssec-policy "ed"; inline-signing yes; key-directory "$dir/keys"; };
+$(sig_zones "$sig_dir")
 EOF
 }
 
@@ -198,6 +203,113 @@ www IN TXT "signed by BIND"
 *.wild IN A 192.0.2.9
 EOF
     done
+}
+
+# The signed tree under sig.test (DNSSEC §4), signed offline with dnssec-signzone so that each
+# failure is made on purpose: one trust anchor (sig.test's DS, in $env_dir/sig.test.anchors) and
+#   sig.test            ECDSA P-256, NSEC: www, *.wild, alias → www.rsa.sig.test (CNAME into a child),
+#                       dn DNAME → rsa.sig.test; delegations below
+#   rsa.sig.test        RSA/SHA-256, NSEC, secure delegation; back → www.sig.test (CNAME up)
+#   n3.sig.test         Ed25519, NSEC3 with opt-out; *.wild; unsigned.n3.sig.test opted out (unsigned)
+#   insecure.sig.test   unsigned, delegated without DS (proven by the parent's NSEC)
+#   badsig.sig.test     www's A signature altered after signing
+#   expired.sig.test    every signature expired a week ago
+#   nokey.sig.test      the parent's DS names a key the zone does not hold
+# named-b serves a tampered copy: www.sig.test's address changed, the signatures kept.
+sign_tree() {
+    local dir="$env_dir/sig" keys="$env_dir/sig/keys" zone
+    rm -rf "$dir" && mkdir -p "$keys"
+    sig_keygen() { dnssec-keygen -q -K "$keys" -a "$2" -f KSK "$1"; }
+    sig_sign() { # zone [options…]: $dir/$zone.zone → $dir/$zone.signed
+        local zone=$1; shift
+        dnssec-signzone -q -z -S -K "$keys" -O full -o "$zone" -f "$dir/$zone.signed" "$@" "$dir/$zone.zone" >/dev/null
+    }
+    zone_head() { printf '$TTL 300\n@ IN SOA ns.hd.test. admin.hd.test. 1 3600 600 86400 60\n@ IN NS ns.hd.test.\n'; }
+    for zone in rsa n3 badsig expired nokey; do
+        case $zone in rsa) alg=RSASHA256 ;; n3) alg=ED25519 ;; *) alg=ECDSAP256SHA256 ;; esac
+        sig_keygen "$zone.sig.test" "$alg" >"$dir/$zone.key"
+    done
+    sig_keygen sig.test ECDSAP256SHA256 >"$dir/sig.key"
+    sig_keygen spare.sig.test ECDSAP256SHA256 >"$dir/spare.key"   # nokey's DS names this key
+    { zone_head; echo 'www IN A 192.0.2.21'; echo 'back IN CNAME www.sig.test.'; } >"$dir/rsa.sig.test.zone"
+    { zone_head; echo 'www IN A 192.0.2.31'; echo '*.wild IN A 192.0.2.39'; echo 'unsigned IN NS ns.hd.test.'; } >"$dir/n3.sig.test.zone"
+    { zone_head; echo 'www IN A 192.0.2.41'; } >"$dir/unsigned.n3.sig.test.zone"
+    { zone_head; echo 'www IN A 192.0.2.51'; } >"$dir/insecure.sig.test.zone"
+    for zone in badsig expired nokey; do { zone_head; echo 'www IN A 192.0.2.61'; } >"$dir/$zone.sig.test.zone"; done
+    sig_sign rsa.sig.test
+    sig_sign n3.sig.test -3 - -A -H 0
+    sig_sign badsig.sig.test
+    sig_sign nokey.sig.test
+    sig_sign expired.sig.test -P -s "$(date -u -d '-20 days' +%Y%m%d%H%M%S)" -e "$(date -u -d '-7 days' +%Y%m%d%H%M%S)"
+    # badsig: alter the first base64 character of www's A signature.
+    sed -i -E '/^www\.badsig\.sig\.test\.[[:space:]].*RRSIG[[:space:]]+A /{s/(badsig\.sig\.test\. )([A-Za-z0-9+\/])/\1#\2/;s/#A/B/;s/#[^A]/A/}' \
+        "$dir/badsig.sig.test.signed"
+    cp "$dir/unsigned.n3.sig.test.zone" "$dir/unsigned.n3.sig.test.signed"
+    cp "$dir/insecure.sig.test.zone" "$dir/insecure.sig.test.signed"
+    {
+        zone_head
+        echo 'www IN A 192.0.2.11'
+        echo '*.wild IN A 192.0.2.19'
+        echo 'alias IN CNAME www.rsa.sig.test.'
+        echo 'dn IN DNAME rsa.sig.test.'
+        for zone in rsa n3 insecure badsig expired nokey; do echo "$zone IN NS ns.hd.test."; done
+        for zone in rsa n3 badsig expired; do dnssec-dsfromkey -2 "$keys/$(cat "$dir/$zone.key").key"; done
+        dnssec-dsfromkey -2 "$keys/$(cat "$dir/spare.key").key" | sed 's/^spare\./nokey./'
+    } >"$dir/sig.test.zone"
+    sig_sign sig.test
+    dnssec-dsfromkey -2 "$keys/$(cat "$dir/sig.key").key" >"$env_dir/sig.test.anchors"
+    # The tampered copy for named-b.
+    mkdir -p "$dir/tampered"
+    cp "$dir"/*.signed "$dir/tampered/"
+    sed -i -E 's/^(www\.sig\.test\.[[:space:]].*IN[[:space:]]+A[[:space:]]+)192\.0\.2\.11$/\1198.51.100.66/' "$dir/tampered/sig.test.signed"
+    grep -q 198.51.100.66 "$dir/tampered/sig.test.signed" || { echo "testenv: tampering sig.test failed" >&2; exit 1; }
+    grep -q '^www\.badsig.*RRSIG' "$dir/badsig.sig.test.signed" || { echo "testenv: badsig has no signature" >&2; exit 1; }
+}
+
+sig_zones() { # dir of signed files: the named.conf zone statements of the tree
+    local zone
+    for zone in sig rsa.sig n3.sig unsigned.n3.sig insecure.sig badsig.sig expired.sig nokey.sig; do
+        echo "zone \"$zone.test\" { type primary; file \"$1/$zone.test.signed\"; };"
+    done
+}
+
+write_unbound() { # the validating peer: iterates only to named-a; "." goes nowhere (port 9), nothing leaves loopback
+    local dir="$env_dir/unbound"
+    mkdir -p "$dir"
+    cat >"$dir/unbound.conf" <<EOF
+server:
+    interface: 127.0.0.1@$VALIDATOR_DOH_PORT
+    interface: 127.0.0.1@$VALIDATOR_DNS_PORT
+    https-port: $VALIDATOR_DOH_PORT
+    tls-service-key: "$ca_dir/doh-v.test.key"
+    tls-service-pem: "$ca_dir/doh-v.test.pem"
+    http-endpoint: "/dns-query"
+    num-threads: 1
+    do-daemonize: yes
+    username: ""
+    chroot: ""
+    directory: "$dir"
+    pidfile: "$dir/unbound.pid"
+    use-syslog: no
+    logfile: "$dir/unbound.log"
+    verbosity: 1
+    access-control: 127.0.0.0/8 allow
+    do-not-query-localhost: no
+    module-config: "validator iterator"
+    trust-anchor-file: "$env_dir/sig.test.anchors"
+    val-log-level: 2
+    qname-minimisation: no
+    cache-max-ttl: 30
+    cache-max-negative-ttl: 30
+    local-zone: "test." nodefault
+$(for zone in hd sig rsa.sig n3.sig unsigned.n3.sig insecure.sig badsig.sig expired.sig nokey.sig; do
+    printf 'stub-zone:\n    name: "%s.test"\n    stub-addr: 127.0.0.1@%s\n' "$zone" "$DNS_PORT"; done)
+forward-zone:
+    name: "."
+    forward-addr: 127.0.0.1@9
+remote-control:
+    control-enable: no
+EOF
 }
 
 write_hostile() {
@@ -451,14 +563,16 @@ start_vendor_fake() {
 }
 
 start() {
-    need_packages bind9 dnsmasq-base nginx-light openssl python3 python3-cryptography python3-dnspython
+    need_packages bind9 bind9-dnsutils unbound dnsmasq-base nginx-light openssl python3 python3-cryptography python3-dnspython
     stop >/dev/null 2>&1 || true
     mkdir -p "$env_dir"
     make_ca
-    write_named_conf "$env_dir/named-a" "$DOH_PORT" "$DNS_PORT" "::1" doh-a.test
-    write_named_conf "$env_dir/named-b" "$DOH_PORT_B" "$DNS_PORT_B" "none" doh-b.test
+    sign_tree
+    write_named_conf "$env_dir/named-a" "$DOH_PORT" "$DNS_PORT" "::1" doh-a.test "$env_dir/sig"
+    write_named_conf "$env_dir/named-b" "$DOH_PORT_B" "$DNS_PORT_B" "none" doh-b.test "$env_dir/sig/tampered"
     write_hostile
     write_dnsmasq
+    write_unbound
     local named_bin
     named_bin=$(command -v named || echo /usr/sbin/named)
     for server in named-a named-b; do
@@ -471,6 +585,10 @@ start() {
     local dnsmasq_bin
     dnsmasq_bin=$(command -v dnsmasq || echo /usr/sbin/dnsmasq)
     "$dnsmasq_bin" --conf-file="$env_dir/dnsmasq/dnsmasq.conf"
+    local unbound_bin
+    unbound_bin=$(command -v unbound || echo /usr/sbin/unbound)
+    "$unbound_bin" -c "$env_dir/unbound/unbound.conf" 2>"$env_dir/unbound/stderr.log" \
+        || { cat "$env_dir/unbound/stderr.log" "$env_dir/unbound/unbound.log" 2>/dev/null; exit 1; }
     write_vendor_secrets
     start_vendor_fake
     wait_for_port 127.0.0.1 "$DOH_PORT"
@@ -478,6 +596,7 @@ start() {
     wait_for_port 127.0.0.3 "$DOH_PORT"
     wait_for_port 127.0.0.1 "$DNS_PORT"       # named's plain DNS, which dnsmasq forwards hd.test to
     wait_for_port 127.0.0.1 "$SYSTEM_DNS_PORT"
+    wait_for_port 127.0.0.1 "$VALIDATOR_DOH_PORT" || { cat "$env_dir/unbound/unbound.log"; exit 1; }
     wait_for_port 127.0.0.1 "$VENDOR_PORT" || { cat "$env_dir/vendor/fake.log"; exit 1; }
     wait_for_port 127.0.0.1 "$VENDOR_PLAIN_PORT"
     touch "$env_dir/ready"
@@ -487,7 +606,7 @@ start() {
 
 stop() {
     rm -f "$env_dir/ready"
-    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid "$env_dir"/vendor/vendor.pid; do
+    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid "$env_dir"/unbound/unbound.pid "$env_dir"/vendor/vendor.pid; do
         stop_pidfile "$pidfile"
     done
     echo "testenv: stopped"
@@ -495,7 +614,7 @@ stop() {
 
 status() { # exit 0 only when every server runs
     local all=0
-    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid "$env_dir"/vendor/vendor.pid; do
+    for pidfile in "$env_dir"/named-a/named.pid "$env_dir"/named-b/named.pid "$env_dir"/nginx/nginx.pid "$env_dir"/dnsmasq/dnsmasq.pid "$env_dir"/unbound/unbound.pid "$env_dir"/vendor/vendor.pid; do
         if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
             echo "running  $(basename "$(dirname "$pidfile")") pid $(cat "$pidfile")"
         else

@@ -39,6 +39,8 @@ public struct Resolution: Sendable, Hashable {
     public var expiresAt: ResolverInstant
     /// Upstreams that failed before one answered, in order.
     public var failedAttempts: [DNSError.Attempt]
+    /// What DNSSEC validation proved about the addresses; nil when the policy is `off`.
+    public var dnssec: DNSSECStatus?
 
     public init(
         host: String, addresses: [ResolvedAddress], canonicalName: String? = nil, source: Source,

@@ -158,6 +158,14 @@ package final class ResolverEngine: Sendable {
         memo.removeAll()
     }
 
+    /// Forgets `host`'s cached addresses (both types), such as answers that failed validation.
+    package func forget(_ host: String) {
+        guard let name = try? DomainName(host) else { return }
+        cache.remove(CacheKey(name, .a))
+        cache.remove(CacheKey(name, .aaaa))
+        memo.invalidate()
+    }
+
     /// Lookups of (`name`, `type`) waiting on another's upstream round (for tests).
     package func followers(of name: String, type: RecordType) -> Int {
         guard let name = try? DomainName(name) else { return 0 }

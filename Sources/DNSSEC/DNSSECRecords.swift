@@ -1,6 +1,7 @@
 import DNSCore
 
 extension RecordType {
+    public static let dname = RecordType(rawValue: 39)
     public static let ds = RecordType(rawValue: 43)
     public static let rrsig = RecordType(rawValue: 46)
     public static let nsec = RecordType(rawValue: 47)
@@ -28,6 +29,10 @@ public enum DNSSECFailure: Error, Sendable, Equatable, CustomStringConvertible {
     case signatureNotYetValid(inception: UInt32, now: UInt32)
     case badSignature
     case keyTooWeak(bits: Int)
+    /// A proof the answer needs is missing or does not hold (denial, wildcard, unsigned data).
+    case unproven(String)
+    /// Checking would cost more than the bounds allow (RFC 9276 NSEC3 iterations): not bogus.
+    case tooCostly(String)
 
     public var description: String {
         switch self {
@@ -39,6 +44,8 @@ public enum DNSSECFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case let .signatureNotYetValid(inception, now): return "the signature is valid from \(inception) (now \(now))"
         case .badSignature: return "the signature does not verify"
         case .keyTooWeak(let bits): return "an RSA key of \(bits) bits (1,024 at least)"
+        case .unproven(let what): return what
+        case .tooCostly(let what): return "too costly to check: \(what)"
         }
     }
 }

@@ -1,28 +1,6 @@
 import DNSCore
 import Foundation
-
-/// What validation proved about an answer (RFC 4035 §4.3).
-public enum DNSSECStatus: Sendable, Equatable {
-    /// A chain of signatures from a trust anchor to the answer.
-    case secure
-    /// Proven unsigned below a trust anchor.
-    case insecure
-    /// A trust anchor covers the name but the chain fails: the reason says where.
-    case bogus(String)
-    /// Validation could not decide: no trust anchor covers the name, a bound was hit, or what the
-    /// proof needs (such as authenticated denial) is not implemented yet.
-    case indeterminate(String)
-
-    /// The contract's word: `secure`, `insecure`, `bogus`, `indeterminate`.
-    public var name: String {
-        switch self {
-        case .secure: return "secure"
-        case .insecure: return "insecure"
-        case .bogus: return "bogus"
-        case .indeterminate: return "indeterminate"
-        }
-    }
-}
+import Synchronization
 
 /// Trust anchors: DS or DNSKEY records for zone apexes, from a file in zone-file presentation
 /// format (`trust_anchors:` / `--trust-anchors`), one record per line:
@@ -32,7 +10,7 @@ public enum DNSSECStatus: Sendable, Equatable {
 /// sec.test. IN DNSKEY 257 3 13 mdsswUyr3DPW132mOi8V9xESWE8jTo0dxCjjnopKl+GqJxpVXckHAeF+KkxLbxILfDLUT0rAK9iUzy1L53eKGQ==
 /// ```
 /// Comments (`;`), blank lines, TTL and class are allowed; names are absolute.
-public struct TrustAnchors: Sendable {
+public struct TrustAnchors: Sendable, Hashable {
     public var ds: [DomainName: [DSRecord]] = [:]
     public var keys: [DomainName: [DNSKEY]] = [:]
 
@@ -100,35 +78,47 @@ public struct TrustAnchors: Sendable {
     }
 }
 
-/// Validates positive answers from a chain of DNSKEY and DS sets up to a trust anchor (RFC 4035
-/// §5). Queries go through `fetch` (the trusted upstreams, with DO and CD), so the validator is
-/// I/O-free and testable with fakes. Bounded: at most ``maxQueries`` fetches and ``maxDepth`` zones.
-///
-/// Not yet: authenticated denial (NSEC/NSEC3), so a delegation without DS is `indeterminate`
-/// rather than proven `insecure`, and negative answers are not validated.
+/// Validates answers — positive, negative, through CNAME and DNAME chains — from a chain of DNSKEY
+/// and DS sets down from a trust anchor (RFC 4035 §5), with authenticated denial by NSEC and NSEC3
+/// (RFC 5155) for negative answers, wildcard expansions and unsigned delegations. Queries go
+/// through `fetch` (the trusted upstreams, with DO and CD), so the validator is I/O-free and
+/// testable with fakes. Bounded: at most ``maxQueries`` fetches, ``maxDepth`` zones,
+/// ``maxChain`` CNAME/DNAME links, NSEC3 iterations per RFC 9276, and ``maxDuration`` seconds;
+/// each bound exceeded is `indeterminate` with its reason.
 public struct DNSSECValidator: Sendable {
     public typealias Fetch = @Sendable (DomainName, RecordType) async throws -> DNSMessage
 
     public let anchors: TrustAnchors
     public let fetch: Fetch
+    /// Zones below which nothing is validated (RFC 7646): answers there are `insecure`.
+    public var negativeAnchors: [DomainName] = []
+    /// Proven zone keys kept across validations, by TTL (nil: every validation walks the chain).
+    public var cache: DNSSECChainCache?
     public var maxQueries = 16
     public var maxDepth = 8
+    public var maxChain = 8
+    public var maxDuration: Duration = .seconds(5)
     public var skew = DNSSECVerifier.defaultSkew
 
-    public init(anchors: TrustAnchors, fetch: @escaping Fetch) {
+    public init(anchors: TrustAnchors, cache: DNSSECChainCache? = nil, fetch: @escaping Fetch) {
         self.anchors = anchors
+        self.cache = cache
         self.fetch = fetch
     }
 
-    /// The status of the `type` RRset of `name` in `response` (its answer section, with RRSIGs).
+    /// The status of the answer to `name` `type` in `response`: its RRset (following CNAME and
+    /// DNAME links in the answer section), or — when it holds none — the denial in its authority
+    /// section.
     public func validate(_ response: DNSMessage, name: DomainName, type: RecordType, now: UInt32) async -> DNSSECStatus {
-        guard anchors.closestAnchor(to: name) != nil else { return .indeterminate("no trust anchor covers \(name)") }
-        var budget = maxQueries
+        if let negative = negativeAnchors.first(where: { DNSSECVerifier.isSubdomain(name, of: $0) }) {
+            return .indeterminate("\(negative) is a negative trust anchor: not validated")
+        }
+        guard let anchor = anchors.closestAnchor(to: name) else { return .indeterminate("no trust anchor covers \(name)") }
+        var session = Session(anchor: anchor, now: now, budget: maxQueries, started: .now)
         do {
-            let (rrset, signatures) = Self.rrset(in: response.answers, name: name, type: type)
-            guard !rrset.isEmpty else { return .indeterminate("the answer holds no \(type) records for \(name)") }
-            return try await validate(rrset, signatures: signatures, now: now, depth: 0, budget: &budget)
+            return try await chain(response, name: name, type: type, session: &session)
         } catch let failure as DNSSECFailure {
+            if case .tooCostly = failure { return .indeterminate(failure.description) }
             return .bogus(failure.description)
         } catch let bound as Bound {
             return .indeterminate(bound.reason)
@@ -139,79 +129,267 @@ public struct DNSSECValidator: Sendable {
 
     struct Bound: Error { var reason: String }
 
-    /// An RRset is secure when one of its signatures verifies with a key of a secure DNSKEY set.
-    private func validate(
-        _ rrset: [DNSMessage.Record], signatures: [RRSIG], now: UInt32, depth: Int, budget: inout Int
-    ) async throws -> DNSSECStatus {
-        guard !signatures.isEmpty else { throw DNSSECFailure.malformed("\(rrset[0].name) \(rrset[0].type) is not signed") }
-        var lastFailure: DNSSECFailure = .badSignature
-        for signature in signatures {
-            let keys = try await secureKeys(of: signature.signerName, now: now, depth: depth + 1, budget: &budget)
-            if case .some(let status) = keys.status { return status }
-            for key in keys.keys where key.keyTag == signature.keyTag && key.algorithm == signature.algorithm {
+    /// What one validation knows: its clock, budget, the zones proven so far and the answers fetched.
+    struct Session {
+        let anchor: DomainName
+        let now: UInt32
+        var budget: Int
+        let started: ContinuousClock.Instant
+        var zones: [DomainName: ZoneState] = [:]
+        var fetched: [String: DNSMessage] = [:]
+        var depth = 0
+    }
+
+    /// A zone as the chain proved it: its keys (secure), or unsigned below a secure parent.
+    public enum ZoneState: Sendable, Equatable {
+        case secure([DNSKEY])
+        case insecure
+    }
+
+    // MARK: - Answers
+
+    private func chain(_ response: DNSMessage, name: DomainName, type: RecordType, session: inout Session) async throws -> DNSSECStatus {
+        var owner = name
+        var statuses: [DNSSECStatus] = []
+        for _ in 0..<maxChain {
+            let (records, signatures) = Self.rrset(in: response.answers, name: owner, type: type)
+            if !records.isEmpty {
+                statuses.append(try await status(of: records, signatures: signatures, in: response, session: &session))
+                return Self.combine(statuses)
+            }
+            let (aliases, aliasSignatures) = Self.rrset(in: response.answers, name: owner, type: .cname)
+            guard case .cname(let target) = aliases.first?.data else {
+                statuses.append(try await denialStatus(owner, type: type, in: response, session: &session))
+                return Self.combine(statuses)
+            }
+            if aliasSignatures.isEmpty, let dname = try await synthesizingDNAME(for: owner, target: target, in: response, session: &session) {
+                statuses.append(dname)
+            } else {
+                statuses.append(try await status(of: aliases, signatures: aliasSignatures, in: response, session: &session))
+            }
+            owner = target
+        }
+        throw Bound(reason: "a CNAME/DNAME chain longer than \(maxChain) links")
+    }
+
+    /// A CNAME synthesized from a DNAME (RFC 6672 §5.3.1) is unsigned: the DNAME's RRset is what
+    /// validates, and the CNAME must be its substitution.
+    private func synthesizingDNAME(
+        for owner: DomainName, target: DomainName, in response: DNSMessage, session: inout Session
+    ) async throws
+        -> DNSSECStatus?
+    {
+        for record in response.answers where record.type == .dname && record.name != owner && DNSSECVerifier.isSubdomain(owner, of: record.name) {
+            guard case .opaque(let rdata) = record.data else { continue }
+            let (dnameTarget, _) = try RRSIG.name(in: rdata, at: 0)
+            let keep = DNSSECVerifier.labelCount(owner) - DNSSECVerifier.labelCount(record.name)
+            let prefix = Array(owner.wire[..<(owner.wire.count - record.name.wire.count)])
+            guard keep > 0, prefix + dnameTarget.wire == target.wire else {
+                throw DNSSECFailure.unproven("the CNAME \(owner) → \(target) is not the substitution of the DNAME at \(record.name)")
+            }
+            let (dnames, signatures) = Self.rrset(in: response.answers, name: record.name, type: .dname)
+            return try await status(of: dnames, signatures: signatures, in: response, session: &session)
+        }
+        return nil
+    }
+
+    /// An RRset is secure when one of its signatures verifies with a key of a secure DNSKEY set
+    /// (and, for a wildcard expansion, the exact name is proven absent); insecure when it lies in
+    /// a zone proven unsigned.
+    private func status(
+        of records: [DNSMessage.Record], signatures: [RRSIG], in response: DNSMessage, session: inout Session
+    ) async throws
+        -> DNSSECStatus
+    {
+        let owner = records[0].name
+        guard !signatures.isEmpty else { return try await unsignedStatus(of: owner, type: records[0].type, session: &session) }
+        var lastFailure: DNSSECFailure = .keyMismatch("no signature of \(owner) \(records[0].type) is by a zone above it")
+        for signature in signatures
+        where DNSSECVerifier.isSubdomain(owner, of: signature.signerName) && DNSSECVerifier.isSubdomain(signature.signerName, of: session.anchor) {
+            let zone = try await zoneState(signature.signerName, session: &session)
+            guard case .secure(let keys) = zone else { return .insecure }
+            for key in keys where key.keyTag == signature.keyTag && key.algorithm == signature.algorithm {
                 do {
-                    try DNSSECVerifier.verify(rrset, signature: signature, key: key, now: now, skew: skew)
-                    return .secure
-                } catch { lastFailure = error }
+                    try DNSSECVerifier.verify(records, signature: signature, key: key, now: session.now, skew: skew)
+                } catch {
+                    lastFailure = error
+                    continue
+                }
+                if Int(signature.labels) < DNSSECVerifier.labelCount(owner) {
+                    let (nsec, nsec3) = try await provenDenialRecords(in: response, session: &session)
+                    if try Denial.proveExpansion(of: owner, sourceLabels: Int(signature.labels), nsec: nsec, nsec3: nsec3) { return .insecure }
+                }
+                return .secure
             }
         }
         throw lastFailure
     }
 
-    /// The zone's DNSKEY set once proven from an anchor or a secure DS set (`status` set when the
-    /// chain ends otherwise: indeterminate).
-    private func secureKeys(of zone: DomainName, now: UInt32, depth: Int, budget: inout Int) async throws -> (keys: [DNSKEY], status: DNSSECStatus?) {
-        guard depth <= maxDepth else { throw Bound(reason: "a chain longer than \(maxDepth) zones") }
-        let response = try await ask(zone, .dnskey, budget: &budget)
+    /// A negative answer: secure when NSEC/NSEC3 prove it, insecure when the name lies in an
+    /// unsigned zone, bogus otherwise.
+    private func denialStatus(_ name: DomainName, type: RecordType, in response: DNSMessage, session: inout Session) async throws -> DNSSECStatus {
+        let (nsec, nsec3) = try await provenDenialRecords(in: response, session: &session)
+        if nsec.isEmpty && nsec3.isEmpty { return try await unsignedStatus(of: name, type: type, session: &session) }
+        switch try Denial.prove(name, type: type, nsec: nsec, nsec3: nsec3) {
+        case .optOut: return .insecure
+        case .nameError where response.responseCode != .nameError:
+            throw DNSSECFailure.unproven("\(name) is proven not to exist, but the answer is not NXDOMAIN")
+        case .noData where response.responseCode == .nameError:
+            throw DNSSECFailure.unproven("\(name) is NXDOMAIN, but the proof shows it exists")
+        default: return .secure
+        }
+    }
+
+    /// The NSEC and NSEC3 records of the authority section whose signatures verify; unsigned ones
+    /// prove nothing and are left out, as are records of zones proven insecure.
+    private func provenDenialRecords(in response: DNSMessage, session: inout Session) async throws -> ([NSECRecord], [NSEC3Record]) {
+        var nsec: [NSECRecord] = []
+        var nsec3: [NSEC3Record] = []
+        var owners: [DomainName] = []
+        for record in response.authorities where (record.type == .nsec || record.type == .nsec3) && !owners.contains(record.name) {
+            owners.append(record.name)
+        }
+        for owner in owners.prefix(8) {
+            for type in [RecordType.nsec, .nsec3] {
+                let (records, signatures) = Self.rrset(in: response.authorities, name: owner, type: type)
+                guard !records.isEmpty, !signatures.isEmpty else { continue }
+                guard try await status(of: records, signatures: signatures, in: response, session: &session) == .secure else { continue }
+                for record in records {
+                    guard case .opaque(let rdata) = record.data else { continue }
+                    if type == .nsec {
+                        nsec.append(try NSECRecord(owner: owner, rdata: rdata))
+                    } else {
+                        nsec3.append(try NSEC3Record(owner: owner, rdata: rdata))
+                    }
+                }
+            }
+        }
+        return (nsec, nsec3)
+    }
+
+    /// Unsigned data under an anchor is insecure only where a delegation on the way down is proven
+    /// unsigned (no DS, by NSEC/NSEC3 of the parent); otherwise the signatures were stripped: bogus.
+    private func unsignedStatus(of owner: DomainName, type: RecordType, session: inout Session) async throws -> DNSSECStatus {
+        var labels = DNSSECVerifier.labelCount(session.anchor) + 1
+        while labels <= DNSSECVerifier.labelCount(owner) {
+            let candidate = DomainName(uncheckedWire: DNSSECVerifier.suffix(of: owner.wire, labels: labels))
+            switch try await cut(at: candidate, session: &session) {
+            case .insecure: return .insecure
+            case .secure, nil: labels += 1
+            }
+        }
+        throw DNSSECFailure.unproven("\(owner) \(type) is not signed although \(session.anchor) is, and no unsigned delegation is proven above it")
+    }
+
+    // MARK: - Zones
+
+    /// The state of the zone at `zone` (the signer of some RRset), from memo, cache or the chain.
+    private func zoneState(_ zone: DomainName, session: inout Session) async throws -> ZoneState {
+        if let known = session.zones[zone] { return known }
+        if let cached = cache?.state(of: zone, now: session.now) {
+            session.zones[zone] = cached
+            return cached
+        }
+        session.depth += 1
+        defer { session.depth -= 1 }
+        guard session.depth <= maxDepth else { throw Bound(reason: "a chain longer than \(maxDepth) zones") }
+        let ds: [DSRecord]
+        var expires = session.now &+ 3600
+        if let anchoredKeys = anchors.keys[zone] {
+            return try await proveKeys(
+                of: zone, entry: { key in anchoredKeys.contains { $0.rdata == key.rdata } }, expires: expires, session: &session)
+        } else if let anchoredDS = anchors.ds[zone] {
+            ds = anchoredDS
+        } else {
+            guard DNSSECVerifier.labelCount(zone) > DNSSECVerifier.labelCount(session.anchor) else {
+                throw Bound(reason: "no trust anchor above \(zone)")
+            }
+            switch try await cut(at: zone, session: &session) {
+            case .insecure:
+                session.zones[zone] = .insecure
+                return .insecure
+            case .none:
+                throw DNSSECFailure.unproven("\(zone) signs records but is proven not to be a zone cut")
+            case .secure(let records, let ttl):
+                ds = records
+                expires = min(expires, session.now &+ ttl)
+            }
+        }
+        return try await proveKeys(
+            of: zone, entry: { key in ds.contains { (try? DNSSECVerifier.matches($0, key: key, owner: zone)) == true } }, expires: expires,
+            session: &session)
+    }
+
+    enum Cut {
+        case secure([DSRecord], ttl: UInt32)
+        case insecure
+    }
+
+    /// What the parent says at `name`: a secure DS set, a proven unsigned delegation, or (nil) no
+    /// zone cut at all — an ordinary name or an empty non-terminal.
+    private func cut(at name: DomainName, session: inout Session) async throws -> Cut? {
+        let response = try await ask(name, .ds, session: &session)
+        let (records, signatures) = Self.rrset(in: response.answers, name: name, type: .ds)
+        if !records.isEmpty {
+            guard try await status(of: records, signatures: signatures, in: response, session: &session) == .secure else { return .insecure }
+            let ds = records.compactMap { record -> DSRecord? in
+                guard case .opaque(let rdata) = record.data else { return nil }
+                return try? DSRecord(rdata: rdata)
+            }
+            return .secure(ds, ttl: records.map(\.ttl).min() ?? 0)
+        }
+        let (nsec, nsec3) = try await provenDenialRecords(in: response, session: &session)
+        if nsec.isEmpty && nsec3.isEmpty {
+            // No proof at all: an unsigned parent is insecure (its own cut was proven above), a signed one lies.
+            throw DNSSECFailure.unproven("no DS for \(name) and no NSEC/NSEC3 proving there is none")
+        }
+        switch try Denial.prove(name, type: .ds, nsec: nsec, nsec3: nsec3) {
+        case .noData(delegation: true), .optOut: return .insecure
+        case .noData(delegation: false): return nil
+        case .nameError: return nil
+        }
+    }
+
+    /// The zone's DNSKEY set once an entry key (named by DS or anchor) signs it.
+    private func proveKeys(of zone: DomainName, entry isEntry: (DNSKEY) -> Bool, expires: UInt32, session: inout Session) async throws -> ZoneState {
+        let response = try await ask(zone, .dnskey, session: &session)
         let (records, signatures) = Self.rrset(in: response.answers, name: zone, type: .dnskey)
         let keys = records.compactMap { record -> DNSKEY? in
             guard case .opaque(let rdata) = record.data else { return nil }
             return try? DNSKEY(rdata: rdata)
         }
         guard !keys.isEmpty else { throw DNSSECFailure.malformed("\(zone) has no DNSKEY set") }
-        // The keys that the parent (or an anchor) vouches for.
-        var entry: [DNSKEY]
-        if let anchoredKeys = anchors.keys[zone] {
-            entry = keys.filter { key in anchoredKeys.contains { $0.rdata == key.rdata } }
-        } else {
-            let ds: [DSRecord]
-            if let anchoredDS = anchors.ds[zone] {
-                ds = anchoredDS
-            } else {
-                guard DNSSECVerifier.labelCount(zone) > 0 else { return ([], .indeterminate("no trust anchor above \(zone)")) }
-                let parentResponse = try await ask(zone, .ds, budget: &budget)
-                let (dsRecords, dsSignatures) = Self.rrset(in: parentResponse.answers, name: zone, type: .ds)
-                guard !dsRecords.isEmpty else {
-                    return ([], .indeterminate("\(zone) has no DS: proving the delegation unsigned needs NSEC/NSEC3, not implemented yet"))
-                }
-                let status = try await validate(dsRecords, signatures: dsSignatures, now: now, depth: depth, budget: &budget)
-                guard status == .secure else { return ([], status) }
-                ds = dsRecords.compactMap { record in
-                    guard case .opaque(let rdata) = record.data else { return nil }
-                    return try? DSRecord(rdata: rdata)
-                }
-            }
-            entry = []
-            for key in keys where ds.contains(where: { (try? DNSSECVerifier.matches($0, key: key, owner: zone)) == true }) { entry.append(key) }
-        }
+        let entry = keys.filter(isEntry)
         guard !entry.isEmpty else { throw DNSSECFailure.keyMismatch("no DNSKEY of \(zone) matches its DS or trust anchor") }
-        // An entry key must sign the whole DNSKEY set.
         var lastFailure: DNSSECFailure = .keyMismatch("no signature over \(zone)'s DNSKEY set by a key its DS or anchor names")
         for signature in signatures {
             for key in entry where key.keyTag == signature.keyTag && key.algorithm == signature.algorithm {
                 do {
-                    try DNSSECVerifier.verify(records, signature: signature, key: key, now: now, skew: skew)
-                    return (keys.filter { $0.isZoneKey && !$0.isRevoked }, nil)
+                    try DNSSECVerifier.verify(records, signature: signature, key: key, now: session.now, skew: skew)
+                    let state = ZoneState.secure(keys.filter { $0.isZoneKey && !$0.isRevoked })
+                    session.zones[zone] = state
+                    let ttl = records.map(\.ttl).min() ?? 0
+                    cache?.store(state, for: zone, until: min(expires, session.now &+ ttl, signature.expiration))
+                    return state
                 } catch { lastFailure = error }
             }
         }
         throw lastFailure
     }
 
-    private func ask(_ name: DomainName, _ type: RecordType, budget: inout Int) async throws -> DNSMessage {
-        guard budget > 0 else { throw Bound(reason: "more than \(maxQueries) queries for one validation") }
-        budget -= 1
-        return try await fetch(name, type)
+    private func ask(_ name: DomainName, _ type: RecordType, session: inout Session) async throws -> DNSMessage {
+        let key = "\(name)/\(type.rawValue)"
+        if let known = session.fetched[key] { return known }
+        guard session.budget > 0 else { throw Bound(reason: "more than \(maxQueries) queries for one validation") }
+        guard ContinuousClock.now - session.started < maxDuration else { throw Bound(reason: "validation took longer than \(maxDuration)") }
+        session.budget -= 1
+        let response = try await fetch(name, type)
+        session.fetched[key] = response
+        return response
+    }
+
+    static func combine(_ statuses: [DNSSECStatus]) -> DNSSECStatus {
+        statuses.first { $0 != .secure } ?? .secure
     }
 
     static func rrset(in records: [DNSMessage.Record], name: DomainName, type: RecordType) -> ([DNSMessage.Record], [RRSIG]) {
@@ -224,4 +402,33 @@ public struct DNSSECValidator: Sendable {
         }
         return (rrset, signatures)
     }
+}
+
+/// Zone keys proven by earlier validations, kept until the shortest of their TTLs, the DS TTL
+/// and their signature's expiry — so a cache hit validates without a query.
+public final class DNSSECChainCache: Sendable {
+    private let entries = Mutex<[DomainName: (state: DNSSECValidator.ZoneState, until: UInt32)]>([:])
+    private let capacity: Int
+
+    public init(capacity: Int = 1024) { self.capacity = capacity }
+
+    func state(of zone: DomainName, now: UInt32) -> DNSSECValidator.ZoneState? {
+        entries.withLock { entries in
+            guard let entry = entries[zone] else { return nil }
+            guard Int32(bitPattern: entry.until &- now) > 0 else {
+                entries[zone] = nil
+                return nil
+            }
+            return entry.state
+        }
+    }
+
+    func store(_ state: DNSSECValidator.ZoneState, for zone: DomainName, until: UInt32) {
+        entries.withLock { entries in
+            if entries.count >= capacity, entries[zone] == nil { entries.removeAll(keepingCapacity: true) }
+            entries[zone] = (state, until)
+        }
+    }
+
+    public var count: Int { entries.withLock { $0.count } }
 }

@@ -1,4 +1,5 @@
 import DNSCore
+import DNSSEC
 import Foundation
 
 /// A trusted resolver: where it is, how to reach it without DNS, and how to verify it.
@@ -133,11 +134,14 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
     /// Names resolved in the background as soon as the resolver is made (pre-resolve), so their
     /// first real lookups hit the cache. Default: none.
     public var preresolve: [String]
+    /// DNSSEC validation of the answers (policy, trust anchors). Default: off.
+    public var dnssec: DNSSECSettings
 
-    public init(upstreams: [UpstreamEndpoint], caFile: String? = nil, preresolve: [String] = []) {
+    public init(upstreams: [UpstreamEndpoint], caFile: String? = nil, preresolve: [String] = [], dnssec: DNSSECSettings = .init()) {
         self.upstreams = upstreams
         self.caFile = caFile
         self.preresolve = preresolve
+        self.dnssec = dnssec
     }
 
     /// The built-in public resolvers (Cloudflare, Google, Quad9), each with bootstrap addresses.

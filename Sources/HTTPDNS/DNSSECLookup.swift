@@ -1,6 +1,7 @@
 import DNSCore
 import DNSSEC
 import Foundation
+import Synchronization
 
 /// DNSSEC policy for lookups (config `dnssec:`, CLI `--dnssec`).
 public enum DNSSECPolicy: String, Sendable, CaseIterable {
@@ -8,26 +9,90 @@ public enum DNSSECPolicy: String, Sendable, CaseIterable {
     case off
     /// Validate and label each answer; never refuse one.
     case report
-    /// Validate; a bogus answer is the error `dnssec_bogus`.
+    /// Validate; a bogus answer is the error `dnssec_bogus` and is not kept in the cache.
     case require
 }
 
+/// How answers are validated: config `dnssec:`, `trust_anchors:`, `negative_trust_anchors:`.
+public struct DNSSECSettings: Sendable, Hashable {
+    public var policy: DNSSECPolicy
+    /// The root KSKs unless a trust-anchor file replaces them.
+    public var anchors: TrustAnchors
+    /// Zones not validated (RFC 7646): their answers are labelled indeterminate, never bogus.
+    public var negativeAnchors: [DomainName]
+
+    public init(policy: DNSSECPolicy = .off, anchors: TrustAnchors = .root, negativeAnchors: [DomainName] = []) {
+        self.policy = policy
+        self.anchors = anchors
+        self.negativeAnchors = negativeAnchors
+    }
+}
+
+/// Validation results kept until the answer they label expires, so a cache hit costs a lookup here
+/// and not a validation; with the zone keys proven so far.
+final class DNSSECMemo: Sendable {
+    let chain = DNSSECChainCache()
+    private let statuses = Mutex<[String: (status: DNSSECStatus, until: ResolverInstant)]>([:])
+
+    static func key(_ resolution: Resolution) -> String {
+        resolution.host.lowercased() + " " + resolution.addresses.map(\.ip.description).sorted().joined(separator: ",")
+    }
+
+    func status(of resolution: Resolution, now: ResolverInstant) -> DNSSECStatus? {
+        statuses.withLock { entries in
+            guard let entry = entries[Self.key(resolution)], now < entry.until else { return nil }
+            return entry.status
+        }
+    }
+
+    func store(_ status: DNSSECStatus, for resolution: Resolution) {
+        statuses.withLock { entries in
+            if entries.count >= 4096 { entries.removeAll(keepingCapacity: true) }
+            entries[Self.key(resolution)] = (status, resolution.expiresAt)
+        }
+    }
+}
+
 extension HTTPDNSResolver {
+    /// `resolution` with its DNSSEC status under the configured policy (unchanged when off).
+    /// - Throws: `dnssec_bogus` under `require` when the answer is bogus; the answer is then
+    ///   dropped from the cache so that the next lookup asks again.
+    func applyingDNSSEC(to resolution: Resolution) async throws(DNSError) -> Resolution {
+        let settings = configuration.dnssec
+        guard settings.policy != .off, resolution.source != .literal else { return resolution }
+        var labelled = resolution
+        if let known = dnssecMemo.status(of: resolution, now: clock.now) {
+            labelled.dnssec = known
+        } else {
+            let status = await dnssecStatus(of: resolution, settings: settings)
+            dnssecMemo.store(status, for: resolution)
+            labelled.dnssec = status
+        }
+        if settings.policy == .require, case .bogus(let reason) = labelled.dnssec {
+            engine.forget(resolution.host)
+            throw DNSError(.dnssecBogus, "\(resolution.host): DNSSEC validation failed: \(reason)")
+        }
+        return labelled
+    }
+
+    /// The DNSSEC status of `resolution`'s addresses, from `anchors` (see ``dnssecStatus(of:settings:now:)``).
+    public func dnssecStatus(of resolution: Resolution, anchors: TrustAnchors, now: Date = .now) async -> DNSSECStatus {
+        await dnssecStatus(of: resolution, settings: DNSSECSettings(policy: .report, anchors: anchors), now: now)
+    }
+
     /// The DNSSEC status of `resolution`'s addresses: each address type it holds is asked again of
-    /// the trusted DoH upstreams with DO and CD, its RRset validated from `anchors`, and the
-    /// validated addresses must be the ones the resolution holds (otherwise bogus: the answer used
-    /// is not the one that was signed).
+    /// the trusted upstreams with DO and CD, the answer validated (through its CNAME chain) from
+    /// the anchors, and the validated addresses must be the ones the resolution holds (otherwise
+    /// bogus: the answer used is not the one that was signed).
     ///
     /// Secure only when every type is; bogus when any is; otherwise the first other status.
-    public func dnssecStatus(of resolution: Resolution, anchors: TrustAnchors, now: Date = .now) async -> DNSSECStatus {
+    public func dnssecStatus(of resolution: Resolution, settings: DNSSECSettings, now: Date = .now) async -> DNSSECStatus {
         guard resolution.source != .literal else { return .indeterminate("an IP literal") }
-        guard resolution.canonicalName == nil else { return .indeterminate("CNAME chains are not validated yet") }
         guard let name = try? DomainName(resolution.host) else { return .indeterminate("not a DNS name") }
-        let validator = DNSSECValidator(anchors: anchors) { name, type in
-            let opt = DNSMessage.Record(name: .root, type: .opt, recordClass: 4096, ttl: 0x0000_8000, data: .opaque([]))
-            let query = DNSMessage(id: 0, flags: 0x0110, questions: [.init(name: name, type: type)], additionals: [opt])
-            return try DNSMessage(decoding: try await self.forward(query.encode()))
+        var validator = DNSSECValidator(anchors: settings.anchors, cache: dnssecMemo.chain) { name, type in
+            try await self.askValidating(name, type)
         }
+        validator.negativeAnchors = settings.negativeAnchors
         let seconds = UInt32(clamping: Int64(now.timeIntervalSince1970))
         var statuses: [DNSSECStatus] = []
         for (type, family) in [(RecordType.a, IPAddress.Family.ipv4), (.aaaa, .ipv6)] {
@@ -35,7 +100,7 @@ extension HTTPDNSResolver {
             guard !held.isEmpty else { continue }
             let response: DNSMessage
             do {
-                response = try await validator.fetch(name, type)
+                response = try await askValidating(name, type)
             } catch {
                 statuses.append(.indeterminate("asking \(name) \(type) with DO failed: \(error)"))
                 continue
@@ -43,7 +108,7 @@ extension HTTPDNSResolver {
             let status = await validator.validate(response, name: name, type: type, now: seconds)
             let signed = Set(
                 response.answers.compactMap { record -> IPAddress? in
-                    guard record.name == name, record.type == type, case .address(let ip) = record.data else { return nil }
+                    guard record.type == type, case .address(let ip) = record.data else { return nil }
                     return ip
                 })
             if status == .secure, signed != held {
@@ -52,8 +117,22 @@ extension HTTPDNSResolver {
                 statuses.append(status)
             }
         }
-        if let bogus = statuses.first(where: { $0.name == "bogus" }) { return bogus }
+        if let bogus = statuses.first(where: \.isBogus) { return bogus }
         if statuses.allSatisfy({ $0 == .secure }), !statuses.isEmpty { return .secure }
         return statuses.first { $0 != .secure } ?? .indeterminate("no addresses to validate")
+    }
+
+    /// A query with DO and CD (RFC 4035 §3.2.2: the upstream must hand over what it would reject),
+    /// through the trusted upstreams.
+    func askValidating(_ name: DomainName, _ type: RecordType) async throws -> DNSMessage {
+        try DNSMessage(decoding: try await forward(DNSMessage.validatingQuery(name, type).encode()))
+    }
+}
+
+extension DNSMessage {
+    /// A query for `name` `type` with RD, CD and an OPT record with DO (RFC 3225), 4,096-byte payload.
+    public static func validatingQuery(_ name: DomainName, _ type: RecordType, id: UInt16 = 0) -> DNSMessage {
+        let opt = DNSMessage.Record(name: .root, type: .opt, recordClass: 4096, ttl: 0x0000_8000, data: .opaque([]))
+        return DNSMessage(id: id, flags: 0x0110, questions: [.init(name: name, type: type)], additionals: [opt])
     }
 }

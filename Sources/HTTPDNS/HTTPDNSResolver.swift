@@ -23,6 +23,8 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     public let configuration: HTTPDNSConfiguration
     /// The engine: cache, single-flight, upstream pool, fallback (the package's own business).
     package let engine: ResolverEngine
+    /// DNSSEC statuses and proven zone keys (used when `configuration.dnssec.policy` is not off).
+    let dnssecMemo = DNSSECMemo()
 
     public var options: HTTPDNSOptions { engine.options }
 
@@ -99,18 +101,30 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// - Throws: ``DNSError``: `invalid_name`, `nxdomain`, `nodata`, `rejected_private`, or the
     ///   upstreams' failures (one code when they agree, `upstream_failed` when not, each listed).
     public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
-        try await engine.resolve(host, type: type)
+        let resolution = try await engine.resolve(host, type: type)
+        guard configuration.dnssec.policy != .off else { return resolution }
+        return try await applyingDNSSEC(to: resolution)
     }
 
     /// `resolve`'s answer when it needs no lookup (an IP literal or a fresh cached answer, counted
     /// as a hit), without suspending; nil when `resolve` has to go out. For event-loop code.
     public func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
-        engine.resolveWithoutWaiting(host, type: type)
+        labelledWithoutWaiting(engine.resolveWithoutWaiting(host, type: type))
     }
 
     /// The cached answer for `host` (fresh or stale) without I/O, or nil. For hot paths.
     public func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
-        engine.cachedResolution(for: host, type: type)
+        labelledWithoutWaiting(engine.cachedResolution(for: host, type: type))
+    }
+
+    /// With DNSSEC on, a cached answer is usable without waiting only once its status is known
+    /// (and, under `require`, not bogus).
+    private func labelledWithoutWaiting(_ resolution: Resolution?) -> Resolution? {
+        guard var resolution, configuration.dnssec.policy != .off, resolution.source != .literal else { return resolution }
+        guard let status = dnssecMemo.status(of: resolution, now: clock.now) else { return nil }
+        if configuration.dnssec.policy == .require, status.isBogus { return nil }
+        resolution.dnssec = status
+        return resolution
     }
 
     /// Resolves `hosts` in the background to warm the cache.

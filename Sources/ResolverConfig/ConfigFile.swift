@@ -1,4 +1,5 @@
 import DNSCore
+import DNSSEC
 import Foundation
 import HTTPDNS
 import Yams
@@ -267,7 +268,9 @@ private struct Reader {
             "upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
             "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
+            "dnssec", "trust_anchors", "negative_trust_anchors",
         ]
+        var dnssec = DNSSECSettings()
         for (key, name, value) in try mapping(root, "", allowed: keys) {
             switch key {
             case "upstreams":
@@ -312,11 +315,22 @@ private struct Reader {
                 for host in config.lookup.preresolve {
                     do { _ = try DomainName(host) } catch { throw fail(value, key, error.message) }
                 }
+            case "dnssec": dnssec.policy = try enumeration(value, key, DNSSECPolicy.self)
+            case "trust_anchors":
+                let file = try path(value, key)
+                let text: String
+                do { text = try String(contentsOfFile: file, encoding: .utf8) } catch { throw fail(value, key, "cannot read '\(file)'") }
+                do { dnssec.anchors = try TrustAnchors(presentation: text) } catch { throw fail(value, key, "\(file): \(error)") }
+            case "negative_trust_anchors":
+                for zone in try strings(value, key) {
+                    do { dnssec.negativeAnchors.append(try DomainName(zone)) } catch { throw fail(value, key, error.message) }
+                }
             default: throw fail(name, key, "unknown key")
             }
         }
         guard !upstreams.isEmpty else { throw fail(root, "upstreams", "at least one trusted upstream is required") }
-        config.lookup.configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile, preresolve: config.lookup.preresolve)
+        config.lookup.configuration = HTTPDNSConfiguration(
+            upstreams: upstreams, caFile: caFile, preresolve: config.lookup.preresolve, dnssec: dnssec)
         config.lookup.options = options
         do { try config.lookup.configuration.validate() } catch { throw fail(root, "upstreams", error.message) }
         return config

@@ -27,6 +27,10 @@ package enum LookupOutput {
         object["elapsed_ms"] = .double(milliseconds(resolution.elapsed))
         if let canonical = resolution.canonicalName { object["canonical_name"] = .string(canonical) }
         if !resolution.failedAttempts.isEmpty { object["failed_attempts"] = attempts(resolution.failedAttempts) }
+        if let dnssec = resolution.dnssec {
+            object["dnssec"] = .string(dnssec.name)
+            if let reason = dnssec.reason { object["dnssec_reason"] = .string(reason) }
+        }
         return JSONValue.object(object)
     }
 
@@ -55,6 +59,7 @@ package enum LookupOutput {
         for attempt in resolution.failedAttempts {
             lines.append("    failed: \(attempt.upstream): \(attempt.code.rawValue): \(attempt.message)")
         }
+        if let dnssec = resolution.dnssec { lines.append("  dnssec \(dnssec.name)" + (dnssec.reason.map { ": " + $0 } ?? "")) }
         return lines.joined(separator: "\n")
     }
 

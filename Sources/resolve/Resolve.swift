@@ -105,8 +105,9 @@ struct LookupOptions: ParsableArguments {
 
     @Option(
         name: .customLong("dnssec"),
-        help: ArgumentHelp("off (default), report (label each answer) or require (a bogus answer is an error).", valueName: "MODE"))
-    var dnssec: String = "off"
+        help: ArgumentHelp(
+            "off (default, or the config's dnssec:), report (label each answer) or require (a bogus answer is an error).", valueName: "MODE"))
+    var dnssec: String?
 
     @Option(
         name: .customLong("trust-anchors"),
@@ -115,7 +116,9 @@ struct LookupOptions: ParsableArguments {
 
     var dnssecPolicy: DNSSECPolicy {
         get throws {
-            try DNSSECPolicy(rawValue: dnssec.lowercased()).orThrow(ValidationError("--dnssec must be off, report or require, not '\(dnssec)'"))
+            guard let dnssec else { return .off }
+            return try DNSSECPolicy(rawValue: dnssec.lowercased()).orThrow(
+                ValidationError("--dnssec must be off, report or require, not '\(dnssec)'"))
         }
     }
 
@@ -227,7 +230,10 @@ struct LookupOptions: ParsableArguments {
                 "\(upstream.url) is plain HTTP: the \(upstream.vendorDescription) hides the names asked but is weaker than TLS "
                     + "(no server authentication; see the README's vendor notes)")
         }
-        let configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile ?? file?.configuration.caFile)
+        var dnssecSettings = file?.configuration.dnssec ?? DNSSECSettings()
+        if dnssec != nil { dnssecSettings.policy = try dnssecPolicy }
+        if trustAnchors != nil { dnssecSettings.anchors = try loadTrustAnchors() }
+        let configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile ?? file?.configuration.caFile, dnssec: dnssecSettings)
         var options = file?.options ?? HTTPDNSOptions()
         if file == nil {
             // A one-shot lookup shows the TTL the resolver served; clamping matters only for reuse.
@@ -315,20 +321,9 @@ struct Lookup: AsyncParsableCommand {
         }
         // Every host is resolved concurrently; output keeps argument order.
         let results = await resolver.warm(hosts, type: type).map(\.result)
-        let policy = try options.dnssecPolicy
-        let anchors = try options.loadTrustAnchors()
         var failed = false
         for (host, result) in zip(hosts, results) {
             switch result {
-            case let .success(resolution) where policy != .off:
-                let status = await resolver.dnssecStatus(of: resolution, anchors: anchors)
-                if policy == .require, case .bogus(let reason) = status {
-                    failed = true
-                    let error = DNSError(.dnssecBogus, "\(host): DNSSEC validation failed: \(reason)")
-                    print(options.json ? LookupOutput.json(host: host, error: error) : LookupOutput.human(host: host, error: error))
-                } else {
-                    print(options.json ? LookupOutput.json(resolution, dnssec: status) : LookupOutput.human(resolution, dnssec: status))
-                }
             case let .success(resolution):
                 print(options.json ? LookupOutput.json(resolution) : LookupOutput.human(resolution))
             case let .failure(error):
@@ -337,28 +332,6 @@ struct Lookup: AsyncParsableCommand {
             }
         }
         throw ExitCode(failed ? Exit.failed : Exit.ok)
-    }
-}
-
-extension LookupOutput {
-    /// The lookup object with `dnssec` (and `dnssec_reason` unless secure) appended.
-    static func json(_ resolution: Resolution, dnssec status: DNSSECStatus) -> String {
-        guard case .object(var object) = jsonValue(resolution) else { return json(resolution) }
-        object["dnssec"] = .string(status.name)
-        switch status {
-        case .bogus(let reason), .indeterminate(let reason): object["dnssec_reason"] = .string(reason)
-        case .secure, .insecure: break
-        }
-        return JSONValue.object(object).serialized
-    }
-
-    static func human(_ resolution: Resolution, dnssec status: DNSSECStatus) -> String {
-        let reason: String =
-            switch status {
-            case .bogus(let reason), .indeterminate(let reason): ": " + reason
-            case .secure, .insecure: ""
-            }
-        return human(resolution) + "\n  dnssec \(status.name)\(reason)"
     }
 }
 

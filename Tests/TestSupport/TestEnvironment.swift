@@ -38,6 +38,11 @@ public enum TestEnvironment {
     public static let systemDNSPort = port("SYSTEM_DNS_PORT")
 
     public static let dohA = "https://doh-a.test:\(dohPort)/dns-query"
+    /// unbound, validating and recursive over doh-a's zones (follows CNAMEs across zones): DoH and plain DNS.
+    public static let validatorDoH = "https://doh-v.test:\(port("VALIDATOR_DOH_PORT"))/dns-query"
+    public static let validatorDNSPort = port("VALIDATOR_DNS_PORT")
+    /// The trust anchor of the signed tree under sig.test (its DS, written by testenv at start).
+    public static let sigTreeAnchors = root + "/.testenv/sig.test.anchors"
     public static let dohB = "https://doh-b.test:\(dohPortB)/dns-query"
     public static let jsonAPI = "https://json.test:\(dohPort)/resolve"
     /// nginx's broken-resolver endpoints: `hostile(path)` with bootstrap 127.0.0.3.
