@@ -75,6 +75,8 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
     public var message: String
     /// Each upstream attempt that failed, in the order they were made.
     public var attempts: [Attempt]
+    /// For `nxdomain` and `nodata` with DNSSEC on: whether the denial itself was proven.
+    public var dnssec: DNSSECStatus?
 
     public init(_ code: Code, _ message: String, attempts: [Attempt] = []) {
         self.code = code

@@ -32,6 +32,8 @@ public struct DNSSECSettings: Sendable, Hashable {
 /// and not a validation; with the zone keys proven so far.
 final class DNSSECMemo: Sendable {
     let chain = DNSSECChainCache()
+    /// Validations run (not answered from here): what a test of the memo counts.
+    let validations = Mutex(0)
     private let statuses = Mutex<[String: (status: DNSSECStatus, until: ResolverInstant)]>([:])
 
     static func key(_ resolution: Resolution) -> String {
@@ -45,15 +47,23 @@ final class DNSSECMemo: Sendable {
         }
     }
 
-    func store(_ status: DNSSECStatus, for resolution: Resolution) {
+    /// A bogus status is kept at most a minute (Unbound's `val-bogus-ttl`): long enough that a
+    /// flood of lookups does not re-walk the chain, short enough that a repaired zone recovers.
+    func store(_ status: DNSSECStatus, for resolution: Resolution, now: ResolverInstant) {
+        let until = status.isBogus ? min(resolution.expiresAt, now + Self.bogusLifetime) : resolution.expiresAt
         statuses.withLock { entries in
             if entries.count >= 4096 { entries.removeAll(keepingCapacity: true) }
-            entries[Self.key(resolution)] = (status, resolution.expiresAt)
+            entries[Self.key(resolution)] = (status, until)
         }
     }
+
+    static let bogusLifetime: Duration = .seconds(60)
 }
 
 extension HTTPDNSResolver {
+    /// How many answers were validated rather than labelled from the memo (for tests).
+    package var dnssecValidations: Int { dnssecMemo.validations.withLock { $0 } }
+
     /// `resolution` with its DNSSEC status under the configured policy (unchanged when off).
     /// - Throws: `dnssec_bogus` under `require` when the answer is bogus; the answer is then
     ///   dropped from the cache so that the next lookup asks again.
@@ -65,13 +75,49 @@ extension HTTPDNSResolver {
             labelled.dnssec = known
         } else {
             let status = await dnssecStatus(of: resolution, settings: settings)
-            dnssecMemo.store(status, for: resolution)
+            dnssecMemo.validations.withLock { $0 += 1 }
+            dnssecMemo.store(status, for: resolution, now: clock.now)
             labelled.dnssec = status
         }
         if settings.policy == .require, case .bogus(let reason) = labelled.dnssec {
             engine.forget(resolution.host)
             throw DNSError(.dnssecBogus, "\(resolution.host): DNSSEC validation failed: \(reason)")
         }
+        return labelled
+    }
+
+    /// `error` (nxdomain or nodata) labelled with whether the denial is proven: each type asked is
+    /// asked again with DO and CD and its denial validated. Under `require` a bogus denial — a
+    /// forged "does not exist" — becomes `dnssec_bogus`.
+    func provingDenial(_ error: DNSError, host: String, type: AddressQuery) async -> DNSError {
+        guard let name = try? DomainName(host) else { return error }
+        var validator = DNSSECValidator(anchors: configuration.dnssec.anchors, cache: dnssecMemo.chain) { name, type in
+            try await self.askValidating(name, type)
+        }
+        validator.negativeAnchors = configuration.dnssec.negativeAnchors
+        let seconds = UInt32(clamping: Int64(Date.now.timeIntervalSince1970))
+        var statuses: [DNSSECStatus] = []
+        for recordType in error.code == .nxdomain ? [RecordType.a] : type.recordTypes {
+            do {
+                let response = try await askValidating(name, recordType)
+                if response.answers.contains(where: { $0.type == recordType }) {
+                    statuses.append(.bogus("\(recordType) records exist for \(name): the \(error.code.rawValue) answer is not the zone's"))
+                    continue
+                }
+                statuses.append(await validator.validate(response, name: name, type: recordType, now: seconds))
+            } catch {
+                statuses.append(.indeterminate("asking \(name) \(recordType) with DO failed: \(error)"))
+            }
+        }
+        let status = statuses.first(where: \.isBogus) ?? statuses.first { $0 != .secure } ?? .secure
+        if configuration.dnssec.policy == .require, case .bogus(let reason) = status {
+            engine.forget(host)
+            var bogus = DNSError(.dnssecBogus, "\(host): DNSSEC validation of the \(error.code.rawValue) answer failed: \(reason)")
+            bogus.dnssec = status
+            return bogus
+        }
+        var labelled = error
+        labelled.dnssec = status
         return labelled
     }
 

@@ -101,8 +101,13 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// - Throws: ``DNSError``: `invalid_name`, `nxdomain`, `nodata`, `rejected_private`, or the
     ///   upstreams' failures (one code when they agree, `upstream_failed` when not, each listed).
     public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
-        let resolution = try await engine.resolve(host, type: type)
-        guard configuration.dnssec.policy != .off else { return resolution }
+        guard configuration.dnssec.policy != .off else { return try await engine.resolve(host, type: type) }
+        let resolution: Resolution
+        do {
+            resolution = try await engine.resolve(host, type: type)
+        } catch  where error.code == .nxdomain || error.code == .nodata {
+            throw await provingDenial(error, host: host, type: type)
+        }
         return try await applyingDNSSEC(to: resolution)
     }
 

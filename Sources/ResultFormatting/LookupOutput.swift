@@ -42,6 +42,10 @@ package enum LookupOutput {
         var object = JSONObject()
         object["host"] = .string(host)
         object["error"] = .object(detail)
+        if let dnssec = error.dnssec {
+            object["dnssec"] = .string(dnssec.name)
+            if let reason = dnssec.reason { object["dnssec_reason"] = .string(reason) }
+        }
         return JSONValue.object(object).serialized
     }
 
@@ -65,6 +69,7 @@ package enum LookupOutput {
 
     package static func human(host: String, error: DNSError) -> String {
         var lines = ["\(host)", "  error \(error.code.rawValue): \(error.message)"]
+        if let dnssec = error.dnssec { lines.append("  dnssec \(dnssec.name)" + (dnssec.reason.map { ": " + $0 } ?? "")) }
         if error.attempts.count > 1 {
             for attempt in error.attempts {
                 lines.append("    \(attempt.upstream): \(attempt.code.rawValue): \(attempt.message)")

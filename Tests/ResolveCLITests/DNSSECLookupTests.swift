@@ -101,4 +101,76 @@ import Testing
             table.filter { $0.contains("ours secure") }.count == 2 && table.filter { $0.contains("ours bogus") }.count == 2,
             "\n\(report)")
     }
+
+    static let dohV = ["--doh", TestEnvironment.validatorDoH, "--bootstrap", "doh-v.test=127.0.0.1", "--ca-file", TestEnvironment.caFile]
+
+    /// Unbound, validating with the same anchor, agrees with `resolve lookup --dnssec report` on
+    /// every name of the signed tree: unbound's AD bit is our secure, its SERVFAIL our bogus, an
+    /// answer without AD our insecure or indeterminate. Names whose answer crosses zones are asked
+    /// through unbound (which follows the chain), the others through BIND directly, so that bogus
+    /// data reaches our validator instead of unbound's SERVFAIL.
+    @Test func unboundAgreesNameByNameOnTheSignedTree() async throws {
+        try TestEnvironment.requireRunning()
+        let names: [(String, crossesZones: Bool)] = [
+            ("www.sig.test", false), ("x.wild.sig.test", false), ("nx.sig.test", false), ("www.rsa.sig.test", false),
+            ("www.n3.sig.test", false), ("x.wild.n3.sig.test", false), ("nx.n3.sig.test", false), ("www.unsigned.n3.sig.test", false),
+            ("www.insecure.sig.test", false), ("www.badsig.sig.test", false), ("www.expired.sig.test", false),
+            ("www.nokey.sig.test", false), ("alias.sig.test", true), ("back.rsa.sig.test", true), ("www.dn.sig.test", true),
+            ("www.hd.test", false),
+        ]
+        var table: [String] = []
+        var disagreements = 0
+        for (name, crossesZones) in names {
+            let upstream = crossesZones ? Self.dohV : CLI.dohA
+            let ours = try await CLI.run(
+                upstream + [
+                    "--allow-private", "--trust-anchors", TestEnvironment.sigTreeAnchors, "--json", "--dnssec", "report", "--type", "a", name,
+                ])
+            let status = try ours.jsonLines().first?["dnssec"] as? String ?? "none"
+            let dig = try await CLI.run(
+                ["@127.0.0.1", "-p", "\(TestEnvironment.validatorDNSPort)", "+dnssec", "+tries=1", "+time=5", name, "A"], executable: "/usr/bin/dig")
+            let flags = dig.stdout.split(separator: "\n").first { $0.hasPrefix(";; flags:") } ?? ""
+            let peer =
+                dig.stdout.contains("status: SERVFAIL")
+                ? "bogus" : flags.split(separator: ";").first?.split(separator: " ").contains("ad") == true ? "secure" : "not validated"
+            let agree = status == peer || (peer == "not validated" && ["insecure", "indeterminate"].contains(status))
+            if !agree { disagreements += 1 }
+            table.append("\(name): ours \(status), unbound \(peer)\(agree ? "" : "  <- differ")")
+        }
+        let report = table.joined(separator: "\n")
+        #expect(disagreements == 0, "\n\(report)")
+        // The table covers every state.
+        for state in ["secure", "insecure", "bogus", "indeterminate"] {
+            #expect(table.contains { $0.contains("ours \(state),") }, "no \(state) name:\n\(report)")
+        }
+    }
+
+    /// The config keys: `dnssec: require`, `trust_anchors:` and `negative_trust_anchors:`; the
+    /// flags override the file.
+    @Test func configKeysValidateAndNegativeAnchorsExempt() async throws {
+        try TestEnvironment.requireRunning()
+        let (directory, file) = try CLI.writeConfig(
+            CLI.dohAConfig + "allow_private: true\ndnssec: require\ntrust_anchors: \(TestEnvironment.sigTreeAnchors)\n"
+                + "negative_trust_anchors: [badsig.sig.test]\n")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let output = try await CLI.run(
+            ["--config", file.path, "--json", "--type", "a", "www.sig.test", "www.badsig.sig.test", "www.nokey.sig.test", "nx.sig.test"])
+        #expect(output.status == 1, "\(output.stderr)")
+        let lines = try output.jsonLines()
+        #expect(lines[0]["dnssec"] as? String == "secure", "\(lines[0])")
+        #expect(lines[1]["dnssec"] as? String == "indeterminate", "\(lines[1])")
+        #expect((lines[1]["dnssec_reason"] as? String)?.contains("negative trust anchor") == true, "\(lines[1])")
+        #expect((lines[2]["error"] as? [String: Any])?["code"] as? String == "dnssec_bogus", "\(lines[2])")
+        #expect((lines[3]["error"] as? [String: Any])?["code"] as? String == "nxdomain", "\(lines[3])")
+        #expect(lines[3]["dnssec"] as? String == "secure", "a proven NXDOMAIN: \(lines[3])")
+        // --dnssec off on the command line wins over the file.
+        let off = try await CLI.run(["--config", file.path, "--json", "--dnssec", "off", "--type", "a", "www.nokey.sig.test"])
+        #expect(off.status == 0, "\(off.stdout)")
+        #expect(try off.jsonLines().first?["dnssec"] == nil)
+        // A bad value names the key.
+        let (badDirectory, badFile) = try CLI.writeConfig(CLI.dohAConfig + "dnssec: sometimes\n")
+        defer { try? FileManager.default.removeItem(at: badDirectory) }
+        let bad = try await CLI.run(["--config", badFile.path, "www.sig.test"])
+        #expect(bad.status == 2 && bad.stderr.contains("dnssec"), "\(bad.stderr)")
+    }
 }
