@@ -175,3 +175,50 @@ enum Wire {
         #expect(Array(other[12..<25]) == Wire.name("xxx.hd.test"))
     }
 }
+
+@Suite struct DNSSECResponseTests {
+    static func resolution(_ status: DNSSECStatus?) -> Resolution {
+        var resolution = Resolution(
+            host: "www.sig.test", addresses: [ResolvedAddress(ip: IPAddress("192.0.2.11")!, ttl: 300)], source: .doh, upstream: "u",
+            elapsed: .zero, expiresAt: ResolverInstant(offset: .seconds(300)))
+        resolution.dnssec = status
+        return resolution
+    }
+
+    @Test func adOnlyForSecureAnswersToClientsThatSetDOOrAD() throws {
+        let now = ResolverInstant(offset: .zero)
+        let withDO = try DNSQuery(Wire.query("www.sig.test", edns: Wire.opt(dnssecOK: true)))
+        let withAD = try DNSQuery(Wire.header(flags: 0x0120) + Wire.question("www.sig.test"))
+        let plain = try DNSQuery(Wire.query("www.sig.test"))
+        func ad(_ query: DNSQuery, _ status: DNSSECStatus?) -> Bool {
+            DNSAnswers.response(to: query, Self.resolution(status), now: now).bytes[3] & 0x20 != 0
+        }
+        #expect(ad(withDO, .secure) && ad(withAD, .secure))
+        #expect(!ad(plain, .secure))
+        #expect(!ad(withDO, .insecure) && !ad(withDO, .indeterminate("x")) && !ad(withDO, nil))
+    }
+
+    @Test func bogusIsServfailWithExtendedError6AndABoundedReason() throws {
+        let query = try DNSQuery(Wire.query("www.nokey.sig.test", edns: Wire.opt(dnssecOK: true)))
+        let reason = "no DNSKEY matches — " + String(repeating: "é", count: 200)
+        let bytes = DNSAnswers.response(to: query, DNSError(.dnssecBogus, reason), negativeTTL: 30).bytes
+        let message = try DNSMessage(decoding: bytes)
+        #expect(message.responseCode == .serverFailure)
+        let opt = try #require(message.additionals.first { $0.type == .opt })
+        guard case .opaque(let options) = opt.data else {
+            Issue.record("OPT data not opaque")
+            return
+        }
+        #expect(Array(options[0..<2]) == [0, 15], "option code 15 (EDE)")
+        let length = Int(options[2]) << 8 | Int(options[3])
+        #expect(length == options.count - 4 && length <= 202)
+        #expect(Array(options[4..<6]) == [0, 6], "info code 6: DNSSEC Bogus")
+        let text = Array(options[6...])
+        #expect(String(validating: text, as: UTF8.self) != nil, "the cut keeps whole characters")
+        #expect(String(decoding: text, as: UTF8.self).hasPrefix("no DNSKEY matches"))
+        // Without EDNS there is nowhere to put it: plain SERVFAIL.
+        let plain = try DNSQuery(Wire.query("www.nokey.sig.test"))
+        let bare = try DNSMessage(decoding: DNSAnswers.response(to: plain, DNSError(.dnssecBogus, reason), negativeTTL: 30).bytes)
+        #expect(bare.responseCode == .serverFailure && bare.additionals.isEmpty)
+    }
+}

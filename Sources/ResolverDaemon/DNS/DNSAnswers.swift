@@ -55,12 +55,20 @@ enum DNSAnswers {
             writer.appendAddress(owner: owner, ttl: ttl, address.ip)
             minTTL = min(minTTL, ttl)
         }
+        if resolution.dnssec == .secure, query.wantsAuthenticData { writer.markAuthentic() }
         return Answer(bytes: writer.finish(), minTTL: minTTL == .max ? 0 : minTTL)
     }
 
     /// The response to a lookup that ended in `code`: NXDOMAIN and NODATA with `negativeTTL` for
     /// HTTP caches, the rest with their RCODE.
-    static func response(to query: DNSQuery, _ code: DNSError.Code, negativeTTL: UInt32) -> Answer {
+    static func response(to query: DNSQuery, _ error: DNSError, negativeTTL: UInt32) -> Answer {
+        response(to: query, error.code, negativeTTL: negativeTTL, dnssec: error.dnssec, detail: error.message)
+    }
+
+    /// As above from the code alone; `dnssec` labels a proven denial (AD) or a bogus answer (EDE 6,
+    /// "DNSSEC Bogus", with `detail` as its extra text).
+    static func response(to query: DNSQuery, _ code: DNSError.Code, negativeTTL: UInt32, dnssec: DNSSECStatus? = nil, detail: String? = nil) -> Answer
+    {
         let rcode: ResponseCode =
             switch code {
             case .nxdomain: .nameError
@@ -73,7 +81,10 @@ enum DNSAnswers {
         // The engine keeps the zone's SOA to itself: a negative answer goes without one, and HTTP
         // caches get the configured negative TTL.
         let ttl = code == .nxdomain || code == .nodata ? negativeTTL : 0
-        return Answer(bytes: DNSResponseWriter(answering: query, rcode: rcode.rawValue).finish(), minTTL: ttl)
+        var writer = DNSResponseWriter(answering: query, rcode: rcode.rawValue)
+        if code == .dnssecBogus { writer.extendedError = (6, detail ?? "DNSSEC Bogus") }
+        if dnssec == .secure, code == .nxdomain || code == .nodata, query.wantsAuthenticData { writer.markAuthentic() }
+        return Answer(bytes: writer.finish(), minTTL: ttl)
     }
 
     /// The smallest TTL of a response's answers (OPT aside); for a negative answer, the SOA's

@@ -65,6 +65,8 @@ struct DNSQuery: Sendable {
 
     var recursionDesired: Bool { flags & 0x0100 != 0 }
     var checkingDisabled: Bool { flags & 0x0010 != 0 }
+    /// DO or AD set: the client understands the AD bit (RFC 6840 §5.7).
+    var wantsAuthenticData: Bool { flags & 0x0020 != 0 || edns?.dnssecOK == true }
 
     /// Parses and checks `wire`.
     /// - Throws: ``Problem``, which says how (and whether) to reply.

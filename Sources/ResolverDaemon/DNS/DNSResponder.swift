@@ -25,6 +25,11 @@ enum DNSResponder {
     /// Answers `query`, looking up or forwarding as needed.
     static func answer(_ query: DNSQuery, resolver: HTTPDNSResolver) async -> Answer {
         guard let type = query.addressType else { return await forward(query, resolver: resolver) }
+        // CD with validation on: the client validates itself and wants the data as the upstream
+        // has it, bogus or not (RFC 4035 §3.2.2) — with the RRSIGs when it set DO.
+        if query.checkingDisabled, resolver.configuration.dnssec.policy != .off, resolver.canForward {
+            return await forward(query, resolver: resolver)
+        }
         if let ready = answerWithoutWaiting(query, resolver: resolver) { return ready }
         do {
             let resolution = try await resolver.resolve(query.question.name.description, type: type)
@@ -32,7 +37,7 @@ enum DNSResponder {
         } catch {
             // A name DNS allows but a host name does not: the upstream decides (BIND says NXDOMAIN).
             if error.code == .invalidName, resolver.canForward { return await forward(query, resolver: resolver) }
-            return DNSAnswers.response(to: query, error.code, negativeTTL: UInt32(clamping: resolver.options.negativeTTL.components.seconds))
+            return DNSAnswers.response(to: query, error, negativeTTL: UInt32(clamping: resolver.options.negativeTTL.components.seconds))
         }
     }
 

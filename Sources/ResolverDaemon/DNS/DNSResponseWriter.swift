@@ -15,6 +15,11 @@ struct DNSResponseWriter {
     private(set) var bytes: [UInt8]
     private var answerCount: UInt16 = 0
     private let edns: DNSQuery.EDNS?
+    /// An Extended DNS Error (RFC 8914) for the OPT record: info code and extra text.
+    var extendedError: (code: UInt16, text: String)?
+
+    /// Sets AD: the data is secure by our own validation (RFC 4035 §3.2.3, RFC 6840 §5.7).
+    mutating func markAuthentic() { bytes[3] |= 0x20 }
 
     /// Starts a response to `query` with `rcode` (its low 4 bits; the rest goes into the OPT record).
     init(answering query: DNSQuery, rcode: UInt16 = 0, truncated: Bool = false) {
@@ -84,20 +89,36 @@ struct DNSResponseWriter {
         out[7] = UInt8(truncatingIfNeeded: answerCount)
         if let edns {
             out[11] = 1
-            Self.appendOPT(&out, extendedRcode: extendedRcode, dnssecOK: edns.dnssecOK)
+            Self.appendOPT(&out, extendedRcode: extendedRcode, dnssecOK: edns.dnssecOK, extendedError: extendedError)
         }
         return out
     }
 
     /// OPT: root owner, our payload size, version 0, DO copied (RFC 3225 §3), no options.
-    static func appendOPT(_ out: inout [UInt8], extendedRcode: UInt8, dnssecOK: Bool) {
+    /// With an Extended DNS Error, one EDE option (code 15): info code, then UTF-8 extra text
+    /// (cut to 200 bytes at a character boundary).
+    static func appendOPT(_ out: inout [UInt8], extendedRcode: UInt8, dnssecOK: Bool, extendedError: (code: UInt16, text: String)? = nil) {
         out.append(0)
         out.append16(RecordType.opt.rawValue)
         out.append16(udpPayloadSize)
         out.append(extendedRcode)
         out.append(0)
         out.append16(dnssecOK ? 0x8000 : 0)
-        out.append16(0)
+        guard let extendedError else {
+            out.append16(0)
+            return
+        }
+        var text = Array(extendedError.text.utf8)
+        if text.count > 200 {
+            text = Array(text[..<200])
+            while let last = text.last, last & 0xC0 == 0x80 { text.removeLast() }
+            if let last = text.last, last >= 0xC0 { text.removeLast() }
+        }
+        out.append16(UInt16(4 + 2 + text.count))
+        out.append16(15)
+        out.append16(UInt16(2 + text.count))
+        out.append16(extendedError.code)
+        out.append(contentsOf: text)
     }
 
     /// Puts the client's letter case back into a response that echoes its question (a forwarded
