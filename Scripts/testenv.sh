@@ -251,6 +251,7 @@ sign_tree() {
         echo 'www IN A 192.0.2.11'
         echo '*.wild IN A 192.0.2.19'
         echo 'alias IN CNAME www.rsa.sig.test.'
+        echo 'forged IN A 192.0.2.77'
         echo 'dn IN DNAME rsa.sig.test.'
         for zone in rsa n3 insecure badsig expired nokey; do echo "$zone IN NS ns.hd.test."; done
         for zone in rsa n3 badsig expired; do dnssec-dsfromkey -2 "$keys/$(cat "$dir/$zone.key").key"; done
@@ -538,6 +539,10 @@ address=/nxrewrite.hd.test/127.0.0.8
 address=/cmp.hd.test/127.0.0.10
 # A forged HTTPS record (1 . alpn=h2 ipv4hint=203.0.113.66) for a name whose A answer is honest.
 dns-rr=forged.hd.test,65,00:01:00:00:01:00:03:02:68:32:00:04:00:04:cb:00:71:42
+# The signed tree, honestly (RRSIGs passed through to clients that set DO), but for one name
+# whose signed address is 192.0.2.77: the system side forges it (without signatures).
+server=/sig.test/127.0.0.1#$DNS_PORT
+address=/forged.sig.test/198.18.66.66
 EOF
 }
 

@@ -86,15 +86,27 @@ extension HTTPDNSResolver {
         return labelled
     }
 
+    /// Validates a response from elsewhere (the system's resolver, asked with DO) with this
+    /// resolver's anchors, the chain fetched from its trusted upstreams (and cached).
+    public func validate(_ response: DNSMessage, name: DomainName, type: RecordType, now: Date = .now) async -> DNSSECStatus {
+        await validator().validate(response, name: name, type: type, now: UInt32(clamping: Int64(now.timeIntervalSince1970)))
+    }
+
+    /// The validator of the configured anchors over the trusted upstreams, with the shared chain cache.
+    func validator() -> DNSSECValidator {
+        var validator = DNSSECValidator(anchors: configuration.dnssec.anchors, cache: dnssecMemo.chain) { name, type in
+            try await self.askValidating(name, type)
+        }
+        validator.negativeAnchors = configuration.dnssec.negativeAnchors
+        return validator
+    }
+
     /// `error` (nxdomain or nodata) labelled with whether the denial is proven: each type asked is
     /// asked again with DO and CD and its denial validated. Under `require` a bogus denial — a
     /// forged "does not exist" — becomes `dnssec_bogus`.
     func provingDenial(_ error: DNSError, host: String, type: AddressQuery) async -> DNSError {
         guard let name = try? DomainName(host) else { return error }
-        var validator = DNSSECValidator(anchors: configuration.dnssec.anchors, cache: dnssecMemo.chain) { name, type in
-            try await self.askValidating(name, type)
-        }
-        validator.negativeAnchors = configuration.dnssec.negativeAnchors
+        let validator = validator()
         let seconds = UInt32(clamping: Int64(Date.now.timeIntervalSince1970))
         var statuses: [DNSSECStatus] = []
         for recordType in error.code == .nxdomain ? [RecordType.a] : type.recordTypes {
@@ -135,9 +147,9 @@ extension HTTPDNSResolver {
     public func dnssecStatus(of resolution: Resolution, settings: DNSSECSettings, now: Date = .now) async -> DNSSECStatus {
         guard resolution.source != .literal else { return .indeterminate("an IP literal") }
         guard let name = try? DomainName(resolution.host) else { return .indeterminate("not a DNS name") }
-        var validator = DNSSECValidator(anchors: settings.anchors, cache: dnssecMemo.chain) { name, type in
-            try await self.askValidating(name, type)
-        }
+        var validator = validator()
+        validator = DNSSECValidator(
+            anchors: settings.anchors, cache: settings == configuration.dnssec ? dnssecMemo.chain : nil, fetch: validator.fetch)
         validator.negativeAnchors = settings.negativeAnchors
         let seconds = UInt32(clamping: Int64(now.timeIntervalSince1970))
         var statuses: [DNSSECStatus] = []

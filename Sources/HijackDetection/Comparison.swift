@@ -1,11 +1,29 @@
 import AddressProbing
 import DNSCore
 import HTTPDNS
+import SystemResolver
 
 /// One side of a comparison: something that answers "which addresses does this host have".
 public protocol AnswerSource: Sendable {
     /// The addresses of `host`, or why there are none. Never throws: a failure is an answer too.
     func answer(for host: String, type: AddressQuery) async -> ResolverAnswer
+    /// The answer with what DNSSEC proved about it (nil: not validated).
+    func provenAnswer(for host: String, type: AddressQuery) async -> ProvenAnswer
+}
+
+/// An answer and its DNSSEC status, when the side validates.
+public struct ProvenAnswer: Sendable, Hashable {
+    public var answer: ResolverAnswer
+    public var dnssec: DNSSECStatus?
+
+    public init(_ answer: ResolverAnswer, dnssec: DNSSECStatus? = nil) {
+        self.answer = answer
+        self.dnssec = dnssec
+    }
+}
+
+extension AnswerSource {
+    public func provenAnswer(for host: String, type: AddressQuery) async -> ProvenAnswer { ProvenAnswer(await answer(for: host, type: type)) }
 }
 
 /// The trusted side: the HTTPDNS resolver (its DoH/JSON upstreams, its own timeout).
@@ -17,10 +35,16 @@ public struct TrustedAnswers: AnswerSource {
     }
 
     public func answer(for host: String, type: AddressQuery) async -> ResolverAnswer {
+        await provenAnswer(for: host, type: type).answer
+    }
+
+    /// With the resolver's DNSSEC policy on, the status of its answer (or of its denial).
+    public func provenAnswer(for host: String, type: AddressQuery) async -> ProvenAnswer {
         do {
-            return ResolverAnswer(.success(try await resolver.resolve(host, type: type).addresses.map(\.ip)))
+            let resolution = try await resolver.resolve(host, type: type)
+            return ProvenAnswer(ResolverAnswer(.success(resolution.addresses.map(\.ip))), dnssec: resolution.dnssec)
         } catch {
-            return ResolverAnswer(.failure(error))
+            return ProvenAnswer(ResolverAnswer(.failure(error)), dnssec: error.dnssec)
         }
     }
 }
@@ -30,10 +54,42 @@ public struct TrustedAnswers: AnswerSource {
 public struct PlainDNSAnswers: AnswerSource {
     public let upstream: any DNSUpstream
     public let timeout: Duration
+    /// When set (and the upstream is a ``SystemResolver``), the system's answers are asked with DO
+    /// and validated by this resolver's DNSSEC settings, the chain fetched from its trusted
+    /// upstreams: a forged answer in a signed zone is then named bogus, with the reason.
+    public var validator: HTTPDNSResolver?
 
-    public init(_ upstream: any DNSUpstream, timeout: Duration = .seconds(3)) {
+    public init(_ upstream: any DNSUpstream, timeout: Duration = .seconds(3), validator: HTTPDNSResolver? = nil) {
         self.upstream = upstream
         self.timeout = timeout
+        self.validator = validator
+    }
+
+    public func provenAnswer(for host: String, type: AddressQuery) async -> ProvenAnswer {
+        guard let validator, let system = upstream as? SystemResolver, let name = try? DomainName(host) else {
+            return ProvenAnswer(await answer(for: host, type: type))
+        }
+        let timeout = self.timeout
+        let results = await withTaskGroup(of: (Int, Result<AddressAnswer, DNSError>, DNSSECStatus?).self) { group in
+            for (index, recordType) in type.recordTypes.enumerated() {
+                group.addTask {
+                    let question = DNSMessage.Question(name: name, type: recordType)
+                    do throws(DNSError) {
+                        let message = try await system.message(question, timeout: timeout, dnssecOK: true)
+                        let status = await validator.validate(message, name: name, type: recordType)
+                        return (index, .success(try DNSMessage.answer(decoding: message.encode(), to: question, id: nil)), status)
+                    } catch {
+                        return (index, .failure(error), nil)
+                    }
+                }
+            }
+            var collected: [(Int, Result<AddressAnswer, DNSError>, DNSSECStatus?)] = []
+            for await result in group { collected.append(result) }
+            return collected.sorted { $0.0 < $1.0 }
+        }
+        let statuses = results.compactMap(\.2)
+        let status = statuses.first(where: \.isBogus) ?? statuses.first { $0 != .secure } ?? statuses.first
+        return ProvenAnswer(Self.combine(results.map(\.1)), dnssec: status)
     }
 
     public func answer(for host: String, type: AddressQuery) async -> ResolverAnswer {
@@ -90,10 +146,13 @@ public struct HostComparison: Sendable, Hashable {
     public var verdict: Verdict
     /// A canary: a random name that cannot exist, asked to catch a resolver that invents answers.
     public var isCanary: Bool
+    /// What DNSSEC proved about each side's answer (nil: not validated).
+    public var trustedDNSSEC: DNSSECStatus?
+    public var systemDNSSEC: DNSSECStatus?
 
     public init(
         host: String, trusted: ResolverAnswer, system: ResolverAnswer, probes: [AddressProbe],
-        verdict: Verdict, isCanary: Bool = false
+        verdict: Verdict, isCanary: Bool = false, trustedDNSSEC: DNSSECStatus? = nil, systemDNSSEC: DNSSECStatus? = nil
     ) {
         self.host = host
         self.trusted = trusted
@@ -101,6 +160,8 @@ public struct HostComparison: Sendable, Hashable {
         self.probes = probes
         self.verdict = verdict
         self.isCanary = isCanary
+        self.trustedDNSSEC = trustedDNSSEC
+        self.systemDNSSEC = systemDNSSEC
     }
 }
 
@@ -137,13 +198,21 @@ public struct HijackDetector: Sendable {
 
     /// Compares one host: both sides asked at once, then the probes the difference calls for, all
     /// at once.
+    ///
+    /// When the trusted answer is DNSSEC-secure, a differing system answer is judged on that proof
+    /// alone and nothing is probed.
     public func compare(_ host: String) async -> HostComparison {
-        async let trustedAnswer = trusted.answer(for: host, type: type)
-        async let systemAnswer = system.answer(for: host, type: type)
+        async let trustedAnswer = trusted.provenAnswer(for: host, type: type)
+        async let systemAnswer = system.provenAnswer(for: host, type: type)
         let (trustedSide, systemSide) = await (trustedAnswer, systemAnswer)
-        let probes = await probe(host, Self.addressesToProbe(trusted: trustedSide, system: systemSide))
-        let verdict = Verdict.judge(host: host, trusted: trustedSide, system: systemSide, probes: probes, probing: prober != nil)
-        return HostComparison(host: host, trusted: trustedSide, system: systemSide, probes: probes, verdict: verdict)
+        let proven = trustedSide.dnssec == .secure
+        let probes = proven ? [] : await probe(host, Self.addressesToProbe(trusted: trustedSide.answer, system: systemSide.answer))
+        var verdict = Verdict.judge(
+            host: host, trusted: trustedSide.answer, system: systemSide.answer, probes: probes, probing: prober != nil)
+        verdict = verdict.withDNSSEC(host: host, trusted: trustedSide, system: systemSide)
+        return HostComparison(
+            host: host, trusted: trustedSide.answer, system: systemSide.answer, probes: probes, verdict: verdict,
+            trustedDNSSEC: trustedSide.dnssec, systemDNSSEC: systemSide.dnssec)
     }
 
     /// Asks both sides for a random name under `zone` that cannot exist. An honest resolver says

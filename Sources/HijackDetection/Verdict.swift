@@ -111,6 +111,46 @@ public struct Verdict: Sendable, Hashable {
         return Verdict(.suspicious, "system-only address\(unproven.count == 1 ? "" : "es") gave no proof either way (\(outcomes)); unproven")
     }
 
+    /// The verdict with DNSSEC evidence: a DNSSEC-secure trusted answer proves what the name holds
+    /// (or that it does not exist), so a system answer that differs is hijacked on that proof alone;
+    /// a system answer that fails validation is named as such.
+    public func withDNSSEC(host: String, trusted: ProvenAnswer, system: ProvenAnswer) -> Verdict {
+        var verdict = self
+        var notes: [String] = []
+        if case .bogus(let reason) = system.dnssec { notes.append("the system's answer fails DNSSEC validation: \(reason)") }
+        switch trusted.dnssec {
+        case .secure?:
+            switch (trusted.answer, system.answer) {
+            case (.addresses(let genuine), .addresses(let answered)):
+                let foreign = answered.filter { !genuine.contains($0) }
+                if foreign.isEmpty {
+                    notes.insert("the trusted answer is DNSSEC-secure", at: 0)
+                } else {
+                    verdict = Verdict(
+                        .hijacked,
+                        "the trusted answer is DNSSEC-secure (signed from the trust anchor) and holds \(Self.list(genuine)); "
+                            + "the system resolver answers \(Self.list(foreign)), which the signed data does not hold")
+                }
+            case (.addresses, .absent(let code)):
+                verdict = Verdict(
+                    .hijacked,
+                    "the trusted answer is DNSSEC-secure, so \(host) exists; the system resolver says "
+                        + (code == .nxdomain ? "it does not exist (NXDOMAIN)" : "it has no addresses") + ": blocking")
+            case (.absent, .addresses):
+                notes.insert("the denial is DNSSEC-proven", at: 0)
+            default:
+                notes.insert("the trusted answer is DNSSEC-secure", at: 0)
+            }
+        case .bogus(let reason)?:
+            notes.insert("the trusted answer is DNSSEC-bogus (\(reason)): the trusted side itself is in doubt", at: 0)
+            if verdict.kind == .hijacked { verdict.kind = .suspicious }
+        default:
+            break
+        }
+        if !notes.isEmpty { verdict.reason += "; " + notes.joined(separator: "; ") }
+        return verdict
+    }
+
     /// Judges a canary: `host` is a random name under `zone` that cannot exist.
     public static func judgeCanary(host: String, zone: String, trusted: ResolverAnswer, system: ResolverAnswer) -> Verdict {
         switch (trusted, system) {

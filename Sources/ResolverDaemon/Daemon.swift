@@ -42,7 +42,8 @@ final class Runtime: Sendable {
         let probeTimeout = min(config.lookup.options.timeout, .seconds(3))
         let caFile = config.lookup.configuration.caFile
         detector = HijackDetector(
-            trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: probeTimeout),
+            trusted: TrustedAnswers(resolver),
+            system: PlainDNSAnswers(system, timeout: probeTimeout, validator: config.lookup.configuration.dnssec.policy == .off ? nil : resolver),
             prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile))
         ranker = AddressRanker(
             resolver: resolver, prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile),

@@ -80,6 +80,11 @@ enum Routes {
             entry["reason"] = .string(status.comparison.verdict.reason)
             entry["trusted"] = .array(addresses(status.comparison.trusted).map { .string($0.description) })
             entry["system"] = .array(addresses(status.comparison.system).map { .string($0.description) })
+            for (key, dnssec) in [("trusted_dnssec", status.comparison.trustedDNSSEC), ("system_dnssec", status.comparison.systemDNSSEC)] {
+                guard let dnssec else { continue }
+                entry[key] = .string(dnssec.name)
+                if let reason = dnssec.reason { entry[key + "_reason"] = .string(reason) }
+            }
             entry["addresses"] = .array(
                 status.ranked.map { address in
                     var item = JSONObject()

@@ -113,8 +113,15 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
 
     /// The whole response to `question` (any type: HTTPS, TXT, …), checked to answer it; the
     /// caller reads its sections. NXDOMAIN and NODATA without a message are `nxdomain`/`nodata`.
-    public func message(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> DNSMessage {
-        let raw = try await exchange(question, timeout: timeout)
+    /// With `dnssecOK` the query carries DO (RFC 3225), so that a resolver that has them hands
+    /// over the RRSIGs and NSEC records: what DNSSEC evidence about the system side needs.
+    public func message(_ question: DNSMessage.Question, timeout: Duration, dnssecOK: Bool = false) async throws(DNSError) -> DNSMessage {
+        var wire: [UInt8]?
+        if dnssecOK {
+            let opt = DNSMessage.Record(name: .root, type: .opt, recordClass: 1232, ttl: 0x0000_8000, data: .opaque([]))
+            wire = DNSMessage(id: 0, flags: 0x0100, questions: [question], additionals: [opt]).encode()
+        }
+        let raw = try await exchange(question, wire: wire, timeout: timeout)
         if let answer = raw.answer, !answer.isEmpty {
             do {
                 let message = try DNSMessage(decoding: answer)
@@ -135,11 +142,11 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
         }
     }
 
-    private func exchange(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> RawAnswer {
+    private func exchange(_ question: DNSMessage.Question, wire: [UInt8]? = nil, timeout: Duration) async throws(DNSError) -> RawAnswer {
         let id = nextID.add(1, ordering: .relaxed).newValue
         let result: Result<RawAnswer, DNSError> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let query = PendingQuery(id: id, question: question, deadline: .now + timeout, continuation: continuation)
+                let query = PendingQuery(id: id, question: question, wire: wire, deadline: .now + timeout, continuation: continuation)
                 let accepted = inbox.withLock { inbox -> Bool in
                     guard inbox.running else { return false }
                     inbox.queries.append(query)
@@ -226,6 +233,11 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
     private func start(_ query: PendingQuery, on channel: ares_channel) {
         pending[query.id] = query
         let context = Unmanaged.passRetained(CallbackContext(owner: self, id: query.id)).toOpaque()
+        if let wire = query.wire {
+            // A query of our own making (DO set); c-ares gives it its own ID.
+            wire.withUnsafeBufferPointer { buffer in ares_send(channel, buffer.baseAddress, Int32(buffer.count), onAnswer, context) }
+            return
+        }
         let name = query.question.name.description
         ares_query(channel, name, Int32(DNSMessage.classIN), Int32(query.question.type.rawValue), onAnswer, context)
     }
@@ -282,15 +294,18 @@ private final class PendingQuery: @unchecked Sendable {
     // Safety: finished only on the loop thread, or before it was ever enqueued.
     let id: UInt64
     let question: DNSMessage.Question
+    /// The query as sent, when not c-ares' own (`ares_send` instead of `ares_query`).
+    let wire: [UInt8]?
     let deadline: ContinuousClock.Instant
     private var continuation: CheckedContinuation<Result<RawAnswer, DNSError>, Never>?
 
     init(
-        id: UInt64, question: DNSMessage.Question, deadline: ContinuousClock.Instant,
+        id: UInt64, question: DNSMessage.Question, wire: [UInt8]? = nil, deadline: ContinuousClock.Instant,
         continuation: CheckedContinuation<Result<RawAnswer, DNSError>, Never>
     ) {
         self.id = id
         self.question = question
+        self.wire = wire
         self.deadline = deadline
         self.continuation = continuation
     }

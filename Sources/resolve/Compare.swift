@@ -87,7 +87,8 @@ struct Compare: AsyncParsableCommand {
             prober = ConnectionProber(mode: mode, timeout: stepTimeout, caFile: options.caFile ?? file?.configuration.caFile)
         }
         let detector = HijackDetector(
-            trusted: TrustedAnswers(resolver), system: PlainDNSAnswers(system, timeout: stepTimeout),
+            trusted: TrustedAnswers(resolver),
+            system: PlainDNSAnswers(system, timeout: stepTimeout, validator: resolver.configuration.dnssec.policy == .off ? nil : resolver),
             prober: prober, probePort: probePort ?? (httpMarker == nil ? 443 : 80),
             type: try options.addressQuery)
         var results = await detector.compare(
@@ -158,6 +159,11 @@ enum CompareOutput {
         object["trusted_status"] = .string(status(result.trusted))
         object["system_status"] = .string(status(result.system))
         if result.isCanary { object["canary"] = .bool(true) }
+        for (key, status) in [("trusted_dnssec", result.trustedDNSSEC), ("system_dnssec", result.systemDNSSEC)] {
+            guard let status else { continue }
+            object[key] = .string(status.name)
+            if let reason = status.reason { object[key + "_reason"] = .string(reason) }
+        }
         if let https { object["https"] = .object(httpsJSON(https)) }
         return JSONValue.object(object).serialized
     }
@@ -183,8 +189,9 @@ enum CompareOutput {
 
     static func human(_ result: HostComparison, https: ServiceBindingComparison? = nil) -> String {
         var lines = ["\(result.host)\(result.isCanary ? " (canary)" : "")  \(result.verdict.kind.rawValue.uppercased())"]
-        lines.append("  trusted: \(side(result.trusted))")
-        lines.append("  system:  \(side(result.system))")
+        func dnssec(_ status: DNSSECStatus?) -> String { status.map { "  (dnssec \($0.name))" } ?? "" }
+        lines.append("  trusted: \(side(result.trusted))\(dnssec(result.trustedDNSSEC))")
+        lines.append("  system:  \(side(result.system))\(dnssec(result.systemDNSSEC))")
         for probe in result.probes {
             var timing: [String] = []
             if let connect = probe.connectSeconds { timing.append("connect \(milliseconds(connect)) ms") }

@@ -118,3 +118,45 @@ struct VerdictTests {
         #expect(Verdict.judge(host: "a.test", trusted: .absent(.nxdomain), system: .absent(.nxdomain), probes: [], probing: true).kind == .consistent)
     }
 }
+
+/// DNSSEC evidence on top of the verdict (§3 of the DNSSEC issue).
+struct DNSSECVerdictTests {
+    func ip(_ text: String) -> IPAddress { IPAddress(text)! }
+    func proven(_ answer: ResolverAnswer, _ status: DNSSECStatus?) -> ProvenAnswer { ProvenAnswer(answer, dnssec: status) }
+
+    @Test func aSecureTrustedAnswerMakesADifferingSystemAnswerHijackedWithoutProbes() {
+        let trusted = proven(.addresses([ip("192.0.2.77")]), .secure)
+        let system = proven(.addresses([ip("198.18.66.66")]), .bogus("forged.sig.test A is not signed"))
+        let base = Verdict.judge(host: "forged.sig.test", trusted: trusted.answer, system: system.answer, probes: [], probing: true)
+        #expect(base.kind == .suspicious, "without DNSSEC: unproven (\(base.reason))")
+        let verdict = base.withDNSSEC(host: "forged.sig.test", trusted: trusted, system: system)
+        #expect(verdict.kind == .hijacked)
+        #expect(verdict.reason.contains("DNSSEC-secure") && verdict.reason.contains("198.18.66.66"), "\(verdict.reason)")
+        #expect(verdict.reason.contains("the system's answer fails DNSSEC validation: forged.sig.test A is not signed"), "\(verdict.reason)")
+    }
+
+    @Test func aSecureAnswerDeniedByTheSystemIsBlocking() {
+        let verdict = Verdict.judge(host: "a.test", trusted: .addresses([ip("192.0.2.1")]), system: .absent(.nxdomain), probes: [], probing: false)
+            .withDNSSEC(host: "a.test", trusted: proven(.addresses([ip("192.0.2.1")]), .secure), system: proven(.absent(.nxdomain), nil))
+        #expect(verdict.kind == .hijacked && verdict.reason.contains("NXDOMAIN"), "\(verdict.reason)")
+    }
+
+    @Test func consistentStaysConsistentAndSaysSo() {
+        let same = proven(.addresses([ip("192.0.2.11")]), .secure)
+        let verdict = Verdict.judge(host: "a.test", trusted: same.answer, system: same.answer, probes: [], probing: true)
+            .withDNSSEC(host: "a.test", trusted: same, system: same)
+        #expect(verdict.kind == .consistent && verdict.reason == "same addresses; the trusted answer is DNSSEC-secure")
+    }
+
+    @Test func insecureOrUnvalidatedChangesNothingAndABogusTrustedSideIsDoubted() {
+        let trusted = ResolverAnswer.addresses([ip("1.2.3.4")])  // public (nothing is contacted)
+        let system = ResolverAnswer.addresses([ip("10.9.9.9")])
+        let base = Verdict.judge(host: "a.test", trusted: trusted, system: system, probes: [], probing: false)
+        #expect(base.kind == .hijacked, "a bogon")
+        for status in [DNSSECStatus.insecure, .indeterminate("no anchor"), nil] {
+            #expect(base.withDNSSEC(host: "a.test", trusted: proven(trusted, status), system: proven(system, nil)) == base)
+        }
+        let doubted = base.withDNSSEC(host: "a.test", trusted: proven(trusted, .bogus("bad signature")), system: proven(system, nil))
+        #expect(doubted.kind == .suspicious && doubted.reason.contains("the trusted side itself is in doubt"), "\(doubted.reason)")
+    }
+}

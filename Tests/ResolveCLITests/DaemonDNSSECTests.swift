@@ -16,7 +16,7 @@ extension DaemonSuites {
         init() async throws {
             daemon = try await DaemonProcess(
                 config: DaemonProcess.config(
-                    port: Self.port,
+                    port: Self.port, watch: ["forged.sig.test"],
                     extra: """
                         dns_listen: "127.0.0.1:\(Self.dnsPort)"
                         dnssec: require
@@ -61,6 +61,15 @@ extension DaemonSuites {
             #expect(json.contains("\"dnssec\":\"secure\""), "\(json)")
             let refused = daemon.text(try await daemon.get("/v1/resolve?host=www.nokey.sig.test&type=a"))
             #expect(refused.contains("dnssec_bogus"), "\(refused)")
+            // The watcher: the system's forged answer for a signed name is hijacked on the DNSSEC proof.
+            var status = ""
+            for _ in 0..<50 {
+                status = daemon.text(try await daemon.get("/v1/status"))
+                if status.contains("\"verdict\":\"hijacked\"") { break }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            #expect(status.contains("\"verdict\":\"hijacked\""), "\(status)")
+            #expect(status.contains("\"trusted_dnssec\":\"secure\"") && status.contains("\"system_dnssec\":\"bogus\""), "\(status)")
         }
     }
 }

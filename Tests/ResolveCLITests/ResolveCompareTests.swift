@@ -120,4 +120,29 @@ struct ResolveCompareTests {
         #expect(output.status == 2)
         #expect(output.stderr.contains(mentions), "\(output.stderr)")
     }
+
+    /// DNSSEC evidence: with `--dnssec report` and the signed tree's anchor, the system's forged,
+    /// unsigned answer for forged.sig.test is hijacked on the proof alone (no probe made) and named
+    /// bogus; an honest signed name is consistent and says it is secure.
+    @Test func aDNSSECSecureTrustedAnswerProvesTheHijackWithoutProbing() async throws {
+        try TestEnvironment.requireRunning()
+        let output = try await CLI.run(
+            Self.base + [
+                "--json", "--type", "a", "--dnssec", "report", "--trust-anchors", TestEnvironment.sigTreeAnchors, "forged.sig.test", "www.sig.test",
+            ])
+        #expect(output.status == 3, "\(output.stderr)")
+        let lines = try output.jsonLines()
+        #expect(lines[0]["verdict"] as? String == "hijacked")
+        #expect((lines[0]["probes"] as? [Any])?.isEmpty == true, "no probe needed: \(lines[0])")
+        #expect(lines[0]["trusted_dnssec"] as? String == "secure")
+        #expect(lines[0]["system_dnssec"] as? String == "bogus")
+        #expect((lines[0]["system_dnssec_reason"] as? String)?.contains("not signed") == true, "\(lines[0])")
+        #expect((lines[0]["reason"] as? String)?.contains("which the signed data does not hold") == true, "\(lines[0])")
+        #expect(lines[1]["verdict"] as? String == "consistent")
+        #expect(lines[1]["trusted_dnssec"] as? String == "secure" && lines[1]["system_dnssec"] as? String == "secure", "\(lines[1])")
+        // Without --dnssec the same comparison has no such proof: the forged address is probed (nothing listens: unproven).
+        let plain = try await CLI.run(Self.base + ["--json", "--type", "a", "forged.sig.test"])
+        let line = try #require(try plain.jsonLines().first)
+        #expect(line["verdict"] as? String != "hijacked" && line["trusted_dnssec"] == nil, "\(line)")
+    }
 }
