@@ -9,7 +9,7 @@
 #   stub      one datagram to the daemon's DNS stub (Fuzz/StubDatagramFuzzer.swift)
 #   doh       a DoH GET target or POST media type and body (Fuzz/DoHRequestFuzzer.swift)
 #   vendor    the vendor HTTPDNS answer decoders (Fuzz/VendorAnswerFuzzer.swift; AES stubbed, DES real)
-#   dnssec    the DNSKEY, RRSIG and DS decoders (Fuzz/DNSSECRecordFuzzer.swift)
+#   dnssec    the DNSKEY, RRSIG, DS, NSEC and NSEC3 decoders (Fuzz/DNSSECRecordFuzzer.swift)
 # A crash leaves its input in Fuzz/crashers/TARGET/ (decoder: Fuzz/crashers/), which the test
 # suites replay on every run. The working corpora grow in .build-fuzz; the committed seeds stay small.
 set -euo pipefail
@@ -24,7 +24,7 @@ targets=(${targets[*]})
 out=.build-fuzz
 codec="Sources/DNSCore/DoHWire.swift Sources/DNSCore/AddressAnswer.swift Sources/DNSCore/DNSError.swift Sources/DNSCore/DomainName.swift
        Sources/DNSCore/IPAddress.swift Sources/DNSCore/Message.swift Sources/DNSCore/RecordType.swift Sources/DNSCore/Resolution.swift
-       Sources/DNSCore/ResolverClock.swift Sources/DNSCore/ServiceBinding.swift"
+       Sources/DNSCore/ResolverClock.swift Sources/DNSCore/ServiceBinding.swift Sources/DNSCore/DNSSECStatus.swift"
 daemon="Sources/ResolverDaemon/DNS/DNSQuery.swift Sources/ResolverDaemon/DNS/DNSResponseWriter.swift
         Sources/ResolverDaemon/DNS/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
 vendor="Sources/HTTPDNS/Vendor/VendorWire.swift Sources/HTTPDNS/Vendor/AlibabaWire.swift Sources/HTTPDNS/Vendor/TencentWire.swift
@@ -36,7 +36,7 @@ for target in "${targets[@]}"; do
         stub) sources="$codec $daemon Fuzz/StubDatagramFuzzer.swift"; seeds=Fuzz/corpus-stub; crashers=Fuzz/crashers/stub; max_len=1500 ;;
         doh) sources="$codec $daemon Fuzz/DoHRequestFuzzer.swift"; seeds=Fuzz/corpus-doh; crashers=Fuzz/crashers/doh; max_len=2048 ;;
         vendor) sources="$codec $vendor Fuzz/VendorAnswerFuzzer.swift"; seeds=Fuzz/corpus-vendor; crashers=Fuzz/crashers/vendor; max_len=2048 ;;
-        dnssec) sources="$codec Sources/DNSSEC/DNSSECRecords.swift Fuzz/DNSSECRecordFuzzer.swift"; seeds=Fuzz/corpus-dnssec; crashers=Fuzz/crashers/dnssec; max_len=1024 ;;
+        dnssec) sources="$codec Sources/DNSSEC/DNSSECRecords.swift Sources/DNSSEC/DenialRecords.swift Fuzz/DNSSECRecordFuzzer.swift"; seeds=Fuzz/corpus-dnssec; crashers=Fuzz/crashers/dnssec; max_len=1024 ;;
         *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"

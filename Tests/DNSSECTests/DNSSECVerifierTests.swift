@@ -209,12 +209,20 @@ import Testing
         for input in inputs {
             guard let selector = input.first else { continue }
             let rdata = Array(input.dropFirst())
-            switch selector % 3 {
+            let owner = try DomainName("www.sig.test")
+            switch selector % 5 {
             case 0: if (try? DNSKEY(rdata: rdata)) != nil { decoded += 1 }
             case 1: if (try? RRSIG(rdata: rdata)) != nil { decoded += 1 }
-            default: if (try? DSRecord(rdata: rdata)) != nil { decoded += 1 }
+            case 2: if (try? DSRecord(rdata: rdata)) != nil { decoded += 1 }
+            case 3: if (try? NSECRecord(owner: owner, rdata: rdata)) != nil { decoded += 1 }
+            default:
+                // As the fuzzer reads it: the owner's hash label, then the RDATA.
+                let length = Int(rdata.first ?? 0) % 64
+                guard length > 0, rdata.count > length else { continue }
+                let label = String(decoding: rdata[1..<(1 + length)], as: UTF8.self)
+                if (try? NSEC3Record(owner: try DomainName(label + ".sig.test"), rdata: Array(rdata[(1 + length)...]))) != nil { decoded += 1 }
             }
         }
-        #expect(decoded >= 15, "the seeds are valid records")
+        #expect(decoded >= 20, "the seeds are valid records")
     }
 }
