@@ -149,6 +149,7 @@ let package = Package(
         .executableTarget(name: "DoHBenchmark", dependencies: ["HTTPDNS"], path: "Benchmarks/DoHBenchmark"),
         .executableTarget(name: "VendorBenchmark", dependencies: ["HTTPDNS", "DNSCore", "CurlSupport"], path: "Benchmarks/VendorBenchmark"),
         .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "CCares"], path: "Benchmarks/CacheBenchmark"),
+        .executableTarget(name: "DNSSECBenchmark", dependencies: ["HTTPDNS", "DNSSEC", "DNSCore"], path: "Benchmarks/DNSSECBenchmark"),
         .executableTarget(
             name: "InterceptorBenchmark", dependencies: ["DNSInterceptor", "HTTPDNS", "CCurl"],
             path: "Benchmarks/InterceptorBenchmark"),

@@ -87,6 +87,18 @@ package final class ResolutionMemo: Sendable {
         }
     }
 
+    /// Puts a DNSSEC status on the kept resolution for `host` when it still holds `addresses`, so
+    /// that the hits of the rest of its second come labelled without another lookup.
+    package func label(_ host: String, type: AddressQuery, with status: DNSSECStatus, addresses: [ResolvedAddress]) {
+        let key = Key(host: host, type: type)
+        shard(host).items.withLock { items in
+            guard let item = items[key], item.resolution.dnssec == nil, item.resolution.addresses == addresses else { return }
+            var labelled = item.resolution
+            labelled.dnssec = status
+            items[key] = Item(resolution: labelled, validUntil: item.validUntil, generation: item.generation)
+        }
+    }
+
     package func removeAll() {
         invalidate()
         for shard in shards { shard.items.withLock { $0.removeAll() } }

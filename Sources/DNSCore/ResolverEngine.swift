@@ -158,6 +158,11 @@ package final class ResolverEngine: Sendable {
         memo.removeAll()
     }
 
+    /// Labels the kept resolution of `host` with its DNSSEC status (see ``ResolutionMemo``).
+    package func label(_ host: String, type: AddressQuery, with status: DNSSECStatus, addresses: [ResolvedAddress]) {
+        memo.label(host, type: type, with: status, addresses: addresses)
+    }
+
     /// Forgets `host`'s cached addresses (both types), such as answers that failed validation.
     package func forget(_ host: String) {
         guard let name = try? DomainName(host) else { return }

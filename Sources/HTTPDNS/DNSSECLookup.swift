@@ -34,10 +34,17 @@ final class DNSSECMemo: Sendable {
     let chain = DNSSECChainCache()
     /// Validations run (not answered from here): what a test of the memo counts.
     let validations = Mutex(0)
-    private let statuses = Mutex<[String: (status: DNSSECStatus, until: ResolverInstant)]>([:])
+    private let statuses = Mutex<[Key: (status: DNSSECStatus, until: ResolverInstant)]>([:])
 
-    static func key(_ resolution: Resolution) -> String {
-        resolution.host.lowercased() + " " + resolution.addresses.map(\.ip.description).sorted().joined(separator: ",")
+    /// The host as asked and the addresses in the order given: cheap to hash on the cache-hit path
+    /// (another spelling or order is another entry, validated once more).
+    struct Key: Hashable {
+        var host: String
+        var addresses: [IPAddress]
+    }
+
+    static func key(_ resolution: Resolution) -> Key {
+        Key(host: resolution.host, addresses: resolution.addresses.map(\.ip))
     }
 
     func status(of resolution: Resolution, now: ResolverInstant) -> DNSSECStatus? {
@@ -67,19 +74,22 @@ extension HTTPDNSResolver {
     /// `resolution` with its DNSSEC status under the configured policy (unchanged when off).
     /// - Throws: `dnssec_bogus` under `require` when the answer is bogus; the answer is then
     ///   dropped from the cache so that the next lookup asks again.
-    func applyingDNSSEC(to resolution: Resolution) async throws(DNSError) -> Resolution {
-        let settings = configuration.dnssec
-        guard settings.policy != .off, resolution.source != .literal else { return resolution }
+    func applyingDNSSEC(to resolution: Resolution, type: AddressQuery) async throws(DNSError) -> Resolution {
         var labelled = resolution
-        if let known = dnssecMemo.status(of: resolution, now: clock.now) {
-            labelled.dnssec = known
-        } else {
-            let status = await dnssecStatus(of: resolution, settings: settings)
-            dnssecMemo.validations.withLock { $0 += 1 }
-            dnssecMemo.store(status, for: resolution, now: clock.now)
+        if resolution.dnssec == nil, resolution.source != .literal {
+            // Labelled already on the engine's hit path; otherwise from the memo, or validated.
+            let status: DNSSECStatus
+            if let known = dnssecMemo.status(of: resolution, now: clock.now) {
+                status = known
+            } else {
+                status = await dnssecStatus(of: resolution, settings: configuration.dnssec)
+                dnssecMemo.validations.withLock { $0 += 1 }
+                dnssecMemo.store(status, for: resolution, now: clock.now)
+            }
             labelled.dnssec = status
+            engine.label(resolution.host, type: type, with: status, addresses: resolution.addresses)
         }
-        if settings.policy == .require, case .bogus(let reason) = labelled.dnssec {
+        if configuration.dnssec.policy == .require, case .bogus(let reason) = labelled.dnssec {
             engine.forget(resolution.host)
             throw DNSError(.dnssecBogus, "\(resolution.host): DNSSEC validation failed: \(reason)")
         }

@@ -25,6 +25,8 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     package let engine: ResolverEngine
     /// DNSSEC statuses and proven zone keys (used when `configuration.dnssec.policy` is not off).
     let dnssecMemo = DNSSECMemo()
+    /// `configuration.dnssec.policy`, read on every lookup without copying the configuration.
+    let dnssecPolicy: DNSSECPolicy
 
     public var options: HTTPDNSOptions { engine.options }
 
@@ -86,6 +88,7 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
         logger: Logger? = nil
     ) {
         self.configuration = configuration
+        self.dnssecPolicy = configuration.dnssec.policy
         self.engine = ResolverEngine(
             upstreams: upstreams, options: options, fallback: fallback, clock: clock, spawner: spawner,
             metrics: metrics, logger: logger)
@@ -101,14 +104,16 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// - Throws: ``DNSError``: `invalid_name`, `nxdomain`, `nodata`, `rejected_private`, or the
     ///   upstreams' failures (one code when they agree, `upstream_failed` when not, each listed).
     public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
-        guard configuration.dnssec.policy != .off else { return try await engine.resolve(host, type: type) }
+        guard dnssecPolicy != .off else { return try await engine.resolve(host, type: type) }
         let resolution: Resolution
         do {
             resolution = try await engine.resolve(host, type: type)
         } catch  where error.code == .nxdomain || error.code == .nodata {
             throw await provingDenial(error, host: host, type: type)
         }
-        return try await applyingDNSSEC(to: resolution)
+        // The hit path: labelled already (and not refused), returned at once.
+        if let status = resolution.dnssec, dnssecPolicy == .report || !status.isBogus { return resolution }
+        return try await applyingDNSSEC(to: resolution, type: type)
     }
 
     /// `resolve`'s answer when it needs no lookup (an IP literal or a fresh cached answer, counted
@@ -125,9 +130,9 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// With DNSSEC on, a cached answer is usable without waiting only once its status is known
     /// (and, under `require`, not bogus).
     private func labelledWithoutWaiting(_ resolution: Resolution?) -> Resolution? {
-        guard var resolution, configuration.dnssec.policy != .off, resolution.source != .literal else { return resolution }
-        guard let status = dnssecMemo.status(of: resolution, now: clock.now) else { return nil }
-        if configuration.dnssec.policy == .require, status.isBogus { return nil }
+        guard var resolution, dnssecPolicy != .off, resolution.source != .literal else { return resolution }
+        guard let status = resolution.dnssec ?? dnssecMemo.status(of: resolution, now: clock.now) else { return nil }
+        if dnssecPolicy == .require, status.isBogus { return nil }
         resolution.dnssec = status
         return resolution
     }
