@@ -34,7 +34,7 @@ for run in $(seq 1 "$runs"); do
     echo "== run $run" >&2
     "$bin/DNSSECBenchmark" cold "$samples" "$anchors" | sed "s/^{/{\"run\":$run,/" >>"$out"
     "$bin/DNSSECBenchmark" warm "$((samples * 10))" "$anchors" | sed "s/^{/{\"run\":$run,/" >>"$out"
-    "$bin/DNSSECBenchmark" hits 5 "$anchors" | sed "s/^{/{\"run\":$run,/" >>"$out"
+    "$bin/DNSSECBenchmark" hits 10 "$anchors" | sed "s/^{/{\"run\":$run,/" >>"$out"
     /usr/bin/python3 - "$run" "$samples" "$anchors" "$bin/resolve" "$work" "$DNS_PORT" "$DOH_PORT" "$VALIDATOR_DNS_PORT" >>"$out" <<'PY'
 import json, os, signal, statistics, subprocess, sys, time
 import dns.message, dns.query
