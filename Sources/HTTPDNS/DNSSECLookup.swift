@@ -74,7 +74,38 @@ extension HTTPDNSResolver {
     /// `resolution` with its DNSSEC status under the configured policy (unchanged when off).
     /// - Throws: `dnssec_bogus` under `require` when the answer is bogus; the answer is then
     ///   dropped from the cache so that the next lookup asks again.
-    func applyingDNSSEC(to resolution: Resolution, type: AddressQuery) async throws(DNSError) -> Resolution {
+    /// A lookup that is not a kept hit: the signed answers (DO+CD) are asked alongside it rather
+    /// than after it, unless the status is known already (a stale or refreshing hit).
+    func resolveValidating(_ host: String, type: AddressQuery) async throws(DNSError) -> Resolution {
+        var known = false
+        if let cached = engine.cachedResolution(for: host, type: type) { known = dnssecMemo.status(of: cached, now: clock.now) != nil }
+        let name = known ? nil : try? DomainName(host)
+        async let signed = signedAnswers(name, types: type.recordTypes)
+        let resolution: Resolution
+        do {
+            resolution = try await engine.resolve(host, type: type)
+        } catch  where error.code == .nxdomain || error.code == .nodata {
+            throw await provingDenial(error, host: host, type: type, signed: await signed)
+        }
+        return try await applyingDNSSEC(to: resolution, type: type, signed: await signed)
+    }
+
+    /// The DO+CD answers for `name`, one per type, asked at once; failures left out (asked again later).
+    func signedAnswers(_ name: DomainName?, types: [RecordType]) async -> [RecordType: DNSMessage] {
+        guard let name else { return [:] }
+        return await withTaskGroup(of: (RecordType, DNSMessage?).self) { group in
+            for type in types { group.addTask { (type, try? await self.askValidating(name, type)) } }
+            var answers: [RecordType: DNSMessage] = [:]
+            for await (type, message) in group { answers[type] = message }
+            return answers
+        }
+    }
+
+    func applyingDNSSEC(
+        to resolution: Resolution, type: AddressQuery, signed: [RecordType: DNSMessage] = [:]
+    ) async throws(DNSError)
+        -> Resolution
+    {
         var labelled = resolution
         if resolution.dnssec == nil, resolution.source != .literal {
             // Labelled already on the engine's hit path; otherwise from the memo, or validated.
@@ -82,7 +113,7 @@ extension HTTPDNSResolver {
             if let known = dnssecMemo.status(of: resolution, now: clock.now) {
                 status = known
             } else {
-                status = await dnssecStatus(of: resolution, settings: configuration.dnssec)
+                status = await dnssecStatus(of: resolution, settings: configuration.dnssec, signed: signed)
                 dnssecMemo.validations.withLock { $0 += 1 }
                 dnssecMemo.store(status, for: resolution, now: clock.now)
             }
@@ -114,14 +145,15 @@ extension HTTPDNSResolver {
     /// `error` (nxdomain or nodata) labelled with whether the denial is proven: each type asked is
     /// asked again with DO and CD and its denial validated. Under `require` a bogus denial — a
     /// forged "does not exist" — becomes `dnssec_bogus`.
-    func provingDenial(_ error: DNSError, host: String, type: AddressQuery) async -> DNSError {
+    func provingDenial(_ error: DNSError, host: String, type: AddressQuery, signed: [RecordType: DNSMessage] = [:]) async -> DNSError {
         guard let name = try? DomainName(host) else { return error }
         let validator = validator()
         let seconds = UInt32(clamping: Int64(Date.now.timeIntervalSince1970))
         var statuses: [DNSSECStatus] = []
         for recordType in error.code == .nxdomain ? [RecordType.a] : type.recordTypes {
             do {
-                let response = try await askValidating(name, recordType)
+                let response: DNSMessage
+                if let asked = signed[recordType] { response = asked } else { response = try await askValidating(name, recordType) }
                 if response.answers.contains(where: { $0.type == recordType }) {
                     statuses.append(.bogus("\(recordType) records exist for \(name): the \(error.code.rawValue) answer is not the zone's"))
                     continue
@@ -155,6 +187,15 @@ extension HTTPDNSResolver {
     ///
     /// Secure only when every type is; bogus when any is; otherwise the first other status.
     public func dnssecStatus(of resolution: Resolution, settings: DNSSECSettings, now: Date = .now) async -> DNSSECStatus {
+        await dnssecStatus(of: resolution, settings: settings, signed: [:], now: now)
+    }
+
+    /// As above, with the DO+CD answers already asked (`signed`, by type).
+    func dnssecStatus(
+        of resolution: Resolution, settings: DNSSECSettings, signed answers: [RecordType: DNSMessage], now: Date = .now
+    ) async
+        -> DNSSECStatus
+    {
         guard resolution.source != .literal else { return .indeterminate("an IP literal") }
         guard let name = try? DomainName(resolution.host) else { return .indeterminate("not a DNS name") }
         var validator = validator()
@@ -168,7 +209,7 @@ extension HTTPDNSResolver {
             guard !held.isEmpty else { continue }
             let response: DNSMessage
             do {
-                response = try await askValidating(name, type)
+                if let asked = answers[type] { response = asked } else { response = try await askValidating(name, type) }
             } catch {
                 statuses.append(.indeterminate("asking \(name) \(type) with DO failed: \(error)"))
                 continue
@@ -179,7 +220,8 @@ extension HTTPDNSResolver {
                     guard record.type == type, case .address(let ip) = record.data else { return nil }
                     return ip
                 })
-            if status == .secure, signed != held {
+            // Every address used must be a signed one (a rotating upstream may hand out other subsets).
+            if status == .secure, !held.isSubset(of: signed) {
                 statuses.append(.bogus("the \(type) addresses used are not the signed ones"))
             } else {
                 statuses.append(status)

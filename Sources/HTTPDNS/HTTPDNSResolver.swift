@@ -105,15 +105,13 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     ///   upstreams' failures (one code when they agree, `upstream_failed` when not, each listed).
     public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
         guard dnssecPolicy != .off else { return try await engine.resolve(host, type: type) }
-        let resolution: Resolution
-        do {
-            resolution = try await engine.resolve(host, type: type)
-        } catch  where error.code == .nxdomain || error.code == .nodata {
-            throw await provingDenial(error, host: host, type: type)
+        // The hit path: a kept answer, labelled already (and not refused), returned at once without
+        // suspending (its `elapsed` is the kept one: zero).
+        if let hit = engine.resolveWithoutWaiting(host, type: type) {
+            if let status = hit.dnssec, dnssecPolicy == .report || !status.isBogus { return hit }
+            return try await applyingDNSSEC(to: hit, type: type)
         }
-        // The hit path: labelled already (and not refused), returned at once.
-        if let status = resolution.dnssec, dnssecPolicy == .report || !status.isBogus { return resolution }
-        return try await applyingDNSSEC(to: resolution, type: type)
+        return try await resolveValidating(host, type: type)
     }
 
     /// `resolve`'s answer when it needs no lookup (an IP literal or a fresh cached answer, counted
