@@ -222,7 +222,7 @@ sign_tree() {
     sig_keygen() { dnssec-keygen -q -K "$keys" -a "$2" -f KSK "$1"; }
     sig_sign() { # zone [options…]: $dir/$zone.zone → $dir/$zone.signed
         local zone=$1; shift
-        dnssec-signzone -q -z -S -K "$keys" -O full -o "$zone" -f "$dir/$zone.signed" "$@" "$dir/$zone.zone" >/dev/null
+        dnssec-signzone -q -z -S -K "$keys" -d "$dir" -O full -o "$zone" -f "$dir/$zone.signed" "$@" "$dir/$zone.zone" >/dev/null
     }
     zone_head() { printf '$TTL 300\n@ IN SOA ns.hd.test. admin.hd.test. 1 3600 600 86400 60\n@ IN NS ns.hd.test.\n'; }
     for zone in rsa n3 badsig expired nokey; do
