@@ -139,6 +139,8 @@ extension HTTPDNSResolver {
             try await self.askValidating(name, type)
         }
         validator.negativeAnchors = configuration.dnssec.negativeAnchors
+        // Validation runs after the lookup and gets the lookup's budget again, at most.
+        validator.maxDuration = min(validator.maxDuration, options.timeout)
         return validator
     }
 
@@ -198,10 +200,11 @@ extension HTTPDNSResolver {
     {
         guard resolution.source != .literal else { return .indeterminate("an IP literal") }
         guard let name = try? DomainName(resolution.host) else { return .indeterminate("not a DNS name") }
-        var validator = validator()
-        validator = DNSSECValidator(
-            anchors: settings.anchors, cache: settings == configuration.dnssec ? dnssecMemo.chain : nil, fetch: validator.fetch)
+        let configured = validator()
+        var validator = DNSSECValidator(
+            anchors: settings.anchors, cache: settings == configuration.dnssec ? dnssecMemo.chain : nil, fetch: configured.fetch)
         validator.negativeAnchors = settings.negativeAnchors
+        validator.maxDuration = configured.maxDuration
         let seconds = UInt32(clamping: Int64(now.timeIntervalSince1970))
         var statuses: [DNSSECStatus] = []
         for (type, family) in [(RecordType.a, IPAddress.Family.ipv4), (.aaaa, .ipv6)] {

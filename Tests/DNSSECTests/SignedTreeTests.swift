@@ -122,6 +122,26 @@ import Testing
         #expect(status.name == "bogus", "\(status)")
     }
 
+    /// The time bound: a chain that takes longer than `maxDuration` to fetch is indeterminate with
+    /// that reason, not a hang and not bogus.
+    @Test func aSlowChainIsIndeterminateWhenItsTimeRunsOut() async throws {
+        let resolver = try Self.resolver(Env.dohA)
+        let slow: DNSSECValidator.Fetch = { name, type in
+            try await Task.sleep(for: .milliseconds(60))
+            return try await Self.ask(resolver)(name, type)
+        }
+        var validator = DNSSECValidator(anchors: try Self.anchors(), fetch: slow)
+        validator.maxDuration = .milliseconds(100)
+        let owner = try DomainName("www.rsa.sig.test")
+        let status = await validator.validate(
+            try await Self.ask(resolver)(owner, .a), name: owner, type: .a, now: UInt32(Date.now.timeIntervalSince1970))
+        #expect(status.name == "indeterminate" && status.reason?.contains("took longer than") == true, "\(status)")
+        validator.maxDuration = .seconds(5)
+        #expect(
+            await validator.validate(try await Self.ask(resolver)(owner, .a), name: owner, type: .a, now: UInt32(Date.now.timeIntervalSince1970))
+                == .secure)
+    }
+
     /// A property: random bit flips anywhere in a signed response are never `secure` with other
     /// data than the signed data (a flip in a TTL, the header or padding may leave it secure —
     /// TTLs are not signed — but then the addresses are the genuine ones).
