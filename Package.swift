@@ -168,7 +168,10 @@ let package = Package(
             ]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
         .testTarget(name: "SystemResolverTests", dependencies: ["SystemResolver", "TestSupport"]),
-        .testTarget(name: "DNSSECTests", dependencies: ["DNSSEC", "DNSCore", "HTTPDNS", "TestSupport"], resources: [.copy("Vectors")]),
+        .testTarget(
+            name: "DNSSECTests",
+            dependencies: ["DNSSEC", "DNSCore", "HTTPDNS", "TestSupport", .product(name: "Crypto", package: "swift-crypto")],
+            resources: [.copy("Vectors")]),
         .testTarget(name: "ResolverConfigTests", dependencies: ["ResolverConfig"]),
         .testTarget(
             name: "HTTPDNSTests",

@@ -83,7 +83,8 @@ public struct TrustAnchors: Sendable, Hashable {
 /// (RFC 5155) for negative answers, wildcard expansions and unsigned delegations. Queries go
 /// through `fetch` (the trusted upstreams, with DO and CD), so the validator is I/O-free and
 /// testable with fakes. Bounded: at most ``maxQueries`` fetches, ``maxDepth`` zones,
-/// ``maxChain`` CNAME/DNAME links, NSEC3 iterations per RFC 9276, and ``maxDuration`` seconds;
+/// ``maxChain`` CNAME/DNAME links, ``maxSignatureChecks`` verifications, NSEC3 iterations per
+/// RFC 9276, and ``maxDuration`` seconds;
 /// each bound exceeded is `indeterminate` with its reason.
 public struct DNSSECValidator: Sendable {
     public typealias Fetch = @Sendable (DomainName, RecordType) async throws -> DNSMessage
@@ -98,6 +99,9 @@ public struct DNSSECValidator: Sendable {
     public var maxDepth = 8
     public var maxChain = 8
     public var maxDuration: Duration = .seconds(5)
+    /// Signature verifications per validation: colliding key tags times many RRSIGs make a
+    /// response cost millions of them (KeyTrap, CVE-2023-50387); an honest chain needs a handful.
+    public var maxSignatureChecks = 32
     public var skew = DNSSECVerifier.defaultSkew
 
     public init(anchors: TrustAnchors, cache: DNSSECChainCache? = nil, fetch: @escaping Fetch) {
@@ -138,6 +142,14 @@ public struct DNSSECValidator: Sendable {
         var zones: [DomainName: ZoneState] = [:]
         var fetched: [String: DNSMessage] = [:]
         var depth = 0
+        var checks = 0
+    }
+
+    private func spendCheck(_ session: inout Session) throws {
+        guard session.checks < maxSignatureChecks else {
+            throw Bound(reason: "more than \(maxSignatureChecks) signature checks for one validation (the KeyTrap bound, CVE-2023-50387)")
+        }
+        session.checks += 1
     }
 
     /// A zone as the chain proved it: its keys (secure), or unsigned below a secure parent.
@@ -209,6 +221,7 @@ public struct DNSSECValidator: Sendable {
             let zone = try await zoneState(signature.signerName, session: &session)
             guard case .secure(let keys) = zone else { return .insecure }
             for key in keys where key.keyTag == signature.keyTag && key.algorithm == signature.algorithm {
+                try spendCheck(&session)
                 do {
                     try DNSSECVerifier.verify(records, signature: signature, key: key, now: session.now, skew: skew)
                 } catch {
@@ -364,6 +377,7 @@ public struct DNSSECValidator: Sendable {
         var lastFailure: DNSSECFailure = .keyMismatch("no signature over \(zone)'s DNSKEY set by a key its DS or anchor names")
         for signature in signatures {
             for key in entry where key.keyTag == signature.keyTag && key.algorithm == signature.algorithm {
+                try spendCheck(&session)
                 do {
                     try DNSSECVerifier.verify(records, signature: signature, key: key, now: session.now, skew: skew)
                     let state = ZoneState.secure(keys.filter { $0.isZoneKey && !$0.isRevoked })
