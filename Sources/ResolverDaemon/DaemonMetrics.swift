@@ -47,6 +47,7 @@ final class DaemonMetrics: Sendable {
             Gauge(label: "httpdns_connections_open", dimensions: [("listener", "dns_tcp")], factory: factory)
         )
         ready = Gauge(label: "httpdns_ready", factory: factory)
+        proxy = ProxySeries(factory: factory)
         func series(_ method: String) -> (Counter, Timer) {
             let dimensions = [("http.route", "/dns-query"), ("http.request.method", method), ("http.response.status_code", "200")]
             return (
@@ -111,16 +112,30 @@ final class DaemonMetrics: Sendable {
 
     // MARK: The forward proxy
 
-    private let proxy = ProxySeries()
+    private let proxy: ProxySeries
 
+    /// Made once: a tunnel counts its bytes on every read, and making a series per call (a
+    /// registry lookup under a lock) cost more than the relaying it counted.
     private final class ProxySeries: Sendable {
         let outcomes = Mutex<[String: Counter]>([:])
         let tunnels = Atomic<Int>(0)
+        let tunnelsOpen: Gauge
+        let connectionsOpen: Gauge
+        let bytes: (upstream: Counter, downstream: Counter)
+
+        init(factory: any MetricsFactory) {
+            tunnelsOpen = Gauge(label: "httpdns_proxy_tunnels_open", factory: factory)
+            connectionsOpen = Gauge(label: "httpdns_connections_open", dimensions: [("listener", "proxy")], factory: factory)
+            bytes = (
+                Counter(label: "httpdns_proxy_bytes_total", dimensions: [("direction", "upstream")], factory: factory),
+                Counter(label: "httpdns_proxy_bytes_total", dimensions: [("direction", "downstream")], factory: factory)
+            )
+        }
     }
 
     /// Client connections open on the proxy listener.
     func proxyConnectionsOpen(_ count: Int) {
-        Gauge(label: "httpdns_connections_open", dimensions: [("listener", "proxy")], factory: factory).record(count)
+        proxy.connectionsOpen.record(count)
     }
 
     /// How a proxy request ended: `tunnel`, or the status it was refused with (`403`, `407`, `502`,
@@ -136,13 +151,12 @@ final class DaemonMetrics: Sendable {
 
     func proxyTunnelsOpen(_ delta: Int) {
         let open = proxy.tunnels.add(delta, ordering: .relaxed).newValue
-        Gauge(label: "httpdns_proxy_tunnels_open", factory: factory).record(open)
+        proxy.tunnelsOpen.record(open)
     }
 
     /// Bytes relayed: `upstream` from clients to origins, else from origins to clients.
     func proxyBytes(upstream: Bool, _ count: Int) {
-        Counter(label: "httpdns_proxy_bytes_total", dimensions: [("direction", upstream ? "upstream" : "downstream")], factory: factory)
-            .increment(by: Int64(count))
+        (upstream ? proxy.bytes.upstream : proxy.bytes.downstream).increment(by: Int64(count))
     }
 
     // MARK: The watcher
