@@ -149,6 +149,8 @@ public struct HostComparison: Sendable, Hashable {
     /// What DNSSEC proved about each side's answer (nil: not validated).
     public var trustedDNSSEC: DNSSECStatus?
     public var systemDNSSEC: DNSSECStatus?
+    /// When HTTPS records were compared: the system's hints that the trusted addresses do not hold.
+    public var foreignHints: [IPAddress]?
 
     public init(
         host: String, trusted: ResolverAnswer, system: ResolverAnswer, probes: [AddressProbe],

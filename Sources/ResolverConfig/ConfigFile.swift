@@ -100,6 +100,9 @@ public struct DaemonSettings: Sendable {
         public var host: String
         public var port: Int
         public var interval: Duration
+        /// Also compare the host's HTTPS records (RFC 9460) on both sides, as `resolve compare
+        /// --https-records` does. Default false.
+        public var httpsRecords = false
     }
 
     /// How often the daemon snapshots the cache to ``LookupSettings/persistPath``. Default 300 s;
@@ -605,8 +608,8 @@ private struct Reader {
     }
 
     func watch(_ node: Node, _ key: String) throws(DNSError) -> DaemonSettings.Watch {
-        var host: String?, port = 443, interval = Duration.seconds(30)
-        for (name, _, value) in try mapping(node, key, allowed: ["host", "port", "interval"]) {
+        var host: String?, port = 443, interval = Duration.seconds(30), httpsRecords = false
+        for (name, _, value) in try mapping(node, key, allowed: ["host", "port", "interval", "https_records"]) {
             let path = "\(key).\(name)"
             switch name {
             case "host":
@@ -615,11 +618,12 @@ private struct Reader {
                 host = text
             case "port": port = try integer(value, path, 1...65535)
             case "interval": interval = try seconds(value, path, allowZero: false)
+            case "https_records": httpsRecords = try bool(value, path)
             default: break
             }
         }
         guard let host else { throw fail(node, key, "needs host") }
-        return DaemonSettings.Watch(host: host, port: port, interval: interval)
+        return DaemonSettings.Watch(host: host, port: port, interval: interval, httpsRecords: httpsRecords)
     }
 
     /// A listener: `IPv4:port` or `[IPv6]:port`, parsed as the daemon binds it.

@@ -80,6 +80,7 @@ enum Routes {
             entry["reason"] = .string(status.comparison.verdict.reason)
             entry["trusted"] = .array(addresses(status.comparison.trusted).map { .string($0.description) })
             entry["system"] = .array(addresses(status.comparison.system).map { .string($0.description) })
+            if let hints = status.comparison.foreignHints { entry["https_foreign_hints"] = .array(hints.map { .string($0.description) }) }
             for (key, dnssec) in [("trusted_dnssec", status.comparison.trustedDNSSEC), ("system_dnssec", status.comparison.systemDNSSEC)] {
                 guard let dnssec else { continue }
                 entry[key] = .string(dnssec.name)

@@ -43,7 +43,18 @@ struct Watcher: Service {
         let detector = HijackDetector(
             trusted: runtime.detector.trusted, system: runtime.detector.system,
             prober: runtime.detector.prober, probePort: watch.port)
-        let comparison = await detector.compare(watch.host)
+        var comparison = await detector.compare(watch.host)
+        if watch.httpsRecords {
+            // As `resolve compare --https-records`: hints outside the trusted addresses are evidence,
+            // not proof — named in the reason, and a consistent host becomes suspicious.
+            let trusted: [IPAddress] = if case .addresses(let list) = comparison.trusted { list } else { [] }
+            let bindings = await ServiceBindingComparison.compare(
+                host: watch.host, resolver: runtime.resolver, system: runtime.system, trustedAddresses: trusted,
+                timeout: min(runtime.config.lookup.options.timeout, .seconds(3)))
+            if let evidence = bindings.evidence { comparison.verdict.reason += "; " + evidence }
+            if !bindings.foreignHints.isEmpty, comparison.verdict.kind == .consistent { comparison.verdict.kind = .suspicious }
+            comparison.foreignHints = bindings.foreignHints
+        }
         var ranked: [RankedAddress] = []
         if case .addresses(let addresses) = comparison.trusted {
             ranked = await runtime.ranker.rank(addresses, host: watch.host, port: watch.port)

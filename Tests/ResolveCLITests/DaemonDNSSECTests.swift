@@ -16,7 +16,7 @@ extension DaemonSuites {
         init() async throws {
             daemon = try await DaemonProcess(
                 config: DaemonProcess.config(
-                    port: Self.port, watch: ["forged.sig.test"],
+                    port: Self.port, watch: ["forged.sig.test"], watchHTTPS: ["forged.hd.test"],
                     extra: """
                         dns_listen: "127.0.0.1:\(Self.dnsPort)"
                         dnssec: require
@@ -70,6 +70,16 @@ extension DaemonSuites {
             }
             #expect(status.contains("\"verdict\":\"hijacked\""), "\(status)")
             #expect(status.contains("\"trusted_dnssec\":\"secure\"") && status.contains("\"system_dnssec\":\"bogus\""), "\(status)")
+            // A watch with `https_records: true`: the system's forged HTTPS hint is named, and the
+            // host whose A answers agree is suspicious rather than consistent.
+            let hosts = try #require(
+                (try JSONSerialization.jsonObject(with: Data(status.utf8)) as? [String: Any])?["hosts"] as? [[String: Any]], "\(status)")
+            let hinted = try #require(hosts.first { $0["host"] as? String == "forged.hd.test" }, "\(status)")
+            #expect(hinted["verdict"] as? String == "suspicious", "\(hinted)")
+            #expect(hinted["https_foreign_hints"] as? [String] == ["203.0.113.66"], "\(hinted)")
+            #expect((hinted["reason"] as? String)?.contains("203.0.113.66") == true, "\(hinted)")
+            let unhinted = try #require(hosts.first { $0["host"] as? String == "forged.sig.test" })
+            #expect(unhinted["https_foreign_hints"] as? [String] == nil, "HTTPS records are compared only when asked")
         }
     }
 }

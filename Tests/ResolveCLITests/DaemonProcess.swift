@@ -21,17 +21,22 @@ final class DaemonProcess: @unchecked Sendable {
 
     /// The config every daemon test starts from: the loopback DoH server, dnsmasq as the system
     /// side, the listener on `port`; `extra` is appended as it is (more top-level keys).
-    static func config(port: Int, watch: [String] = [], upstreams: [String] = [TestEnvironment.dohA], extra: String = "") -> String {
-        """
-        upstreams:
-        \(upstreams.map { "  - {doh: \"\($0)\", bootstrap: [127.0.0.1]}" }.joined(separator: "\n"))
-        ca_file: \(TestEnvironment.caFile)
-        allow_private: true
-        system_dns: ["127.0.0.1:\(TestEnvironment.systemDNSPort)"]
-        listen: "127.0.0.1:\(port)"
-        watch: [\(watch.map { "{host: \($0), port: \(TestEnvironment.originPort), interval: 1}" }.joined(separator: ", "))]
-        \(extra)
-        """
+    static func config(
+        port: Int, watch: [String] = [], watchHTTPS: [String] = [], upstreams: [String] = [TestEnvironment.dohA], extra: String = ""
+    ) -> String {
+        let entries =
+            watch.map { "{host: \($0), port: \(TestEnvironment.originPort), interval: 1}" }
+            + watchHTTPS.map { "{host: \($0), port: \(TestEnvironment.originPort), interval: 1, https_records: true}" }
+        return """
+            upstreams:
+            \(upstreams.map { "  - {doh: \"\($0)\", bootstrap: [127.0.0.1]}" }.joined(separator: "\n"))
+            ca_file: \(TestEnvironment.caFile)
+            allow_private: true
+            system_dns: ["127.0.0.1:\(TestEnvironment.systemDNSPort)"]
+            listen: "127.0.0.1:\(port)"
+            watch: [\(entries.joined(separator: ", "))]
+            \(extra)
+            """
     }
 
     /// The daemon's TLS files in the test environment (`daemon.test`, SANs localhost and 127.0.0.1).
