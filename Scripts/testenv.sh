@@ -208,7 +208,8 @@ EOF
 # The signed tree under sig.test (DNSSEC §4), signed offline with dnssec-signzone so that each
 # failure is made on purpose: one trust anchor (sig.test's DS, in $env_dir/sig.test.anchors) and
 #   sig.test            ECDSA P-256, NSEC: www, *.wild, alias → www.rsa.sig.test (CNAME into a child),
-#                       dn DNAME → rsa.sig.test; delegations below
+#                       out → www.hd.test (out of the anchor's tree), dn DNAME → rsa.sig.test,
+#                       forged (the system side forges it); delegations below
 #   rsa.sig.test        RSA/SHA-256, NSEC, secure delegation; back → www.sig.test (CNAME up)
 #   n3.sig.test         Ed25519, NSEC3 with opt-out; *.wild; unsigned.n3.sig.test opted out (unsigned)
 #   insecure.sig.test   unsigned, delegated without DS (proven by the parent's NSEC)
@@ -252,6 +253,7 @@ sign_tree() {
         echo '*.wild IN A 192.0.2.19'
         echo 'alias IN CNAME www.rsa.sig.test.'
         echo 'forged IN A 192.0.2.77'
+        echo 'out IN CNAME www.hd.test.'
         echo 'dn IN DNAME rsa.sig.test.'
         for zone in rsa n3 insecure badsig expired nokey; do echo "$zone IN NS ns.hd.test."; done
         for zone in rsa n3 badsig expired; do dnssec-dsfromkey -2 "$keys/$(cat "$dir/$zone.key").key"; done

@@ -135,7 +135,7 @@ public struct DNSSECValidator: Sendable {
 
     /// What one validation knows: its clock, budget, the zones proven so far and the answers fetched.
     struct Session {
-        let anchor: DomainName
+        var anchor: DomainName
         let now: UInt32
         var budget: Int
         let started: ContinuousClock.Instant
@@ -164,6 +164,13 @@ public struct DNSSECValidator: Sendable {
         var owner = name
         var statuses: [DNSSECStatus] = []
         for _ in 0..<maxChain {
+            // A link that leaves the anchor's tree is judged from its own anchor, if it has one.
+            if !DNSSECVerifier.isSubdomain(owner, of: session.anchor) {
+                guard let anchor = anchors.closestAnchor(to: owner) else {
+                    return Self.combine(statuses + [.indeterminate("no trust anchor covers \(owner), where the chain leads")])
+                }
+                session.anchor = anchor
+            }
             let (records, signatures) = Self.rrset(in: response.answers, name: owner, type: type)
             if !records.isEmpty {
                 statuses.append(try await status(of: records, signatures: signatures, in: response, session: &session))

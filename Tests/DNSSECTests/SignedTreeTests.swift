@@ -46,6 +46,7 @@ import Testing
         ("alias.sig.test", .a, "secure", false),  // CNAME into the RSA child
         ("back.rsa.sig.test", .a, "secure", false),  // CNAME up into the parent
         ("www.dn.sig.test", .a, "secure", false),  // DNAME → synthesized CNAME
+        ("out.sig.test", .a, "indeterminate", false),  // a secure CNAME out of the anchor's tree
         ("www.hd.test", .a, "indeterminate", true),  // no anchor covers it
     ]
 

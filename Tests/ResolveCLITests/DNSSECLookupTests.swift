@@ -115,7 +115,7 @@ import Testing
             ("www.sig.test", false), ("x.wild.sig.test", false), ("nx.sig.test", false), ("www.rsa.sig.test", false),
             ("www.n3.sig.test", false), ("x.wild.n3.sig.test", false), ("nx.n3.sig.test", false), ("www.unsigned.n3.sig.test", false),
             ("www.insecure.sig.test", false), ("www.badsig.sig.test", false), ("www.expired.sig.test", false),
-            ("www.nokey.sig.test", false), ("alias.sig.test", true), ("back.rsa.sig.test", true), ("www.dn.sig.test", true),
+            ("www.nokey.sig.test", false), ("alias.sig.test", true), ("back.rsa.sig.test", true), ("www.dn.sig.test", true), ("out.sig.test", true),
             ("www.hd.test", false),
         ]
         var table: [String] = []
