@@ -131,11 +131,12 @@ import Testing
     }
 
     /// Property: random bit flips in a signed RRset's data or its RRSIG never verify.
-    @Test func randomBitFlipsNeverVerify() throws {
+    @Test func randomBitFlipsNeverVerify() async throws {
         var random = SplitMix64(state: 4034)
         for vector in Self.loaded.vectors {
             let key = try DNSKEY(rdata: Self.bytes(vector.dnskey))
             for test in vector.cases {
+                await Task.yield()
                 for _ in 0..<40 {
                     var rdatas = test.rdatas.map(Self.bytes)
                     var rrsig = Self.bytes(test.rrsig)

@@ -54,19 +54,19 @@ import Testing
         #expect(await (try validator { [] }).validate(response, name: owner, type: .a, now: now) == .secure)
     }
 
-    /// KeyTrap (CVE-2023-50387): hundreds of RRSIGs naming the zone's key, none valid. The
+    /// KeyTrap (CVE-2023-50387): 200 RRSIGs naming the zone's key, none valid. The
     /// validator stops after its budget of checks.
-    @Test func hundredsOfBadSignaturesStopAtTheCheckBudget() async throws {
+    @Test func manyBadSignaturesStopAtTheCheckBudget() async throws {
         let rrset = [record(owner, .a, [192, 0, 2, 1])]
         var answers = rrset
-        for _ in 0..<600 { answers.append(try signature(over: rrset, labels: 3, garbage: true)) }
+        for _ in 0..<200 { answers.append(try signature(over: rrset, labels: 3, garbage: true)) }
         let response = DNSMessage(id: 0, flags: 0x8180, questions: [], answers: answers)
         let started = ContinuousClock.now
         let status = await (try validator { [] }).validate(response, name: owner, type: .a, now: now)
         let elapsed = ContinuousClock.now - started
         #expect(status.name == "indeterminate" && status.reason?.contains("signature checks") == true, "\(status)")
         #expect(elapsed < .milliseconds(500), "\(elapsed)")
-        // Without the bound all 600 would be checked: the same response with a bound above it is bogus.
+        // Without the bound all 200 would be checked: the same response with a bound above it is bogus.
         var unbounded = try validator { [] }
         unbounded.maxSignatureChecks = 10_000
         #expect(await unbounded.validate(response, name: owner, type: .a, now: now).name == "bogus")

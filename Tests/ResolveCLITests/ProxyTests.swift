@@ -293,5 +293,41 @@ extension DaemonSuites {
             let echo = try await curl([Env.origin("/echo")])
             #expect(echo.stdout.hasPrefix("sni=origin.hd.test"), "\(echo.stdout)\(echo.stderr)")
         }
+
+        /// `idle_timeout`: a tunnel with no byte either way for that long is closed; one that keeps
+        /// talking (TLS through it, every 0.5 s) outlives it.
+        @Test func anIdleTunnelIsClosedAndABusyOneIsNot() async throws {
+            let idle = "{connect_ports: [\(Env.originPort)], allow_private_destinations: true, limits: {idle_timeout: 1}}"
+            let daemon = try await DaemonProcess(config: Self.config(idle), port: Self.port)
+            defer { daemon.stop() }
+            let script = """
+                import socket, ssl, time
+                def tunnel():
+                    s = socket.create_connection(("127.0.0.1", \(Self.proxyPort)), timeout=5)
+                    s.sendall(b"CONNECT origin.hd.test:\(Env.originPort) HTTP/1.1\\r\\nHost: origin.hd.test\\r\\n\\r\\n")
+                    assert s.recv(200).startswith(b"HTTP/1.1 200"), "no tunnel"
+                    return s
+                quiet = tunnel()
+                start = time.time()
+                closed = quiet.recv(10) == b""
+                print("idle", closed, round(time.time() - start, 1))
+                context = ssl.create_default_context(cafile="\(Env.caFile)")
+                busy = context.wrap_socket(tunnel(), server_hostname="origin.hd.test")
+                answered = 0
+                for _ in range(6):
+                    busy.sendall(b"GET /echo HTTP/1.1\\r\\nHost: origin.hd.test\\r\\n\\r\\n")
+                    answered += b"sni=origin.hd.test" in busy.recv(65536)
+                    time.sleep(0.5)
+                print("busy", answered)
+                """
+            let output = try await CLI.run(["-c", script], executable: "/usr/bin/python3")
+            let lines = output.lines
+            #expect(lines.count == 2, "\(output.stdout)\(output.stderr)")
+            guard lines.count == 2 else { return }
+            let idleLine = lines[0].split(separator: " ")
+            #expect(idleLine.count == 3 && idleLine[1] == "True", "\(lines[0])")
+            if let seconds = Double(idleLine.last ?? "") { #expect((0.8...2.5).contains(seconds), "closed after \(seconds) s") }
+            #expect(lines[1] == "busy 6", "a tunnel in use for 3 s with idle_timeout 1 s stays open: \(lines[1])")
+        }
     }
 }

@@ -335,11 +335,9 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
         pipeline.removeHandler(encoder, promise: nil)
         pipeline.removeHandler(decoder, promise: nil)
         context.writeAndFlush(NIOAny(context.channel.allocator.buffer(string: "HTTP/1.1 200 Connection established\r\n\r\n")), promise: nil)
-        let (client, server) = TunnelHandler.pair(metrics: state.metrics)
+        let (client, server) = TunnelHandler.pair(metrics: state.metrics, idle: idle)
         do {
-            try pipeline.addHandler(IdleStateHandler(allTimeout: idle))
             try pipeline.addHandler(client)
-            try upstream.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: idle))
             try upstream.pipeline.syncOperations.addHandler(server)
         } catch {
             upstream.close(promise: nil)
@@ -600,30 +598,62 @@ final class TunnelHandler: ChannelDuplexHandler {
     private var pendingRead = false
     private let upstreamSide: Bool
     private let metrics: DaemonMetrics
+    private let activity: Activity
+    private var idleCheck: Scheduled<Void>?
 
-    private init(upstreamSide: Bool, metrics: DaemonMetrics) {
-        self.upstreamSide = upstreamSide
-        self.metrics = metrics
+    /// When bytes last moved either way, shared by both sides (one event loop). Every write in a
+    /// tunnel follows a read on the other side, so reads alone say whether it is idle — without
+    /// NIO's IdleStateHandler, which made a promise and a callback for every write.
+    private final class Activity {
+        var last = NIODeadline.now()
+        let idle: TimeAmount
+        init(idle: TimeAmount) { self.idle = idle }
     }
 
-    /// The client side and the upstream side, joined.
-    static func pair(metrics: DaemonMetrics) -> (TunnelHandler, TunnelHandler) {
-        let client = TunnelHandler(upstreamSide: false, metrics: metrics)
-        let server = TunnelHandler(upstreamSide: true, metrics: metrics)
+    private init(upstreamSide: Bool, metrics: DaemonMetrics, activity: Activity) {
+        self.upstreamSide = upstreamSide
+        self.metrics = metrics
+        self.activity = activity
+    }
+
+    /// The client side and the upstream side, joined; closed after `idle` without a byte either way.
+    static func pair(metrics: DaemonMetrics, idle: TimeAmount) -> (TunnelHandler, TunnelHandler) {
+        let activity = Activity(idle: idle)
+        let client = TunnelHandler(upstreamSide: false, metrics: metrics, activity: activity)
+        let server = TunnelHandler(upstreamSide: true, metrics: metrics, activity: activity)
         client.partner = server
         server.partner = client
         metrics.proxyTunnelsOpen(+1)
         return (client, server)
     }
 
-    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        // The client side keeps the tunnel's one idle timer.
+        if !upstreamSide { scheduleIdleCheck(in: activity.idle, context: context) }
+    }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        idleCheck?.cancel()
+        idleCheck = nil
         self.context = nil
         partner = nil
     }
 
+    private func scheduleIdleCheck(in delay: TimeAmount, context: ChannelHandlerContext) {
+        idleCheck = context.eventLoop.assumeIsolated().scheduleTask(in: delay) { [weak self] in
+            guard let self, let context = self.context else { return }
+            let quiet = NIODeadline.now() - self.activity.last
+            if quiet >= self.activity.idle {
+                context.close(promise: nil)
+            } else {
+                self.scheduleIdleCheck(in: self.activity.idle - quiet, context: context)
+            }
+        }
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        activity.last = .now()
         let bytes = unwrapInboundIn(data).readableBytes
         metrics.proxyBytes(upstream: !upstreamSide, bytes)
         partner?.context?.write(data, promise: nil)
@@ -643,8 +673,6 @@ final class TunnelHandler: ChannelDuplexHandler {
             // The peer finished sending: finish sending to the other side too (TLS close_notify and
             // HTTP/1.0 bodies rely on it).
             partner?.context?.close(mode: .output, promise: nil)
-        } else if event is IdleStateHandler.IdleStateEvent {
-            context.close(promise: nil)
         } else {
             context.fireUserInboundEventTriggered(event)
         }
