@@ -29,4 +29,11 @@ public enum DNSSECStatus: Sendable, Hashable {
     }
 
     public var isBogus: Bool { if case .bogus = self { return true } else { return false } }
+
+    /// Several statuses of one answer (address types, chain links) as one: bogus when any is, else
+    /// the first that is not secure, else secure; nil when there are none.
+    public static func combined(_ statuses: [DNSSECStatus]) -> DNSSECStatus? {
+        guard !statuses.isEmpty else { return nil }
+        return statuses.first(where: \.isBogus) ?? statuses.first { $0 != .secure } ?? .secure
+    }
 }

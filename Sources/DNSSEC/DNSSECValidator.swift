@@ -410,7 +410,7 @@ public struct DNSSECValidator: Sendable {
     }
 
     static func combine(_ statuses: [DNSSECStatus]) -> DNSSECStatus {
-        statuses.first { $0 != .secure } ?? .secure
+        DNSSECStatus.combined(statuses) ?? .secure
     }
 
     static func rrset(in records: [DNSMessage.Record], name: DomainName, type: RecordType) -> ([DNSMessage.Record], [RRSIG]) {

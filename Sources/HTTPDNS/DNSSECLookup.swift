@@ -133,12 +133,14 @@ extension HTTPDNSResolver {
         await validator().validate(response, name: name, type: type, now: UInt32(clamping: Int64(now.timeIntervalSince1970)))
     }
 
-    /// The validator of the configured anchors over the trusted upstreams, with the shared chain cache.
-    func validator() -> DNSSECValidator {
-        var validator = DNSSECValidator(anchors: configuration.dnssec.anchors, cache: dnssecMemo.chain) { name, type in
-            try await self.askValidating(name, type)
+    /// The validator of `settings` (the configured ones by default) over the trusted upstreams; the
+    /// chain cache is shared only by validations with the configured anchors.
+    func validator(_ settings: DNSSECSettings? = nil) -> DNSSECValidator {
+        let settings = settings ?? configuration.dnssec
+        var validator = DNSSECValidator(anchors: settings.anchors, cache: settings == configuration.dnssec ? dnssecMemo.chain : nil) {
+            name, type in try await self.askValidating(name, type)
         }
-        validator.negativeAnchors = configuration.dnssec.negativeAnchors
+        validator.negativeAnchors = settings.negativeAnchors
         // Validation runs after the lookup and gets the lookup's budget again, at most.
         validator.maxDuration = min(validator.maxDuration, options.timeout)
         return validator
@@ -165,7 +167,7 @@ extension HTTPDNSResolver {
                 statuses.append(.indeterminate("asking \(name) \(recordType) with DO failed: \(error)"))
             }
         }
-        let status = statuses.first(where: \.isBogus) ?? statuses.first { $0 != .secure } ?? .secure
+        let status = DNSSECStatus.combined(statuses) ?? .secure
         if configuration.dnssec.policy == .require, case .bogus(let reason) = status {
             engine.forget(host)
             var bogus = DNSError(.dnssecBogus, "\(host): DNSSEC validation of the \(error.code.rawValue) answer failed: \(reason)")
@@ -200,11 +202,7 @@ extension HTTPDNSResolver {
     {
         guard resolution.source != .literal else { return .indeterminate("an IP literal") }
         guard let name = try? DomainName(resolution.host) else { return .indeterminate("not a DNS name") }
-        let configured = validator()
-        var validator = DNSSECValidator(
-            anchors: settings.anchors, cache: settings == configuration.dnssec ? dnssecMemo.chain : nil, fetch: configured.fetch)
-        validator.negativeAnchors = settings.negativeAnchors
-        validator.maxDuration = configured.maxDuration
+        let validator = validator(settings)
         let seconds = UInt32(clamping: Int64(now.timeIntervalSince1970))
         var statuses: [DNSSECStatus] = []
         for (type, family) in [(RecordType.a, IPAddress.Family.ipv4), (.aaaa, .ipv6)] {
@@ -230,9 +228,7 @@ extension HTTPDNSResolver {
                 statuses.append(status)
             }
         }
-        if let bogus = statuses.first(where: \.isBogus) { return bogus }
-        if statuses.allSatisfy({ $0 == .secure }), !statuses.isEmpty { return .secure }
-        return statuses.first { $0 != .secure } ?? .indeterminate("no addresses to validate")
+        return DNSSECStatus.combined(statuses) ?? .indeterminate("no addresses to validate")
     }
 
     /// A query with DO and CD (RFC 4035 §3.2.2: the upstream must hand over what it would reject),

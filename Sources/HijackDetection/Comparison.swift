@@ -88,7 +88,7 @@ public struct PlainDNSAnswers: AnswerSource {
             return collected.sorted { $0.0 < $1.0 }
         }
         let statuses = results.compactMap(\.2)
-        let status = statuses.first(where: \.isBogus) ?? statuses.first { $0 != .secure } ?? statuses.first
+        let status = DNSSECStatus.combined(statuses)
         return ProvenAnswer(Self.combine(results.map(\.1)), dnssec: status)
     }
 

@@ -81,11 +81,8 @@ enum Routes {
             entry["trusted"] = .array(addresses(status.comparison.trusted).map { .string($0.description) })
             entry["system"] = .array(addresses(status.comparison.system).map { .string($0.description) })
             if let hints = status.comparison.foreignHints { entry["https_foreign_hints"] = .array(hints.map { .string($0.description) }) }
-            for (key, dnssec) in [("trusted_dnssec", status.comparison.trustedDNSSEC), ("system_dnssec", status.comparison.systemDNSSEC)] {
-                guard let dnssec else { continue }
-                entry[key] = .string(dnssec.name)
-                if let reason = dnssec.reason { entry[key + "_reason"] = .string(reason) }
-            }
+            LookupOutput.dnssec(status.comparison.trustedDNSSEC, into: &entry, key: "trusted_dnssec")
+            LookupOutput.dnssec(status.comparison.systemDNSSEC, into: &entry, key: "system_dnssec")
             entry["addresses"] = .array(
                 status.ranked.map { address in
                     var item = JSONObject()

@@ -27,10 +27,7 @@ package enum LookupOutput {
         object["elapsed_ms"] = .double(milliseconds(resolution.elapsed))
         if let canonical = resolution.canonicalName { object["canonical_name"] = .string(canonical) }
         if !resolution.failedAttempts.isEmpty { object["failed_attempts"] = attempts(resolution.failedAttempts) }
-        if let dnssec = resolution.dnssec {
-            object["dnssec"] = .string(dnssec.name)
-            if let reason = dnssec.reason { object["dnssec_reason"] = .string(reason) }
-        }
+        dnssec(resolution.dnssec, into: &object)
         return JSONValue.object(object)
     }
 
@@ -42,11 +39,16 @@ package enum LookupOutput {
         var object = JSONObject()
         object["host"] = .string(host)
         object["error"] = .object(detail)
-        if let dnssec = error.dnssec {
-            object["dnssec"] = .string(dnssec.name)
-            if let reason = dnssec.reason { object["dnssec_reason"] = .string(reason) }
-        }
+        dnssec(error.dnssec, into: &object)
         return JSONValue.object(object).serialized
+    }
+
+    /// `key` (`dnssec`, `trusted_dnssec`, …) with the status's name, and `key_reason` when it has
+    /// one; nothing when there is no status.
+    package static func dnssec(_ status: DNSSECStatus?, into object: inout JSONObject, key: String = "dnssec") {
+        guard let status else { return }
+        object[key] = .string(status.name)
+        if let reason = status.reason { object[key + "_reason"] = .string(reason) }
     }
 
     package static func human(_ resolution: Resolution) -> String {

@@ -159,11 +159,8 @@ enum CompareOutput {
         object["trusted_status"] = .string(status(result.trusted))
         object["system_status"] = .string(status(result.system))
         if result.isCanary { object["canary"] = .bool(true) }
-        for (key, status) in [("trusted_dnssec", result.trustedDNSSEC), ("system_dnssec", result.systemDNSSEC)] {
-            guard let status else { continue }
-            object[key] = .string(status.name)
-            if let reason = status.reason { object[key + "_reason"] = .string(reason) }
-        }
+        LookupOutput.dnssec(result.trustedDNSSEC, into: &object, key: "trusted_dnssec")
+        LookupOutput.dnssec(result.systemDNSSEC, into: &object, key: "system_dnssec")
         if let https { object["https"] = .object(httpsJSON(https)) }
         return JSONValue.object(object).serialized
     }
