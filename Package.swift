@@ -45,6 +45,8 @@ let package = Package(
             pkgConfig: "libcares",
             providers: [.apt(["libc-ares-dev"])]
         ),
+        // Linux's epoll, eventfd, splice, pipe2 and accept4 for the proxy's relay (headers only).
+        .systemLibrary(name: "CRelay"),
 
         // Pure Swift: wire codec, names, addresses, errors, the engine. No C, no Foundation.
         // swift-log and swift-metrics are API packages only: the application picks the backends.
@@ -107,6 +109,7 @@ let package = Package(
             name: "ResolverDaemon",
             dependencies: [
                 "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
+                .target(name: "CRelay", condition: .when(platforms: [.linux])),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),

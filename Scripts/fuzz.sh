@@ -10,6 +10,7 @@
 #   doh       a DoH GET target or POST media type and body (Fuzz/DoHRequestFuzzer.swift)
 #   vendor    the vendor HTTPDNS answer decoders (Fuzz/VendorAnswerFuzzer.swift; AES stubbed, DES real)
 #   dnssec    the DNSKEY, RRSIG, DS, NSEC and NSEC3 decoders (Fuzz/DNSSECRecordFuzzer.swift)
+#   connect   the proxy relay's CONNECT head scan (Fuzz/ConnectHeadFuzzer.swift)
 # A crash leaves its input in Fuzz/crashers/TARGET/ (decoder: Fuzz/crashers/), which the test
 # suites replay on every run. The working corpora grow in .build-fuzz; the committed seeds stay small.
 set -euo pipefail
@@ -18,7 +19,7 @@ cd "$root"
 runs=${1:-1000000}
 seconds=${2:-600}
 shift $(( $# < 2 ? $# : 2 ))
-targets=("${@:-decoder stub doh vendor dnssec}")
+targets=("${@:-decoder stub doh vendor dnssec connect}")
 # shellcheck disable=SC2206
 targets=(${targets[*]})
 out=.build-fuzz
@@ -37,7 +38,8 @@ for target in "${targets[@]}"; do
         doh) sources="$codec $daemon Fuzz/DoHRequestFuzzer.swift"; seeds=Fuzz/corpus-doh; crashers=Fuzz/crashers/doh; max_len=2048 ;;
         vendor) sources="$codec $vendor Fuzz/VendorAnswerFuzzer.swift"; seeds=Fuzz/corpus-vendor; crashers=Fuzz/crashers/vendor; max_len=2048 ;;
         dnssec) sources="$codec Sources/DNSSEC/DNSSECRecords.swift Sources/DNSSEC/DenialRecords.swift Fuzz/DNSSECRecordFuzzer.swift"; seeds=Fuzz/corpus-dnssec; crashers=Fuzz/crashers/dnssec; max_len=1024 ;;
-        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec)" >&2; exit 2 ;;
+        connect) sources="Sources/ResolverDaemon/Proxy/ConnectHead.swift Fuzz/ConnectHeadFuzzer.swift"; seeds=Fuzz/corpus-connect; crashers=Fuzz/crashers/connect; max_len=2048 ;;
+        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"
     # One module named DNSCore, so the daemon files' `import DNSCore` is their own module.

@@ -25,6 +25,22 @@ struct ProxyListener: Service {
         let settings = state.current.config.daemon.proxy
         let metrics = state.metrics
         let registry = ConnectionRegistry(limit: settings.maxConnections) { metrics.proxyConnectionsOpen($0) }
+        #if os(Linux)
+        // CONNECT tunnels are served by the splice relay; what is not a clean CONNECT comes back to
+        // the NIO handlers below with the bytes the relay read.
+        let environment = SpliceRelay.Environment(state: state, registry: registry, logger: logger) { [state, logger] fd, head in
+            Self.adopt(fd, head: head, state: state, registry: registry, logger: logger)
+        }
+        let relay = try SpliceRelay(host: host, port: port, loops: System.coreCount, environment: environment)
+        relay.start()
+        let address = try? SocketAddress.makeAddressResolvingHost(host, port: relay.port)
+        onBound(address)
+        logger.notice("proxy listening", metadata: ["address": "\(address.map { "\($0)" } ?? "\(host):\(port)")", "relay": "splice"])
+        try? await gracefulShutdown()
+        async let relayDrained: Void = relay.drain(grace: drainTimeout)
+        await registry.drain(grace: drainTimeout)
+        await relayDrained
+        #else
         // One listening socket per event loop (SO_REUSEPORT), each keeping its connections on its own
         // loop: a connection is accepted, served and dialled out on one thread. With one socket for
         // the group, every new tunnel was handed from the accepting thread to another (a wake-up
@@ -38,28 +54,13 @@ struct ProxyListener: Service {
                 .serverChannelOption(ChannelOptions.socketOption(NIOBSDSocket.Option(rawValue: SO_REUSEPORT)), value: 1)
                 .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .childChannelOption(.allowRemoteHalfClosure, value: true)
-                // Tunnels move bulk data: reads grow up to 256 KiB (NIO's default tops out at 64 KiB).
-                .childChannelOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 262_144))
+                .childChannelOption(.recvAllocator, value: Self.receiveBuffers)
                 .childChannelInitializer { [state, logger] channel in
                     guard registry.admit(channel) else {
                         metrics.proxyOutcome("connection_limit")
                         return channel.close()
                     }
-                    return channel.eventLoop.makeCompletedFuture {
-                        let settings = state.current.config.daemon.proxy
-                        let sync = channel.pipeline.syncOperations
-                        let budget = HeaderBudget(limit: settings.maxHeaderBytes)
-                        let decoder = ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes))
-                        let encoder = HTTPResponseEncoder()
-                        try sync.addHandler(budget)
-                        try sync.addHandler(decoder)
-                        try sync.addHandler(encoder)
-                        try sync.addHandler(
-                            ProxyConnectionHandler(
-                                state: state, budget: budget, decoder: decoder, encoder: encoder,
-                                headTimeout: .nanoseconds(Int64(state.current.config.daemon.limits.requestTimeout / .nanoseconds(1))),
-                                logger: logger))
-                    }
+                    return channel.eventLoop.makeCompletedFuture { try Self.configure(channel, state: state, logger: logger) }
                 }
                 .bind(host: host, port: boundPort).get()
             // Port 0: the first socket's port, shared by the others.
@@ -76,6 +77,52 @@ struct ProxyListener: Service {
             for server in listening { server.close(promise: nil) }
         }
         await registry.drain(grace: drainTimeout)
+        #endif
+    }
+
+    /// Tunnels move bulk data: reads grow up to 256 KiB (NIO's default tops out at 64 KiB).
+    static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 262_144)
+
+    /// The HTTP/1.1 handlers of a client connection.
+    static func configure(_ channel: any Channel, state: DaemonState, logger: Logger) throws {
+        let settings = state.current.config.daemon.proxy
+        let sync = channel.pipeline.syncOperations
+        let budget = HeaderBudget(limit: settings.maxHeaderBytes)
+        let decoder = ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes))
+        let encoder = HTTPResponseEncoder()
+        try sync.addHandler(budget)
+        try sync.addHandler(decoder)
+        try sync.addHandler(encoder)
+        try sync.addHandler(
+            ProxyConnectionHandler(
+                state: state, budget: budget, decoder: decoder, encoder: encoder,
+                headTimeout: .nanoseconds(Int64(state.current.config.daemon.limits.requestTimeout / .nanoseconds(1))),
+                logger: logger))
+    }
+
+    /// A connection the relay read the start of and hands over: the same handlers, fed `head`
+    /// first, then reading from the socket. Its registry reservation becomes the channel's entry.
+    static func adopt(_ fd: CInt, head: [UInt8], state: DaemonState, registry: ConnectionRegistry, logger: Logger) {
+        ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(.allowRemoteHalfClosure, value: true)
+            .channelOption(.recvAllocator, value: receiveBuffers)
+            // Nothing is read from the socket before `head` went through the handlers.
+            .channelOption(.autoRead, value: false)
+            .channelInitializer { channel in
+                _ = registry.admit(channel, force: true)
+                return channel.eventLoop.makeCompletedFuture { try configure(channel, state: state, logger: logger) }
+            }
+            .withConnectedSocket(fd)
+            .whenComplete { result in
+                switch result {
+                case let .success(channel):
+                    channel.pipeline.fireChannelRead(channel.allocator.buffer(bytes: head))
+                    channel.pipeline.fireChannelReadComplete()
+                    channel.setOption(.autoRead, value: true).whenFailure { _ in channel.close(promise: nil) }
+                case let .failure(error):
+                    logger.debug("proxy hand-off failed", metadata: ["error": "\(error)"])
+                }
+            }
     }
 }
 
@@ -296,7 +343,7 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
             .connectTimeout(timeout)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelOption(.allowRemoteHalfClosure, value: true)
-            .channelOption(.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 262_144))
+            .channelOption(.recvAllocator, value: ProxyListener.receiveBuffers)
         let connecting: EventLoopFuture<any Channel>
         if addresses.count == 1, let only = try? SocketAddress(ipAddress: addresses[0].description, port: target.port) {
             // One address: nothing to race, so no Happy Eyeballs machinery (its timers and states
@@ -544,13 +591,8 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
         state.metrics.proxyOutcome(String(refusal.status))
         logger.info(
             "proxy request refused", metadata: ["status": "\(refusal.status)", "reason": "\(refusal.reason)"])
-        var headers = HTTPHeaders([("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")])
-        if refusal.status == 407 { headers.add(name: "Proxy-Authenticate", value: "Basic realm=\"resolve proxy\"") }
-        if let code = refusal.dnsCode { headers.add(name: "X-HTTPDNS-Error", value: code) }
-        // The reason in a header too: clients show a CONNECT refusal's headers, rarely its body.
-        headers.add(name: "X-HTTPDNS-Reason", value: String(refusal.reason.unicodeScalars.filter { $0.value >= 0x20 && $0.value < 0x7f }.prefix(300)))
-        let body = context.channel.allocator.buffer(string: "\(refusal.status) \(refusal.reason)\n")
-        headers.add(name: "Content-Length", value: String(body.readableBytes))
+        let headers = HTTPHeaders(refusal.headerFields.map { ($0.name, $0.value) })
+        let body = context.channel.allocator.buffer(string: refusal.body)
         let status = HTTPResponseStatus(statusCode: refusal.status)
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)

@@ -49,6 +49,25 @@ struct ProxyRefusal: Error, Sendable, Equatable {
     var dnsCode: String?
 
     static func policy(_ reason: String) -> ProxyRefusal { ProxyRefusal(status: 403, reason: reason) }
+
+    /// The response's body: the status and the reason, one line.
+    var body: String { "\(status) \(reason)\n" }
+
+    /// The response's header fields, in order (both of the proxy's paths send these).
+    var headerFields: [(name: String, value: String)] {
+        var fields = [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")]
+        if status == 407 { fields.append(("Proxy-Authenticate", "Basic realm=\"resolve proxy\"")) }
+        if let dnsCode { fields.append(("X-HTTPDNS-Error", dnsCode)) }
+        // The reason in a header too: clients show a CONNECT refusal's headers, rarely its body.
+        fields.append(("X-HTTPDNS-Reason", String(reason.unicodeScalars.filter { $0.value >= 0x20 && $0.value < 0x7f }.prefix(300))))
+        fields.append(("Content-Length", String(body.utf8.count)))
+        return fields
+    }
+
+    /// The whole HTTP/1.1 response, for the relay that writes it to the socket itself.
+    func response(reasonPhrase: String) -> String {
+        "HTTP/1.1 \(status) \(reasonPhrase)\r\n" + headerFields.map { "\($0.name): \($0.value)\r\n" }.joined() + "\r\n" + body
+    }
 }
 
 /// The proxy's decisions, pure: authentication, target policy, destination filtering.

@@ -1,0 +1,21 @@
+// The proxy's splice relay: Linux system calls that Swift's Glibc module leaves out (epoll, eventfd)
+// or declares only under _GNU_SOURCE (splice, pipe2, accept4). _GNU_SOURCE itself is not defined
+// here: the system types must stay the ones Glibc's module has, so these calls are declared as the
+// kernel's ABI has them and wrapped under names of our own.
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+extern ssize_t splice(int, __off64_t *, int, __off64_t *, size_t, unsigned int);
+extern int pipe2(int[2], int);
+extern int accept4(int, struct sockaddr *, socklen_t *, int);
+
+static const unsigned int httpdns_splice_flags = 1 | 2; /* SPLICE_F_MOVE | SPLICE_F_NONBLOCK */
+static const int httpdns_f_setpipe_sz = 1031;            /* F_SETPIPE_SZ */
+
+static inline ssize_t httpdns_splice(int in, int out, size_t length) { return splice(in, 0, out, 0, length, httpdns_splice_flags); }
+static inline int httpdns_pipe2(int fds[2], int flags) { return pipe2(fds, flags); }
+static inline int httpdns_accept4(int fd, int flags) { return accept4(fd, 0, 0, flags); }

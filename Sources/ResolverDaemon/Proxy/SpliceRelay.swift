@@ -1,0 +1,704 @@
+#if os(Linux)
+import CRelay
+import DNSCore
+import Foundation
+import Glibc
+import HTTPDNS
+import Logging
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// The proxy's CONNECT path on Linux, outside NIO: one thread per core, each with its own listening
+/// socket (SO_REUSEPORT) and epoll set, takes a connection from `accept` through the head, the
+/// HTTPDNS answer, the dial and the `200` to a tunnel whose bytes move with splice(2) — socket to
+/// pipe to socket, never copied into this process. Anything that is not a clean CONNECT (plain
+/// `http://` requests, malformed or refused heads) is handed to the NIO handlers with the bytes read
+/// so far, so their statuses and forwarding stay the one implementation.
+///
+/// Why: through NIO every relayed read was copied into a buffer and out again, and a new tunnel
+/// cost a channel, a pipeline and a dozen epoll_ctl calls; on 2 cores beside curl and nginx that
+/// was 0.7-0.8x of a direct download and 0.8x of tinyproxy's tunnels per second.
+final class SpliceRelay: Sendable {
+    /// Context the loops share: settings come from `state` per connection, so SIGHUP applies.
+    struct Environment: Sendable {
+        let state: DaemonState
+        let registry: ConnectionRegistry
+        let logger: Logger
+        /// Where a connection goes that is not a clean CONNECT: its descriptor and the bytes read.
+        let handOff: @Sendable (CInt, [UInt8]) -> Void
+    }
+
+    private let loops: [RelayLoop]
+    let port: Int
+
+    /// Binds one listening socket per loop on `host:port` (port 0: the first socket's port for all).
+    init(host: String, port: Int, loops count: Int, environment: Environment) throws {
+        // splice(2) and write(2) to a socket whose peer is gone raise SIGPIPE (no MSG_NOSIGNAL there):
+        // the relay wants the EPIPE instead.
+        signal(SIGPIPE, SIG_IGN)
+        var loops: [RelayLoop] = []
+        var boundPort = port
+        do {
+            for _ in 0..<max(1, count) {
+                let listener = try Self.listen(host: host, port: boundPort)
+                boundPort = Self.localPort(listener) ?? boundPort
+                do {
+                    loops.append(try RelayLoop(listener: listener, environment: environment))
+                } catch {
+                    close(listener)
+                    throw error
+                }
+            }
+        } catch {
+            for loop in loops { loop.discard() }
+            throw error
+        }
+        self.loops = loops
+        self.port = boundPort
+    }
+
+    func start() {
+        for loop in loops { loop.start() }
+    }
+
+    /// Stops accepting and closes connections that have not become tunnels; tunnels may finish
+    /// within `grace`, then they are closed and the loops end.
+    func drain(grace: Duration) async {
+        for loop in loops { loop.post(.quiesce) }
+        let deadline = ContinuousClock.now + grace
+        while loops.contains(where: { $0.openConnections > 0 }), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        for loop in loops { loop.post(.stop) }
+        while loops.contains(where: { !$0.finished }) {
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    private static func listen(host: String, port: Int) throws -> CInt {
+        let address = try SocketAddress.makeAddressResolvingHost(host, port: port)
+        let fd = socket(address.protocol.rawValue, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw RelayError.system("socket", errno) }
+        var one: CInt = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<CInt>.size))
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<CInt>.size))
+        let bound = address.withSockAddr { bind(fd, $0, socklen_t($1)) }
+        guard bound == 0, Glibc.listen(fd, 256) == 0 else {
+            let code = errno
+            close(fd)
+            throw RelayError.system("bind \(host):\(port)", code)
+        }
+        return fd
+    }
+
+    private static func localPort(_ fd: CInt) -> Int? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let got = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard got == 0 else { return nil }
+        return withUnsafePointer(to: &storage) { pointer -> Int? in
+            switch CInt(pointer.pointee.ss_family) {
+            case AF_INET: pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin_port)) }
+            case AF_INET6: pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin6_port)) }
+            default: nil
+            }
+        }
+    }
+}
+
+enum RelayError: Error, CustomStringConvertible {
+    case system(String, CInt)
+
+    var description: String {
+        switch self {
+        case let .system(call, code): "\(call): \(String(cString: strerror(code)))"
+        }
+    }
+}
+
+/// Monotonic nanoseconds (CLOCK_MONOTONIC: a wall-clock jump moves no deadline).
+private func monotonicNow() -> UInt64 {
+    var spec = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &spec)
+    return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
+}
+
+/// One relay thread: its listening socket, its epoll set and every connection it accepted.
+/// `@unchecked Sendable`: everything but `inbox`, `openCount` and `done` is touched only on the loop's
+/// own thread; those three are behind a Mutex or atomics.
+private final class RelayLoop: @unchecked Sendable {
+    enum Message {
+        case resolved(id: UInt64, Result<[IPAddress], DNSError>)
+        case quiesce
+        case stop
+    }
+
+    /// A pipe holds up to this much of one direction in flight (the kernel's default is 64 KiB).
+    static let pipeCapacity: CInt = 256 * 1024
+    /// After this many rounds without blocking, a tunnel lets the loop's other connections go first.
+    static let roundsPerTurn = 16
+    /// RFC 8305 §5: the next address is tried when the last has not connected after this long.
+    static let attemptDelay: UInt64 = 250_000_000
+
+    private let environment: SpliceRelay.Environment
+    private var listener: CInt
+    private let epoll: CInt
+    private let wake: CInt
+    /// Every connection this loop holds, by id; and by descriptor (client, dial attempts, upstream)
+    /// for the events.
+    private var open: [UInt64: ProxyTunnel] = [:]
+    private var connections: [CInt: ProxyTunnel] = [:]
+    /// Tunnels (or the listener, as nil) that stopped only because their turn ended: no edge will
+    /// come for them, so they go again before the loop waits.
+    private var again: [ProxyTunnel?] = []
+    private var nextID: UInt64 = 0
+    private var nextSweep: UInt64 = 0
+    private var stopping = false
+    private let inbox = Mutex<[Message]>([])
+    private let openCount = Atomic<Int>(0)
+    private let done = Atomic<Bool>(false)
+
+    var openConnections: Int { openCount.load(ordering: .relaxed) }
+    var finished: Bool { done.load(ordering: .acquiring) }
+
+    init(listener: CInt, environment: SpliceRelay.Environment) throws {
+        self.listener = listener
+        self.environment = environment
+        epoll = epoll_create1(CInt(EPOLL_CLOEXEC))
+        wake = eventfd(0, CInt(EFD_NONBLOCK | EFD_CLOEXEC))
+        guard epoll >= 0, wake >= 0 else {
+            let code = errno
+            if epoll >= 0 { close(epoll) }
+            if wake >= 0 { close(wake) }
+            throw RelayError.system("epoll/eventfd", code)
+        }
+        watch(listener, events: EPOLLIN.rawValue | EPOLLET.rawValue)
+        watch(wake, events: EPOLLIN.rawValue)
+    }
+
+    /// Closes what `init` opened, for a relay whose other loops failed to start.
+    func discard() {
+        close(listener)
+        close(epoll)
+        close(wake)
+        done.store(true, ordering: .releasing)
+    }
+
+    func start() {
+        let thread = Thread { [self] in self.run() }
+        thread.name = "httpdns-proxy-relay"
+        thread.start()
+    }
+
+    func post(_ message: Message) {
+        inbox.withLock { $0.append(message) }
+        var one: UInt64 = 1
+        _ = write(wake, &one, 8)
+    }
+
+    private func watch(_ fd: CInt, events: UInt32) {
+        var event = epoll_event()
+        event.events = events
+        event.data.fd = fd
+        epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event)
+    }
+
+    // MARK: The loop
+
+    private func run() {
+        let capacity = 256
+        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
+        defer {
+            events.deallocate()
+            close(epoll)
+            close(wake)
+            done.store(true, ordering: .releasing)
+        }
+        while !stopping {
+            let timeout: CInt = !again.isEmpty ? 0 : open.isEmpty ? -1 : 50
+            let count = epoll_wait(epoll, events, CInt(capacity), timeout)
+            if count < 0 && errno != EINTR { break }
+            for index in 0..<Int(max(count, 0)) {
+                let fd = events[index].data.fd
+                if fd == listener {
+                    acceptAll()
+                } else if fd == wake {
+                    drainInbox()
+                } else if let tunnel = connections[fd] {
+                    handle(tunnel, fd: fd, events: events[index].events)
+                }
+            }
+            let retry = again
+            again = []
+            for entry in retry {
+                if let tunnel = entry {
+                    if !tunnel.closed { pump(tunnel) }
+                } else if listener >= 0 {
+                    acceptAll()
+                }
+            }
+            let now = monotonicNow()
+            if now >= nextSweep {
+                nextSweep = now + 50_000_000
+                sweep(now: now)
+            }
+        }
+        // Stopping: whatever is still open is closed.
+        for tunnel in open.values { finish(tunnel) }
+        if listener >= 0 { close(listener) }
+    }
+
+    private func drainInbox() {
+        var value: UInt64 = 0
+        _ = read(wake, &value, 8)
+        let messages = inbox.withLock { messages in
+            defer { messages = [] }
+            return messages
+        }
+        for message in messages {
+            switch message {
+            case let .resolved(id, result):
+                guard let tunnel = open[id], tunnel.phase == .resolving else { continue }
+                resolved(tunnel, result)
+            case .quiesce:
+                if listener >= 0 {
+                    close(listener)
+                    listener = -1
+                }
+                // Connections that are not tunnels yet have nothing to finish.
+                for tunnel in open.values where tunnel.phase != .tunnel { finish(tunnel) }
+            case .stop:
+                stopping = true
+            }
+        }
+    }
+
+    private func acceptAll() {
+        for _ in 0..<64 {
+            let fd = httpdns_accept4(listener, CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue))
+            if fd < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                if errno == EMFILE || errno == ENFILE {
+                    // Out of descriptors: the sweep (50 ms) tries again.
+                    again.append(nil)
+                }
+                return
+            }
+            guard environment.registry.reserve() else {
+                environment.state.metrics.proxyOutcome("connection_limit")
+                close(fd)
+                continue
+            }
+            var one: CInt = 1
+            setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
+            nextID &+= 1
+            let settings = environment.state.current.config.daemon.limits
+            let tunnel = ProxyTunnel(id: nextID, client: fd, headDeadline: monotonicNow() + UInt64(settings.requestTimeout / .nanoseconds(1)))
+            open[tunnel.id] = tunnel
+            connections[fd] = tunnel
+            openCount.add(1, ordering: .relaxed)
+            watch(fd, events: EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue)
+            readHead(tunnel)
+        }
+        again.append(nil)  // more may wait: the listener is edge-triggered
+    }
+
+    private func handle(_ tunnel: ProxyTunnel, fd: CInt, events: UInt32) {
+        switch tunnel.phase {
+        case .head:
+            if fd == tunnel.client { readHead(tunnel) }
+        case .resolving:
+            break  // the client's bytes wait in its socket until the tunnel is up
+        case .connecting:
+            if fd != tunnel.client { attemptSettled(tunnel, fd: fd) }
+        case .tunnel:
+            // Readable: the direction this side feeds; writable: the one it drains (both on errors).
+            let readable = events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            let writable = events & (EPOLLOUT.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            let fromClient = fd == tunnel.client
+            pump(tunnel, up: fromClient ? readable : writable, down: fromClient ? writable : readable)
+        }
+    }
+
+    // MARK: The head
+
+    private func readHead(_ tunnel: ProxyTunnel) {
+        let limit = environment.state.current.config.daemon.proxy.maxHeaderBytes
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(tunnel.client, $0.baseAddress, $0.count) }
+            if count > 0 {
+                tunnel.head.append(contentsOf: chunk[..<count])
+                switch ConnectHead.scan(tunnel.head) {
+                case let .connect(authority, authorization, length) where length <= limit:
+                    return begin(tunnel, authority: authority, authorization: authorization, headLength: length)
+                case .incomplete where tunnel.head.count <= limit:
+                    continue
+                case .connect, .incomplete, .other:
+                    // Another request, or a head past `max_header_bytes` (the full parser answers 431).
+                    return handOff(tunnel)
+                }
+            }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+            // The client closed (or failed) before its head was complete.
+            return finish(tunnel)
+        }
+    }
+
+    private func begin(_ tunnel: ProxyTunnel, authority: String, authorization: String?, headLength: Int) {
+        let policy = ProxyPolicy(settings: environment.state.current.config.daemon.proxy)
+        // Unauthorized, malformed or refused targets: the full handler answers (407, 400, 403).
+        guard policy.authorizes(authorization), let target = ProxyTarget(authority: authority),
+            policy.refusal(for: target, plainHTTP: false) == nil
+        else { return handOff(tunnel) }
+        tunnel.early = Array(tunnel.head[headLength...])
+        tunnel.head = []
+        tunnel.target = target
+        let resolver = environment.state.current.resolver
+        if let literal = IPAddress(target.host) {
+            resolved(tunnel, .success([literal]))
+        } else if let cached = resolver.resolveWithoutWaiting(target.host, type: .both) {
+            resolved(tunnel, .success(cached.addresses.map(\.ip)))
+        } else {
+            tunnel.phase = .resolving
+            let id = tunnel.id
+            Task { [self] in
+                do {
+                    post(.resolved(id: id, .success(try await resolver.resolve(target.host, type: .both).addresses.map(\.ip))))
+                } catch {
+                    post(.resolved(id: id, .failure(error as? DNSError ?? DNSError(.internalError, "\(error)"))))
+                }
+            }
+        }
+    }
+
+    private func resolved(_ tunnel: ProxyTunnel, _ result: Result<[IPAddress], DNSError>) {
+        guard let target = tunnel.target else { return finish(tunnel) }
+        switch result {
+        case let .success(addresses):
+            let policy = ProxyPolicy(settings: environment.state.current.config.daemon.proxy)
+            let advice = environment.state.watchAdvice(for: target.host)
+            let dialable = policy.dialable(ProxyPolicy.heed(addresses, hijacked: advice.hijacked, ranking: advice.ranking))
+            guard !dialable.isEmpty else {
+                return refuse(tunnel, .policy("\(target.host) resolves only to private, loopback or link-local addresses"))
+            }
+            let settings = environment.state.current.config.daemon.proxy
+            let now = monotonicNow()
+            tunnel.phase = .connecting
+            tunnel.remaining = dialable
+            tunnel.started = now
+            tunnel.connectDeadline = now + UInt64(settings.connectTimeout / .nanoseconds(1))
+            tunnel.idle = UInt64(settings.idleTimeout / .nanoseconds(1))
+            attemptNext(tunnel)
+        case let .failure(error):
+            refuse(
+                tunnel,
+                ProxyRefusal(
+                    status: 502, reason: "resolving \(target.host) failed: \(error.code.rawValue): \(error.message)", dnsCode: error.code.rawValue))
+        }
+    }
+
+    // MARK: Dialling (RFC 8305: in the ranked order, a new attempt every 250 ms until one connects)
+
+    private func attemptNext(_ tunnel: ProxyTunnel) {
+        guard let target = tunnel.target else { return finish(tunnel) }
+        while !tunnel.remaining.isEmpty {
+            let address = tunnel.remaining.removeFirst()
+            guard let socketAddress = try? SocketAddress(ipAddress: address.description, port: target.port) else { continue }
+            let fd = socket(
+                socketAddress.protocol.rawValue, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else {
+                tunnel.lastError = String(cString: strerror(errno))
+                continue
+            }
+            var one: CInt = 1
+            setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
+            let result = socketAddress.withSockAddr { connect(fd, $0, socklen_t($1)) }
+            if result == 0 || errno == EINPROGRESS {
+                tunnel.attempts.append(fd)
+                connections[fd] = tunnel
+                watch(fd, events: EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue)
+                tunnel.nextAttempt = monotonicNow() + Self.attemptDelay
+                if result == 0 { attemptSettled(tunnel, fd: fd) }
+                return
+            }
+            tunnel.lastError = String(cString: strerror(errno))
+            close(fd)
+        }
+        if tunnel.attempts.isEmpty {
+            refuse(tunnel, ProxyRefusal(status: 502, reason: "cannot connect to \(target.host):\(target.port) (\(tunnel.lastError))"))
+        }
+    }
+
+    private func attemptSettled(_ tunnel: ProxyTunnel, fd: CInt) {
+        guard tunnel.phase == .connecting, tunnel.attempts.contains(fd) else { return }
+        var error: CInt = 0
+        var length = socklen_t(MemoryLayout<CInt>.size)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length)
+        if error == EINPROGRESS || error == EALREADY { return }
+        if error == 0 {
+            // Connected unless the event was only an early wake-up: a peer address proves it.
+            var storage = sockaddr_storage()
+            var size = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let connected = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &size) == 0 }
+            }
+            if connected { return established(tunnel, upstream: fd) }
+            return
+        }
+        tunnel.lastError = String(cString: strerror(error))
+        tunnel.attempts.removeAll { $0 == fd }
+        connections[fd] = nil
+        close(fd)
+        attemptNext(tunnel)
+    }
+
+    private func established(_ tunnel: ProxyTunnel, upstream: CInt) {
+        for other in tunnel.attempts where other != upstream {
+            connections[other] = nil
+            close(other)
+        }
+        tunnel.attempts = []
+        tunnel.upstream = upstream
+        guard tunnel.openPipes(capacity: Self.pipeCapacity) else {
+            return refuse(tunnel, ProxyRefusal(status: 502, reason: "cannot set up the tunnel (\(String(cString: strerror(errno))))"))
+        }
+        tunnel.phase = .tunnel
+        tunnel.lastActivity = monotonicNow()
+        let metrics = environment.state.metrics
+        metrics.proxyOutcome("tunnel")
+        metrics.proxyTunnelsOpen(+1)
+        tunnel.counted = true
+        if environment.logger.logLevel <= .debug, let target = tunnel.target {
+            environment.logger.debug(
+                "upstream connected",
+                metadata: [
+                    "target": "\(target.host):\(target.port)",
+                    "connect_ms": "\((monotonicNow() - tunnel.started) / 1_000_000)",
+                ])
+        }
+        // RFC 9110 §9.3.6: a 2xx answer to CONNECT has no Content-Length or Transfer-Encoding.
+        guard tunnel.send(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8), toUpstream: false),
+            tunnel.send(tunnel.early, toUpstream: true)
+        else { return finish(tunnel) }
+        tunnel.early = []
+        pump(tunnel)
+    }
+
+    // MARK: The relay
+
+    /// Moves what each side has sent to the other until it would block (or the turn ends), in the
+    /// directions named.
+    private func pump(_ tunnel: ProxyTunnel, up: Bool = true, down: Bool = true) {
+        guard tunnel.phase == .tunnel, !tunnel.closed else { return }
+        var moved = (up: 0, down: 0)
+        var finishedTurn = true
+        for upstreamward in [true, false] where upstreamward ? up : down {
+            switch tunnel.pump(upstreamward: upstreamward, rounds: Self.roundsPerTurn, capacity: Int(Self.pipeCapacity)) {
+            case let .blocked(bytes):
+                if upstreamward { moved.up = bytes } else { moved.down = bytes }
+            case let .turnEnded(bytes):
+                if upstreamward { moved.up = bytes } else { moved.down = bytes }
+                finishedTurn = false
+            case .failed:
+                return finish(tunnel)
+            }
+        }
+        let metrics = environment.state.metrics
+        if moved.up > 0 { metrics.proxyBytes(upstream: true, moved.up) }
+        if moved.down > 0 { metrics.proxyBytes(upstream: false, moved.down) }
+        if moved.up > 0 || moved.down > 0 { tunnel.lastActivity = monotonicNow() }
+        if tunnel.bothDirectionsDone { return finish(tunnel) }
+        if !finishedTurn { again.append(tunnel) }
+    }
+
+    // MARK: Timers (a sweep every 50 ms while anything is open)
+
+    private func sweep(now: UInt64) {
+        for tunnel in open.values {
+            switch tunnel.phase {
+            case .head where now >= tunnel.headDeadline:
+                // A client that never sends a complete head is closed (a slow-loris costs nothing more).
+                environment.state.metrics.proxyOutcome("head_timeout")
+                finish(tunnel)
+            case .connecting where now >= tunnel.connectDeadline:
+                let target = tunnel.target.map { "\($0.host):\($0.port)" } ?? "?"
+                refuse(tunnel, ProxyRefusal(status: 504, reason: "connecting to \(target) timed out"))
+            case .connecting where now >= tunnel.nextAttempt && !tunnel.remaining.isEmpty:
+                attemptNext(tunnel)
+            case .tunnel where now - tunnel.lastActivity >= tunnel.idle:
+                finish(tunnel)
+            default:
+                break
+            }
+        }
+    }
+
+    // MARK: Endings
+
+    private func refuse(_ tunnel: ProxyTunnel, _ refusal: ProxyRefusal) {
+        environment.state.metrics.proxyOutcome(String(refusal.status))
+        environment.logger.info("proxy request refused", metadata: ["status": "\(refusal.status)", "reason": "\(refusal.reason)"])
+        let response = Array(refusal.response(reasonPhrase: HTTPResponseStatus(statusCode: refusal.status).reasonPhrase).utf8)
+        _ = response.withUnsafeBytes { write(tunnel.client, $0.baseAddress, $0.count) }
+        finish(tunnel)
+    }
+
+    /// Gives the connection to the NIO handlers with what was read of it; this loop forgets it.
+    private func handOff(_ tunnel: ProxyTunnel) {
+        epoll_ctl(epoll, EPOLL_CTL_DEL, tunnel.client, nil)
+        connections[tunnel.client] = nil
+        open[tunnel.id] = nil
+        openCount.add(-1, ordering: .relaxed)
+        tunnel.closed = true
+        environment.registry.release()
+        environment.handOff(tunnel.client, tunnel.head)
+    }
+
+    private func finish(_ tunnel: ProxyTunnel) {
+        guard !tunnel.closed else { return }
+        tunnel.closed = true
+        connections[tunnel.client] = nil
+        if tunnel.upstream >= 0 { connections[tunnel.upstream] = nil }
+        for fd in tunnel.attempts { connections[fd] = nil }
+        open[tunnel.id] = nil
+        if tunnel.counted { environment.state.metrics.proxyTunnelsOpen(-1) }
+        tunnel.closeAll()
+        openCount.add(-1, ordering: .relaxed)
+        environment.registry.release()
+    }
+}
+
+/// One client connection on its way to being a tunnel, and then the tunnel: its descriptors and
+/// the state of each direction. Owned by one relay loop.
+private final class ProxyTunnel {
+    enum Phase { case head, resolving, connecting, tunnel }
+
+    /// One direction: bytes spliced from its source into `pipe`, then from the pipe to its sink.
+    struct Direction {
+        var pipe: (read: CInt, write: CInt) = (-1, -1)
+        var inPipe = 0
+        var sourceDone = false
+        var sinkShut = false
+    }
+
+    enum PumpResult {
+        case blocked(Int)
+        case turnEnded(Int)
+        case failed
+    }
+
+    let id: UInt64
+    let client: CInt
+    var phase = Phase.head
+    var closed = false
+    var head: [UInt8] = []
+    var headDeadline: UInt64
+    var target: ProxyTarget?
+    /// Bytes the client sent after its head, before the `200`.
+    var early: [UInt8] = []
+    var remaining: [IPAddress] = []
+    var attempts: [CInt] = []
+    var lastError = "no address"
+    var started: UInt64 = 0
+    var nextAttempt: UInt64 = 0
+    var connectDeadline: UInt64 = 0
+    var upstream: CInt = -1
+    var up = Direction()
+    var down = Direction()
+    var idle: UInt64 = 300_000_000_000
+    var lastActivity: UInt64 = 0
+    /// Counted in the open-tunnels gauge.
+    var counted = false
+
+    init(id: UInt64, client: CInt, headDeadline: UInt64) {
+        self.id = id
+        self.client = client
+        self.headDeadline = headDeadline
+    }
+
+    var bothDirectionsDone: Bool {
+        up.sourceDone && up.inPipe == 0 && down.sourceDone && down.inPipe == 0
+    }
+
+    func openPipes(capacity: CInt) -> Bool {
+        for upstreamward in [true, false] {
+            var fds: [CInt] = [-1, -1]
+            guard httpdns_pipe2(&fds, O_NONBLOCK | O_CLOEXEC) == 0 else { return false }
+            // A larger pipe means fewer splices per megabyte; refused past the user's pipe quota,
+            // when the default (64 KiB) stays.
+            _ = fcntl(fds[1], httpdns_f_setpipe_sz, capacity)
+            if upstreamward { up.pipe = (fds[0], fds[1]) } else { down.pipe = (fds[0], fds[1]) }
+        }
+        return true
+    }
+
+    /// Writes `bytes` toward one side: straight to its socket, what does not fit into the pipe.
+    func send(_ bytes: [UInt8], toUpstream: Bool) -> Bool {
+        guard !bytes.isEmpty else { return true }
+        let sink = toUpstream ? upstream : client
+        let written = bytes.withUnsafeBytes { write(sink, $0.baseAddress, $0.count) }
+        if written == bytes.count { return true }
+        guard written >= 0 || errno == EAGAIN else { return false }
+        let rest = Array(bytes[max(written, 0)...])
+        let queued = rest.withUnsafeBytes { write(toUpstream ? up.pipe.write : down.pipe.write, $0.baseAddress, $0.count) }
+        guard queued == rest.count else { return false }
+        if toUpstream { up.inPipe += queued } else { down.inPipe += queued }
+        return true
+    }
+
+    /// Moves bytes in one direction until its source has nothing (or its sink takes nothing more),
+    /// or `rounds` splices on each end have been made.
+    func pump(upstreamward: Bool, rounds: Int, capacity: Int) -> PumpResult {
+        var direction = upstreamward ? up : down
+        defer { if upstreamward { up = direction } else { down = direction } }
+        let source = upstreamward ? client : upstream
+        let sink = upstreamward ? upstream : client
+        var moved = 0
+        for _ in 0..<rounds {
+            if direction.inPipe > 0 {
+                let count = httpdns_splice(direction.pipe.read, sink, direction.inPipe)
+                if count > 0 {
+                    direction.inPipe -= count
+                    moved += count
+                    continue
+                }
+                if count < 0 && (errno == EAGAIN || errno == EINTR) { return .blocked(moved) }
+                return .failed  // the sink is gone (EPIPE, ECONNRESET)
+            }
+            if direction.sourceDone {
+                if !direction.sinkShut {
+                    direction.sinkShut = true
+                    // The source finished sending: so does this side, toward the sink (TLS close_notify
+                    // and HTTP/1.0 bodies rely on the half-close).
+                    shutdown(sink, CInt(SHUT_WR))
+                }
+                return .blocked(moved)
+            }
+            let count = httpdns_splice(source, direction.pipe.write, capacity)
+            if count > 0 {
+                direction.inPipe += count
+                continue
+            }
+            if count == 0 {
+                direction.sourceDone = true
+                continue
+            }
+            if errno == EAGAIN || errno == EINTR { return .blocked(moved) }
+            return .failed
+        }
+        return .turnEnded(moved)
+    }
+
+    func closeAll() {
+        for fd in [client, upstream, up.pipe.read, up.pipe.write, down.pipe.read, down.pipe.write] + attempts where fd >= 0 {
+            close(fd)
+        }
+        attempts = []
+    }
+}
+#endif

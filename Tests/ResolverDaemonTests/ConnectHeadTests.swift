@@ -1,0 +1,48 @@
+import Testing
+
+@testable import ResolverDaemon
+
+/// The relay's CONNECT scan: what it serves itself, and what it leaves to the full HTTP parser.
+@Suite struct ConnectHeadTests {
+    private func scan(_ text: String) -> ConnectHead { ConnectHead.scan(Array(text.utf8)) }
+
+    @Test func aCleanConnectHeadIsServedWithItsAuthorizationAndLength() {
+        let head = "CONNECT origin.hd.test:443 HTTP/1.1\r\nHost: origin.hd.test:443\r\nProxy-Authorization:  Basic YWxpY2U6eA== \r\n\r\n"
+        #expect(
+            scan(head + "\u{16}\u{03}\u{01}")
+                == .connect(authority: "origin.hd.test:443", proxyAuthorization: "Basic YWxpY2U6eA==", length: head.utf8.count))
+        #expect(scan("CONNECT [::1]:8443 HTTP/1.0\r\n\r\n") == .connect(authority: "[::1]:8443", proxyAuthorization: nil, length: 31))
+    }
+
+    @Test func aHeadIsIncompleteUntilItsBlankLine() {
+        let head = "CONNECT origin.hd.test:443 HTTP/1.1\r\nHost: x\r\n\r\n"
+        for cut in 0..<head.utf8.count {
+            #expect(ConnectHead.scan(Array(head.utf8.prefix(cut))) == .incomplete, "\(cut) bytes")
+        }
+    }
+
+    @Test func anythingElseGoesToTheFullParser() {
+        for other in [
+            "GET http://origin.hd.test/ HTTP/1.1\r\n\r\n", "connect a:1 HTTP/1.1\r\n\r\n", "GARBAGE\r\n\r\n", "CONNECX",
+            "CONNECT a:1 HTTP/2.0\r\n\r\n", "CONNECT a:1 HTTP/1.1 x\r\n\r\n", "CONNECT  a:1 HTTP/1.1\r\n\r\n", "CONNECT a:1\r\n\r\n",
+            "CONNECT a:1 HTTP/1.1\r\nX: y\r\n z\r\n\r\n",  // obs-fold
+            "CONNECT a:1 HTTP/1.1\r\nNo colon\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\n: empty name\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\nBad Name: v\r\n\r\n",
+            "CONNECT a:1 HTTP/1.1\rX: y\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\nX: a\nb\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\nX: \u{7f}\r\n\r\n",
+            "CONNECT a:1 HTTP/1.1\r\nContent-Length: 5\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "CONNECT a:1 HTTP/1.1\r\nProxy-Authorization: a\r\nProxy-Authorization: b\r\n\r\n",
+            "CONNECT " + String(repeating: "a", count: 2000) + ":443 HTTP/1.1\r\n\r\n",
+        ] {
+            #expect(scan(other) == .other, "\(other.prefix(60).debugDescription)")
+        }
+    }
+
+    @Test func theFuzzSeedsAndCrashersScanWithoutATrap() {
+        let inputs = FuzzReplayTests.inputs("corpus-connect", "crashers/connect")
+        #expect(inputs.count >= 4)
+        for input in inputs {
+            if case let .connect(_, _, length) = ConnectHead.scan(input) {
+                #expect(input[(length - 4)..<length].elementsEqual([13, 10, 13, 10]))
+            }
+        }
+    }
+}
