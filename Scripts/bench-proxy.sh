@@ -85,7 +85,7 @@ for _ in range(500):
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     started = time.perf_counter()
     s.sendall(request)
-    assert s.recv(100).startswith(b"HTTP/1.1 200"), "no tunnel"
+    assert s.recv(100).split(b" ")[1] == b"200", "no tunnel"
     samples.append(time.perf_counter() - started)
     s.close()
 print(f"{statistics.median(samples) * 1e6:.0f}")

@@ -15,6 +15,7 @@ extern int accept4(int, struct sockaddr *, socklen_t *, int);
 
 static const unsigned int httpdns_splice_flags = 1 | 2; /* SPLICE_F_MOVE | SPLICE_F_NONBLOCK */
 static const int httpdns_f_setpipe_sz = 1031;            /* F_SETPIPE_SZ */
+static const int httpdns_f_getpipe_sz = 1032;            /* F_GETPIPE_SZ */
 
 static inline ssize_t httpdns_splice(int in, int out, size_t length) { return splice(in, 0, out, 0, length, httpdns_splice_flags); }
 static inline int httpdns_pipe2(int fds[2], int flags) { return pipe2(fds, flags); }

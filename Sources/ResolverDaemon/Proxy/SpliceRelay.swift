@@ -157,6 +157,8 @@ private final class RelayLoop: @unchecked Sendable {
     private var nextID: UInt64 = 0
     private var nextSweep: UInt64 = 0
     private var stopping = false
+    /// The copy buffer of small relayed reads, shared by the loop's tunnels (one thread).
+    private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
     private let inbox = Mutex<[Message]>([])
     private let openCount = Atomic<Int>(0)
     private let done = Atomic<Bool>(false)
@@ -181,6 +183,7 @@ private final class RelayLoop: @unchecked Sendable {
 
     /// Closes what `init` opened, for a relay whose other loops failed to start.
     func discard() {
+        scratch.deallocate()
         close(listener)
         close(epoll)
         close(wake)
@@ -213,6 +216,7 @@ private final class RelayLoop: @unchecked Sendable {
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
         defer {
             events.deallocate()
+            scratch.deallocate()
             close(epoll)
             close(wake)
             done.store(true, ordering: .releasing)
@@ -440,16 +444,8 @@ private final class RelayLoop: @unchecked Sendable {
         var length = socklen_t(MemoryLayout<CInt>.size)
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length)
         if error == EINPROGRESS || error == EALREADY { return }
-        if error == 0 {
-            // Connected unless the event was only an early wake-up: a peer address proves it.
-            var storage = sockaddr_storage()
-            var size = socklen_t(MemoryLayout<sockaddr_storage>.size)
-            let connected = withUnsafeMutablePointer(to: &storage) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &size) == 0 }
-            }
-            if connected { return established(tunnel, upstream: fd) }
-            return
-        }
+        // The socket's first event after a non-blocking connect: with no error, it is connected.
+        if error == 0 { return established(tunnel, upstream: fd) }
         tunnel.lastError = String(cString: strerror(error))
         tunnel.attempts.removeAll { $0 == fd }
         connections[fd] = nil
@@ -464,9 +460,6 @@ private final class RelayLoop: @unchecked Sendable {
         }
         tunnel.attempts = []
         tunnel.upstream = upstream
-        guard tunnel.openPipes(capacity: Self.pipeCapacity) else {
-            return refuse(tunnel, ProxyRefusal(status: 502, reason: "cannot set up the tunnel (\(String(cString: strerror(errno))))"))
-        }
         tunnel.phase = .tunnel
         tunnel.lastActivity = monotonicNow()
         let metrics = environment.state.metrics
@@ -482,9 +475,8 @@ private final class RelayLoop: @unchecked Sendable {
                 ])
         }
         // RFC 9110 §9.3.6: a 2xx answer to CONNECT has no Content-Length or Transfer-Encoding.
-        guard tunnel.send(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8), toUpstream: false),
-            tunnel.send(tunnel.early, toUpstream: true)
-        else { return finish(tunnel) }
+        tunnel.send(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8), toUpstream: false)
+        tunnel.send(tunnel.early, toUpstream: true)
         tunnel.early = []
         pump(tunnel)
     }
@@ -498,7 +490,7 @@ private final class RelayLoop: @unchecked Sendable {
         var moved = (up: 0, down: 0)
         var finishedTurn = true
         for upstreamward in [true, false] where upstreamward ? up : down {
-            switch tunnel.pump(upstreamward: upstreamward, rounds: Self.roundsPerTurn, capacity: Int(Self.pipeCapacity)) {
+            switch tunnel.pump(upstreamward: upstreamward, rounds: Self.roundsPerTurn, scratch: scratch, pipeCapacity: Self.pipeCapacity) {
             case let .blocked(bytes):
                 if upstreamward { moved.up = bytes } else { moved.down = bytes }
             case let .turnEnded(bytes):
@@ -581,9 +573,25 @@ private final class ProxyTunnel {
     /// One direction: bytes spliced from its source into `pipe`, then from the pipe to its sink.
     struct Direction {
         var pipe: (read: CInt, write: CInt) = (-1, -1)
+        var pipeSize = 0
         var inPipe = 0
+        /// Copied bytes the sink has not taken yet.
+        var pending: [UInt8] = []
+        /// The last read was not small: bulk data, spliced.
+        var bulk = false
         var sourceDone = false
         var sinkShut = false
+
+        /// A larger pipe means fewer splices per megabyte; the kernel refuses past the user's pipe
+        /// quota, and the default (64 KiB, or less past the quota) stays.
+        mutating func openPipe(capacity: CInt) -> Bool {
+            var fds: [CInt] = [-1, -1]
+            guard httpdns_pipe2(&fds, O_NONBLOCK | O_CLOEXEC) == 0 else { return false }
+            pipe = (fds[0], fds[1])
+            let size = fcntl(fds[1], httpdns_f_setpipe_sz, capacity)
+            pipeSize = Int(size > 0 ? size : fcntl(fds[1], httpdns_f_getpipe_sz))
+            return pipeSize > 0
+        }
     }
 
     enum PumpResult {
@@ -622,44 +630,40 @@ private final class ProxyTunnel {
     }
 
     var bothDirectionsDone: Bool {
-        up.sourceDone && up.inPipe == 0 && down.sourceDone && down.inPipe == 0
+        up.sourceDone && up.inPipe == 0 && up.pending.isEmpty && down.sourceDone && down.inPipe == 0 && down.pending.isEmpty
     }
 
-    func openPipes(capacity: CInt) -> Bool {
-        for upstreamward in [true, false] {
-            var fds: [CInt] = [-1, -1]
-            guard httpdns_pipe2(&fds, O_NONBLOCK | O_CLOEXEC) == 0 else { return false }
-            // A larger pipe means fewer splices per megabyte; refused past the user's pipe quota,
-            // when the default (64 KiB) stays.
-            _ = fcntl(fds[1], httpdns_f_setpipe_sz, capacity)
-            if upstreamward { up.pipe = (fds[0], fds[1]) } else { down.pipe = (fds[0], fds[1]) }
-        }
-        return true
+    /// Queues `bytes` toward one side (the `200`, the client's early bytes); ``pump`` writes them
+    /// before anything else of that direction.
+    func send(_ bytes: [UInt8], toUpstream: Bool) {
+        if toUpstream { up.pending += bytes } else { down.pending += bytes }
     }
 
-    /// Writes `bytes` toward one side: straight to its socket, what does not fit into the pipe.
-    func send(_ bytes: [UInt8], toUpstream: Bool) -> Bool {
-        guard !bytes.isEmpty else { return true }
-        let sink = toUpstream ? upstream : client
-        let written = bytes.withUnsafeBytes { write(sink, $0.baseAddress, $0.count) }
-        if written == bytes.count { return true }
-        guard written >= 0 || errno == EAGAIN else { return false }
-        let rest = Array(bytes[max(written, 0)...])
-        let queued = rest.withUnsafeBytes { write(toUpstream ? up.pipe.write : down.pipe.write, $0.baseAddress, $0.count) }
-        guard queued == rest.count else { return false }
-        if toUpstream { up.inPipe += queued } else { down.inPipe += queued }
-        return true
-    }
+    /// A read below this is interactive traffic (a TLS handshake message, a request, a small
+    /// response): copied, since a read and a write cost less than two splices for it.
+    static let smallRead = 4096
 
     /// Moves bytes in one direction until its source has nothing (or its sink takes nothing more),
-    /// or `rounds` splices on each end have been made.
-    func pump(upstreamward: Bool, rounds: Int, capacity: Int) -> PumpResult {
+    /// or `rounds` reads have been made. Reads below ``smallRead`` are copied through `scratch`;
+    /// a larger one makes the direction bulk, spliced through its pipe (opened then: a tunnel that
+    /// only ever carries small messages never has one) until a read comes back small again.
+    func pump(upstreamward: Bool, rounds: Int, scratch: UnsafeMutableRawBufferPointer, pipeCapacity: CInt) -> PumpResult {
         var direction = upstreamward ? up : down
         defer { if upstreamward { up = direction } else { down = direction } }
         let source = upstreamward ? client : upstream
         let sink = upstreamward ? upstream : client
         var moved = 0
         for _ in 0..<rounds {
+            if !direction.pending.isEmpty {
+                let count = direction.pending.withUnsafeBytes { write(sink, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    direction.pending.removeFirst(count)
+                    moved += count
+                    continue
+                }
+                if count < 0 && (errno == EAGAIN || errno == EINTR) { return .blocked(moved) }
+                return .failed  // the sink is gone (EPIPE, ECONNRESET)
+            }
             if direction.inPipe > 0 {
                 let count = httpdns_splice(direction.pipe.read, sink, direction.inPipe)
                 if count > 0 {
@@ -668,7 +672,7 @@ private final class ProxyTunnel {
                     continue
                 }
                 if count < 0 && (errno == EAGAIN || errno == EINTR) { return .blocked(moved) }
-                return .failed  // the sink is gone (EPIPE, ECONNRESET)
+                return .failed
             }
             if direction.sourceDone {
                 if !direction.sinkShut {
@@ -679,17 +683,31 @@ private final class ProxyTunnel {
                 }
                 return .blocked(moved)
             }
-            let count = httpdns_splice(source, direction.pipe.write, capacity)
-            if count > 0 {
-                direction.inPipe += count
-                continue
-            }
+            let spliced = direction.bulk
+            if spliced && direction.pipe.read < 0 && !direction.openPipe(capacity: pipeCapacity) { return .failed }
+            let count = spliced ? httpdns_splice(source, direction.pipe.write, direction.pipeSize) : read(source, scratch.baseAddress, scratch.count)
             if count == 0 {
                 direction.sourceDone = true
                 continue
             }
-            if errno == EAGAIN || errno == EINTR { return .blocked(moved) }
-            return .failed
+            if count < 0 {
+                if errno == EAGAIN || errno == EINTR { return .blocked(moved) }
+                return .failed
+            }
+            direction.bulk = count >= Self.smallRead
+            if spliced {
+                direction.inPipe = count
+                continue
+            }
+            let written = write(sink, scratch.baseAddress, count)
+            if written == count {
+                moved += count
+                continue
+            }
+            if written < 0 && errno != EAGAIN && errno != EINTR { return .failed }
+            moved += max(written, 0)
+            // What the sink did not take waits, ahead of anything read later.
+            direction.pending = Array(UnsafeRawBufferPointer(rebasing: scratch[max(written, 0)..<count]))
         }
         return .turnEnded(moved)
     }
