@@ -5,11 +5,12 @@
 #
 #   Scripts/bench-proxy.sh [REPEATS]     default 5; min / median / max of the repeats are reported
 #
-# Each run measures every path in turn (direct, ours, tinyproxy), so a slow moment of the machine
-# falls on all three, and the ratios are taken run by run:
-# (a) a 64 MiB HTTPS download (unthrottled /big-fast) through each path, 3 downloads a run: MB/s;
-# (b) 1,000 small HTTPS requests, each on a new tunnel (HTTP/1.1 with Connection: close): requests/s,
-#     and the median time to first byte;
+# Each run measures every path interleaved (direct, ours, tinyproxy, direct, ...), so a slow moment
+# of the machine falls on all three, and the ratios are taken run by run:
+# (a) a 64 MiB HTTPS download (unthrottled /big-fast) through each path, 3 downloads a run (the
+#     median counts): MB/s;
+# (b) 1,000 small HTTPS requests, each on a new tunnel (HTTP/1.1 with Connection: close), in 5 blocks
+#     of 200 per path: requests/s, and the median time to first byte;
 # (c) CONNECT to `200`: 500 sequential CONNECTs from a Python client, the median in microseconds;
 # (d) RSS per idle tunnel: 200 CONNECTs held open, the proxy's RSS before and after.
 set -euo pipefail
@@ -71,7 +72,7 @@ via() { # path -> curl options
         peer) echo "-x http://127.0.0.1:$peer_port" ;;
     esac
 }
-for i in $(seq 1 1000); do printf 'url = "https://%s/echo?n=%s"\noutput = "/dev/null"\n' "$origin" "$i"; done >"$work/small.cfg"
+for i in $(seq 1 200); do printf 'url = "https://%s/echo?n=%s"\noutput = "/dev/null"\n' "$origin" "$i"; done >"$work/small.cfg"
 
 out="$work/results"
 connect_us() { # proxy-port -> median microseconds from sending CONNECT to reading the 200
@@ -93,24 +94,30 @@ PY
 }
 
 for run in $(seq 1 "$repeats"); do
-    for path in "${paths[@]}"; do
-        speeds=()
-        for _ in 1 2 3; do
+    # Interleaved, so that a slow moment of this 2-core machine falls on every path alike: three
+    # rounds of one download per path, then five rounds of 200 requests per path.
+    declare -A speeds=() seconds=() ttfbs=()
+    for _ in 1 2 3; do
+        for path in "${paths[@]}"; do
             # shellcheck disable=SC2046
-            speeds+=("$(curl -s --cacert "$ca" $(via "$path") -o /dev/null -w '%{speed_download}' "https://$origin/big-fast")")
+            speeds[$path]+="$(curl -s --cacert "$ca" $(via "$path") -o /dev/null -w '%{speed_download}' "https://$origin/big-fast") "
         done
-        speed=$(printf '%s\n' "${speeds[@]}" | sort -g | sed -n 2p)
-        start=$(date +%s.%N)
-        # shellcheck disable=SC2046
-        ttfb=$(curl -s --http1.1 -H 'Connection: close' --cacert "$ca" $(via "$path") -K "$work/small.cfg" -w '%{time_starttransfer}\n' \
-            | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-        wall=$(echo "$(date +%s.%N) - $start" | bc)
-        case "$path" in
-            ours) connect=$(connect_us "$proxy_port") ;;
-            peer) connect=$(connect_us "$peer_port") ;;
-            *) connect=0 ;;
-        esac
-        echo "$run $path $speed $wall $ttfb $connect" >>"$out"
+    done
+    for _ in 1 2 3 4 5; do
+        for path in "${paths[@]}"; do
+            start=$(date +%s.%N)
+            # shellcheck disable=SC2046
+            ttfbs[$path]+="$(curl -s --http1.1 -H 'Connection: close' --cacert "$ca" $(via "$path") -K "$work/small.cfg" \
+                -w '%{time_starttransfer} ') "
+            seconds[$path]+="$(echo "$(date +%s.%N) - $start" | bc) "
+        done
+    done
+    declare -A connects=([ours]=$(connect_us "$proxy_port") [peer]=$(connect_us "$peer_port") [direct]=0)
+    for path in "${paths[@]}"; do
+        speed=$(echo "${speeds[$path]}" | tr ' ' '\n' | grep . | sort -g | sed -n 2p)
+        wall=$(echo "${seconds[$path]}" | tr ' ' '\n' | grep . | paste -sd+ | bc)
+        ttfb=$(echo "${ttfbs[$path]}" | tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+        echo "$run $path $speed $wall $ttfb ${connects[$path]}" >>"$out"
     done
 done
 

@@ -156,6 +156,10 @@ private final class RelayLoop: @unchecked Sendable {
     private var again: [ProxyTunnel?] = []
     private var nextID: UInt64 = 0
     private var nextSweep: UInt64 = 0
+    /// When the loop last woke (monotonic ns): the clock of everything it does until it waits again.
+    private var now: UInt64 = 0
+    /// Bytes relayed since the last sweep, each way.
+    private var relayed = (up: 0, down: 0)
     private var stopping = false
     /// The copy buffer of small relayed reads, shared by the loop's tunnels (one thread).
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
@@ -224,6 +228,7 @@ private final class RelayLoop: @unchecked Sendable {
         while !stopping {
             let timeout: CInt = !again.isEmpty ? 0 : open.isEmpty ? -1 : 50
             let count = epoll_wait(epoll, events, CInt(capacity), timeout)
+            now = monotonicNow()
             if count < 0 && errno != EINTR { break }
             for index in 0..<Int(max(count, 0)) {
                 let fd = events[index].data.fd
@@ -244,7 +249,6 @@ private final class RelayLoop: @unchecked Sendable {
                     acceptAll()
                 }
             }
-            let now = monotonicNow()
             if now >= nextSweep {
                 nextSweep = now + 50_000_000
                 sweep(now: now)
@@ -252,6 +256,7 @@ private final class RelayLoop: @unchecked Sendable {
         }
         // Stopping: whatever is still open is closed.
         for tunnel in open.values { finish(tunnel) }
+        sweep(now: monotonicNow())
         if listener >= 0 { close(listener) }
     }
 
@@ -500,10 +505,11 @@ private final class RelayLoop: @unchecked Sendable {
                 return finish(tunnel)
             }
         }
-        let metrics = environment.state.metrics
-        if moved.up > 0 { metrics.proxyBytes(upstream: true, moved.up) }
-        if moved.down > 0 { metrics.proxyBytes(upstream: false, moved.down) }
-        if moved.up > 0 || moved.down > 0 { tunnel.lastActivity = monotonicNow() }
+        // Counted here, reported by the sweep: nothing but the relay itself between a write and the
+        // loop's next wait (a peer woken onto this core runs only once the loop sleeps).
+        relayed.up += moved.up
+        relayed.down += moved.down
+        if moved.up > 0 || moved.down > 0 { tunnel.lastActivity = now }
         if tunnel.bothDirectionsDone { return finish(tunnel) }
         if !finishedTurn { again.append(tunnel) }
     }
@@ -511,6 +517,10 @@ private final class RelayLoop: @unchecked Sendable {
     // MARK: Timers (a sweep every 50 ms while anything is open)
 
     private func sweep(now: UInt64) {
+        let metrics = environment.state.metrics
+        if relayed.up > 0 { metrics.proxyBytes(upstream: true, relayed.up) }
+        if relayed.down > 0 { metrics.proxyBytes(upstream: false, relayed.down) }
+        relayed = (0, 0)
         for tunnel in open.values {
             switch tunnel.phase {
             case .head where now >= tunnel.headDeadline:
@@ -702,6 +712,9 @@ private final class ProxyTunnel {
             let written = write(sink, scratch.baseAddress, count)
             if written == count {
                 moved += count
+                // A TCP read shorter than asked for emptied the socket, and anything arriving later
+                // is a new edge: no read that would only say EAGAIN before the loop sleeps.
+                if count < scratch.count { return .blocked(moved) }
                 continue
             }
             if written < 0 && errno != EAGAIN && errno != EINTR { return .failed }
