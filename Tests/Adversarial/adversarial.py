@@ -1079,6 +1079,35 @@ proxy: {{connect_ports: [18480, 18481], allow_private_destinations: true, limits
         for tls in held:
             tls.close()
 
+    def test_out_of_descriptors_the_relay_waits_instead_of_spinning(self):
+        # 256 descriptors, max_connections 1,000: accept runs out of descriptors before the limit.
+        port = PROXY_PORT + 10
+        daemon = Daemon(18673, 18674, prefix=("prlimit", "--nofile=256"), extra=f"""proxy_listen: "127.0.0.1:{port}"
+proxy: {{connect_ports: [18480], allow_private_destinations: true, limits: {{max_connections: 1000}}}}""")
+        try:
+            deadline = time.time() + 10
+            while "proxy listening" not in daemon.log_text() and time.time() < deadline:
+                time.sleep(0.1)
+            silent = []
+            for _ in range(300):
+                try:
+                    silent.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+                except OSError:
+                    break
+            time.sleep(0.5)
+            ticks = lambda: sum(int(x) for x in open(f"/proc/{daemon.process.pid}/stat").read().split()[13:15])
+            before = ticks()
+            time.sleep(2)
+            self.assertLess((ticks() - before) / 2, 30, "the relay is not spinning in accept (CPU % over 2 s)")
+            for sock in silent:
+                sock.close()
+            time.sleep(0.5)
+            body, _ = legit_proxy(port)
+            self.assertIn(b"sni=origin.hd.test", body, "descriptors back: tunnels again")
+            self.assertEqual(daemon.stop()[0], 0)
+        finally:
+            daemon.stop()
+
     def test_random_bytes_and_absurd_requests_get_a_status_or_a_close(self):
         generator = random.Random(7)
         payloads = [bytes(generator.getrandbits(8) for _ in range(generator.randint(1, 300))) for _ in range(150)]

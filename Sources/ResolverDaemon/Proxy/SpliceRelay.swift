@@ -161,6 +161,8 @@ private final class RelayLoop: @unchecked Sendable {
     /// Bytes relayed since the last sweep, each way.
     private var relayed = (up: 0, down: 0)
     private var stopping = false
+    /// `accept` ran out of descriptors: the sweep accepts again.
+    private var acceptDeferred = false
     /// The copy buffer of small relayed reads, shared by the loop's tunnels (one thread).
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
     private let inbox = Mutex<[Message]>([])
@@ -226,7 +228,7 @@ private final class RelayLoop: @unchecked Sendable {
             done.store(true, ordering: .releasing)
         }
         while !stopping {
-            let timeout: CInt = !again.isEmpty ? 0 : open.isEmpty ? -1 : 50
+            let timeout: CInt = !again.isEmpty ? 0 : open.isEmpty && !acceptDeferred ? -1 : 50
             let count = epoll_wait(epoll, events, CInt(capacity), timeout)
             now = monotonicNow()
             if count < 0 && errno != EINTR { break }
@@ -290,10 +292,9 @@ private final class RelayLoop: @unchecked Sendable {
             let fd = httpdns_accept4(listener, CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue))
             if fd < 0 {
                 if errno == EINTR || errno == ECONNABORTED { continue }
-                if errno == EMFILE || errno == ENFILE {
-                    // Out of descriptors: the sweep (50 ms) tries again.
-                    again.append(nil)
-                }
+                // Out of descriptors: the sweep tries again in 50 ms (the waiting connections make
+                // no new edge, and retrying at once would spin).
+                if errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM { acceptDeferred = true }
                 return
             }
             guard environment.registry.reserve() else {
@@ -521,6 +522,10 @@ private final class RelayLoop: @unchecked Sendable {
         if relayed.up > 0 { metrics.proxyBytes(upstream: true, relayed.up) }
         if relayed.down > 0 { metrics.proxyBytes(upstream: false, relayed.down) }
         relayed = (0, 0)
+        if acceptDeferred && listener >= 0 {
+            acceptDeferred = false
+            acceptAll()
+        }
         for tunnel in open.values {
             switch tunnel.phase {
             case .head where now >= tunnel.headDeadline:
