@@ -228,7 +228,10 @@ private final class RelayLoop: @unchecked Sendable {
             done.store(true, ordering: .releasing)
         }
         while !stopping {
-            let timeout: CInt = !again.isEmpty ? 0 : open.isEmpty && !acceptDeferred ? -1 : 50
+            // Sleeps without a deadline only when the sweep has nothing to do: no connection, no
+            // deferred accept, no relayed bytes left to report.
+            let idle = open.isEmpty && !acceptDeferred && relayed == (0, 0)
+            let timeout: CInt = !again.isEmpty ? 0 : idle ? -1 : 50
             let count = epoll_wait(epoll, events, CInt(capacity), timeout)
             now = monotonicNow()
             if count < 0 && errno != EINTR { break }
