@@ -184,7 +184,12 @@ class RawH2:
             if frame is None:
                 return None
             if isinstance(frame, hf.SettingsFrame) and "ACK" not in frame.flags:
-                self.send(hf.SettingsFrame(0, flags=["ACK"]))
+                try:
+                    self.send(hf.SettingsFrame(0, flags=["ACK"]))
+                except OSError:
+                    # A write of ours the peer cut off (an oversized header list it refused) leaves
+                    # the TLS object unable to write again (SSL BAD_LENGTH): the connection is over.
+                    return None
             if predicate(frame):
                 return frame
         return "timeout"

@@ -314,20 +314,12 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
             switch result {
             case let .success(addresses):
                 let policy = ProxyPolicy(settings: self.state.current.config.daemon.proxy)
-                let advice = self.state.watchAdvice(for: target.host)
-                let dialable = policy.dialable(ProxyPolicy.heed(addresses, hijacked: advice.hijacked, ranking: advice.ranking))
-                guard !dialable.isEmpty else {
-                    self.refuse(.policy("\(target.host) resolves only to private, loopback or link-local addresses"), context: context)
-                    return
+                switch policy.destinations(addresses, host: target.host, state: self.state) {
+                case let .success(dialable): self.dial(target, addresses: dialable, context: context, connected: connected)
+                case let .failure(refusal): self.refuse(refusal, context: context)
                 }
-                self.dial(target, addresses: dialable, context: context, connected: connected)
             case let .failure(error):
-                let dnsError = error as? DNSError ?? DNSError(.internalError, "\(error)")
-                self.refuse(
-                    ProxyRefusal(
-                        status: 502, reason: "resolving \(target.host) failed: \(dnsError.code.rawValue): \(dnsError.message)",
-                        dnsCode: dnsError.code.rawValue),
-                    context: context)
+                self.refuse(.resolution(of: target.host, failed: error as? DNSError ?? DNSError(.internalError, "\(error)")), context: context)
             }
         }
     }

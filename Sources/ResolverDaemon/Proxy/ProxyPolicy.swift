@@ -50,6 +50,11 @@ struct ProxyRefusal: Error, Sendable, Equatable {
 
     static func policy(_ reason: String) -> ProxyRefusal { ProxyRefusal(status: 403, reason: reason) }
 
+    /// 502 for a failed resolution, with the `DNSError` code.
+    static func resolution(of host: String, failed error: DNSError) -> ProxyRefusal {
+        ProxyRefusal(status: 502, reason: "resolving \(host) failed: \(error.code.rawValue): \(error.message)", dnsCode: error.code.rawValue)
+    }
+
     /// The response's body: the status and the reason, one line.
     var body: String { "\(status) \(reason)\n" }
 
@@ -103,6 +108,16 @@ struct ProxyPolicy: Sendable {
     /// `allow_private_destinations`.
     func dialable(_ addresses: [IPAddress]) -> [IPAddress] {
         settings.allowPrivateDestinations ? addresses : addresses.filter { $0.specialPurposeRange == nil }
+    }
+
+    /// What may be dialled of `host`'s trusted `addresses`, in order: the watcher's word heeded
+    /// (``heed(_:hijacked:ranking:)``), private destinations dropped unless allowed; a 403 when
+    /// nothing is left.
+    func destinations(_ addresses: [IPAddress], host: String, state: DaemonState) -> Result<[IPAddress], ProxyRefusal> {
+        let advice = state.watchAdvice(for: host)
+        let dialable = dialable(Self.heed(addresses, hijacked: advice.hijacked, ranking: advice.ranking))
+        guard !dialable.isEmpty else { return .failure(.policy("\(host) resolves only to private, loopback or link-local addresses")) }
+        return .success(dialable)
     }
 
     /// The watcher's word on a watched host: never an address it holds as hijacked (possible when

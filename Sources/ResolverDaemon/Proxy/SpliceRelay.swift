@@ -393,13 +393,12 @@ private final class RelayLoop: @unchecked Sendable {
         guard let target = tunnel.target else { return finish(tunnel) }
         switch result {
         case let .success(addresses):
-            let policy = ProxyPolicy(settings: environment.state.current.config.daemon.proxy)
-            let advice = environment.state.watchAdvice(for: target.host)
-            let dialable = policy.dialable(ProxyPolicy.heed(addresses, hijacked: advice.hijacked, ranking: advice.ranking))
-            guard !dialable.isEmpty else {
-                return refuse(tunnel, .policy("\(target.host) resolves only to private, loopback or link-local addresses"))
-            }
             let settings = environment.state.current.config.daemon.proxy
+            let dialable: [IPAddress]
+            switch ProxyPolicy(settings: settings).destinations(addresses, host: target.host, state: environment.state) {
+            case let .success(addresses): dialable = addresses
+            case let .failure(refusal): return refuse(tunnel, refusal)
+            }
             let now = monotonicNow()
             tunnel.phase = .connecting
             tunnel.remaining = dialable
@@ -408,10 +407,7 @@ private final class RelayLoop: @unchecked Sendable {
             tunnel.idle = UInt64(settings.idleTimeout / .nanoseconds(1))
             attemptNext(tunnel)
         case let .failure(error):
-            refuse(
-                tunnel,
-                ProxyRefusal(
-                    status: 502, reason: "resolving \(target.host) failed: \(error.code.rawValue): \(error.message)", dnsCode: error.code.rawValue))
+            refuse(tunnel, .resolution(of: target.host, failed: error))
         }
     }
 
