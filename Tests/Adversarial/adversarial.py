@@ -1113,6 +1113,29 @@ proxy: {{connect_ports: [18480], allow_private_destinations: true, limits: {{max
         finally:
             daemon.stop()
 
+    def test_sigterm_stops_accepting_and_lets_an_open_tunnel_finish(self):
+        port = PROXY_PORT + 11
+        daemon = Daemon(18675, 18676, extra=f"""proxy_listen: "127.0.0.1:{port}"
+proxy: {{connect_ports: [18480], allow_private_destinations: true}}""")
+        try:
+            deadline = time.time() + 10
+            while "proxy listening" not in daemon.log_text() and time.time() < deadline:
+                time.sleep(0.1)
+            tls = ssl.create_default_context(cafile=CA).wrap_socket(proxy_tunnel(port), server_hostname="origin.hd.test")
+            daemon.process.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            with self.assertRaises(OSError, msg="no new connections once SIGTERM arrived"):
+                socket.create_connection(("127.0.0.1", port), timeout=1).recv(1)
+            tls.sendall(b"GET /echo HTTP/1.1\r\nHost: origin.hd.test\r\nConnection: close\r\n\r\n")
+            body = b""
+            while chunk := tls.recv(65536):
+                body += chunk
+            self.assertIn(b"sni=origin.hd.test", body, "the open tunnel carries its exchange during the drain")
+            tls.close()
+            self.assertEqual(daemon.process.wait(timeout=10), 0)
+        finally:
+            daemon.stop()
+
     def test_random_bytes_and_absurd_requests_get_a_status_or_a_close(self):
         generator = random.Random(7)
         payloads = [bytes(generator.getrandbits(8) for _ in range(generator.randint(1, 300))) for _ in range(150)]
