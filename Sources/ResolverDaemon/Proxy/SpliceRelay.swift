@@ -466,7 +466,7 @@ private final class RelayLoop: @unchecked Sendable {
         tunnel.attempts = []
         tunnel.upstream = upstream
         tunnel.phase = .tunnel
-        tunnel.lastActivity = monotonicNow()
+        tunnel.lastActivity = now
         let metrics = environment.state.metrics
         metrics.proxyOutcome("tunnel")
         metrics.proxyTunnelsOpen(+1)
@@ -536,7 +536,7 @@ private final class RelayLoop: @unchecked Sendable {
                 refuse(tunnel, ProxyRefusal(status: 504, reason: "connecting to \(target) timed out"))
             case .connecting where now >= tunnel.nextAttempt && !tunnel.remaining.isEmpty:
                 attemptNext(tunnel)
-            case .tunnel where now - tunnel.lastActivity >= tunnel.idle:
+            case .tunnel where now > tunnel.lastActivity && now - tunnel.lastActivity >= tunnel.idle:
                 finish(tunnel)
             default:
                 break
