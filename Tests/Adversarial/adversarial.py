@@ -1136,6 +1136,19 @@ proxy: {{connect_ports: [18480], allow_private_destinations: true}}""")
         finally:
             daemon.stop()
 
+    def test_bytes_sent_before_the_200_reach_the_origin_first(self):
+        # A client that does not wait for the 200: what follows its head in the same write is the
+        # origin's first bytes. Plain HTTP to the TLS origin makes nginx say so in its own words.
+        sock = socket.create_connection(("127.0.0.1", PROXY_PORT), timeout=5)
+        sock.sendall(f"CONNECT {ORIGIN} HTTP/1.1\r\nHost: {ORIGIN}\r\n\r\n".encode()
+                     + b"GET /echo HTTP/1.1\r\nHost: origin.hd.test\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        sock.close()
+        self.assertTrue(answer.startswith(b"HTTP/1.1 200 Connection established\r\n\r\n"), answer[:80])
+        self.assertIn(b"The plain HTTP request was sent to HTTPS port", answer, "the early bytes reached nginx, in order")
+
     def test_random_bytes_and_absurd_requests_get_a_status_or_a_close(self):
         generator = random.Random(7)
         payloads = [bytes(generator.getrandbits(8) for _ in range(generator.randint(1, 300))) for _ in range(150)]

@@ -119,6 +119,9 @@ enum RelayError: Error, CustomStringConvertible {
     }
 }
 
+/// A configured duration in the relay's clock unit (the config refuses negative ones).
+private func nanoseconds(_ duration: Duration) -> UInt64 { UInt64(duration / .nanoseconds(1)) }
+
 /// Monotonic nanoseconds (CLOCK_MONOTONIC: a wall-clock jump moves no deadline).
 private func monotonicNow() -> UInt64 {
     var spec = timespec()
@@ -309,7 +312,7 @@ private final class RelayLoop: @unchecked Sendable {
             setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
             nextID &+= 1
             let settings = environment.state.current.config.daemon.limits
-            let tunnel = ProxyTunnel(id: nextID, client: fd, headDeadline: monotonicNow() + UInt64(settings.requestTimeout / .nanoseconds(1)))
+            let tunnel = ProxyTunnel(id: nextID, client: fd, headDeadline: monotonicNow() + nanoseconds(settings.requestTimeout))
             open[tunnel.id] = tunnel
             connections[fd] = tunnel
             openCount.add(1, ordering: .relaxed)
@@ -340,11 +343,10 @@ private final class RelayLoop: @unchecked Sendable {
 
     private func readHead(_ tunnel: ProxyTunnel) {
         let limit = environment.state.current.config.daemon.proxy.maxHeaderBytes
-        var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
-            let count = chunk.withUnsafeMutableBytes { read(tunnel.client, $0.baseAddress, $0.count) }
+            let count = read(tunnel.client, scratch.baseAddress, scratch.count)
             if count > 0 {
-                tunnel.head.append(contentsOf: chunk[..<count])
+                tunnel.head.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<count]))
                 switch ConnectHead.scan(tunnel.head) {
                 case let .connect(authority, authorization, length) where length <= limit:
                     return begin(tunnel, authority: authority, authorization: authorization, headLength: length)
@@ -363,15 +365,17 @@ private final class RelayLoop: @unchecked Sendable {
     }
 
     private func begin(_ tunnel: ProxyTunnel, authority: String, authorization: String?, headLength: Int) {
-        let policy = ProxyPolicy(settings: environment.state.current.config.daemon.proxy)
+        let runtime = environment.state.current
+        let policy = ProxyPolicy(settings: runtime.config.daemon.proxy)
         // Unauthorized, malformed or refused targets: the full handler answers (407, 400, 403).
         guard policy.authorizes(authorization), let target = ProxyTarget(authority: authority),
             policy.refusal(for: target, plainHTTP: false) == nil
         else { return handOff(tunnel) }
-        tunnel.early = Array(tunnel.head[headLength...])
+        // Bytes the client sent after its head, before the `200`: the upstream's first.
+        tunnel.send(Array(tunnel.head[headLength...]), toUpstream: true)
         tunnel.head = []
         tunnel.target = target
-        let resolver = environment.state.current.resolver
+        let resolver = runtime.resolver
         if let literal = IPAddress(target.host) {
             resolved(tunnel, .success([literal]))
         } else if let cached = resolver.resolveWithoutWaiting(target.host, type: .both) {
@@ -403,8 +407,8 @@ private final class RelayLoop: @unchecked Sendable {
             tunnel.phase = .connecting
             tunnel.remaining = dialable
             tunnel.started = now
-            tunnel.connectDeadline = now + UInt64(settings.connectTimeout / .nanoseconds(1))
-            tunnel.idle = UInt64(settings.idleTimeout / .nanoseconds(1))
+            tunnel.connectDeadline = now + nanoseconds(settings.connectTimeout)
+            tunnel.idle = nanoseconds(settings.idleTimeout)
             attemptNext(tunnel)
         case let .failure(error):
             refuse(tunnel, .resolution(of: target.host, failed: error))
@@ -481,8 +485,6 @@ private final class RelayLoop: @unchecked Sendable {
         }
         // RFC 9110 §9.3.6: a 2xx answer to CONNECT has no Content-Length or Transfer-Encoding.
         tunnel.send(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8), toUpstream: false)
-        tunnel.send(tunnel.early, toUpstream: true)
-        tunnel.early = []
         pump(tunnel)
     }
 
@@ -621,8 +623,6 @@ private final class ProxyTunnel {
     var head: [UInt8] = []
     var headDeadline: UInt64
     var target: ProxyTarget?
-    /// Bytes the client sent after its head, before the `200`.
-    var early: [UInt8] = []
     var remaining: [IPAddress] = []
     var attempts: [CInt] = []
     var lastError = "no address"
@@ -647,8 +647,8 @@ private final class ProxyTunnel {
         up.sourceDone && up.inPipe == 0 && up.pending.isEmpty && down.sourceDone && down.inPipe == 0 && down.pending.isEmpty
     }
 
-    /// Queues `bytes` toward one side (the `200`, the client's early bytes); ``pump`` writes them
-    /// before anything else of that direction.
+    /// Queues `bytes` toward one side (the `200`, the client's early bytes); once the tunnel is up,
+    /// ``pump`` writes them before anything else of that direction.
     func send(_ bytes: [UInt8], toUpstream: Bool) {
         if toUpstream { up.pending += bytes } else { down.pending += bytes }
     }
@@ -716,9 +716,8 @@ private final class ProxyTunnel {
             let written = write(sink, scratch.baseAddress, count)
             if written == count {
                 moved += count
-                // A TCP read shorter than asked for emptied the socket, and anything arriving later
-                // is a new edge: no read that would only say EAGAIN before the loop sleeps.
-                if count < scratch.count { return .blocked(moved) }
+                // Read again even after a short read: a FIN that came with the data makes no new
+                // edge, and only the next read (0) sees it.
                 continue
             }
             if written < 0 && errno != EAGAIN && errno != EINTR { return .failed }
