@@ -244,9 +244,13 @@ package final class Daemon: Sendable {
             bound.withLock { $0.http = address }
             listening()
         }
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
-            .init(service: http), .init(service: Watcher(state: state)), .init(service: ReadinessMonitor(state: state)),
-            .init(service: Reloader(state: state)),
+        // A service that fails (a listener that cannot bind) shuts the others down the way SIGTERM
+        // does, and the daemon exits with its error.
+        func service(_ service: some Service) -> ServiceGroupConfiguration.ServiceConfiguration {
+            .init(service: service, failureTerminationBehavior: .gracefullyShutdownGroup)
+        }
+        var services = [
+            service(http), service(Watcher(state: state)), service(ReadinessMonitor(state: state)), service(Reloader(state: state)),
         ]
         if let dnsListen = config.daemon.dnsListen {
             let (dnsHost, dnsPort) = try Self.listenAddress(dnsListen, key: "dns_listen")
@@ -258,7 +262,7 @@ package final class Daemon: Sendable {
                 }
                 listening()
             }
-            services.append(.init(service: stub))
+            services.append(service(stub))
         }
         if let proxyListen = config.daemon.proxyListen {
             let (proxyHost, proxyPort) = try Self.listenAddress(proxyListen, key: "proxy_listen")
@@ -267,9 +271,9 @@ package final class Daemon: Sendable {
                 bound.withLock { $0.proxy = address }
                 listening()
             }
-            services.append(.init(service: proxy))
+            services.append(service(proxy))
         }
-        services.append(.init(service: CachePersister(state: state)))
+        services.append(service(CachePersister(state: state)))
         var groupConfiguration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: signals, logger: logger)
         // The listeners bound their own drain (5 s, then every connection is closed); these limits
         // are the backstop, never reached in normal operation.

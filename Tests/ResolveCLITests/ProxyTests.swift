@@ -141,11 +141,43 @@ extension DaemonSuites {
             defer { daemon.stop() }
             let output = FileManager.default.temporaryDirectory.appendingPathComponent("proxy-big-\(UUID().uuidString)").path
             defer { try? FileManager.default.removeItem(atPath: output) }
+            // The relay thread moving the bulk runs as SCHED_BATCH while it does (no wake-up
+            // preemption: larger batches per wake-up) and returns to SCHED_OTHER once the bulk has
+            // stopped, so interactive tunnels keep normal latency.
+            let pid = daemon.process.processIdentifier
+            async let batchSeen: Bool = {
+                for _ in 0..<60 {
+                    if Self.threadPolicies(pid).contains(3) { return true }
+                    try? await Task.sleep(for: .milliseconds(50))
+                }
+                return false
+            }()
             let download = try await curl(["-o", output, "-w", "%{http_code} %{size_download}", Env.origin("/big")])
+            #expect(await batchSeen, "a relay thread ran as SCHED_BATCH during the 48 MB/s download")
+            var policies: Set<Int> = []
+            for _ in 0..<20 {
+                policies = Self.threadPolicies(pid)
+                if policies == [0] { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(policies == [0], "every thread is SCHED_OTHER again after the bulk: \(policies)")
             let expected = try FileManager.default.attributesOfItem(atPath: Env.root + "/.testenv/nginx/www/big.bin")[.size] as? Int
             #expect(download.stdout == "200 \(expected ?? -1)", "\(download.stdout)\(download.stderr)")
             let source = try Data(contentsOf: URL(fileURLWithPath: Env.root + "/.testenv/nginx/www/big.bin"))
             #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == source, "every byte arrives as sent")
+        }
+
+        /// The scheduling policy of each thread of `pid` (field 41 of /proc/PID/task/TID/stat).
+        static func threadPolicies(_ pid: Int32) -> Set<Int> {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return Set(
+                tasks.compactMap { tid -> Int? in
+                    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/stat", encoding: .utf8),
+                        let close = stat.lastIndex(of: ")")
+                    else { return nil }
+                    let fields = stat[stat.index(after: close)...].split(separator: " ")
+                    return fields.count > 38 ? Int(fields[38]) : nil
+                })
         }
 
         @Test func authenticationPrivateDestinationsAndReload() async throws {
@@ -200,6 +232,15 @@ extension DaemonSuites {
                     try await Task.sleep(for: .milliseconds(100))
                 }
                 #expect(echo.stdout.hasPrefix("sni=bank.hd.test"), "\(arguments): \(echo.stdout)\(echo.stderr)")
+                if arguments == fromFlags {
+                    // A second proxy on the same address stops with the reason instead of sharing the
+                    // port with the first (the relay's listeners use SO_REUSEPORT among themselves).
+                    let second = try await CLI.run(["10", CLI.binary, "proxy"] + fromFlags + policy, executable: "/usr/bin/timeout")
+                    #expect(second.status != 0 && second.status != 124, "exits at once: \(second.status)")
+                    #expect(second.stderr.contains("Address already in use"), "\(second.stderr)")
+                    let still = try await curl([Env.origin("/echo", host: "bank.hd.test")])
+                    #expect(still.stdout.hasPrefix("sni=bank.hd.test"), "the first proxy still serves: \(still.stdout)")
+                }
                 process.terminate()
                 for _ in 0..<80 where process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
                 #expect(!process.isRunning && process.terminationStatus == 0, "SIGTERM: a clean exit")

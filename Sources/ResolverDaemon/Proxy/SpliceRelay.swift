@@ -37,6 +37,10 @@ final class SpliceRelay: Sendable {
         // splice(2) and write(2) to a socket whose peer is gone raise SIGPIPE (no MSG_NOSIGNAL there):
         // the relay wants the EPIPE instead.
         signal(SIGPIPE, SIG_IGN)
+        // SO_REUSEPORT would let this relay join a group another process (a second daemon of the same
+        // user) already listens with, the two sharing the connections silently: a probe bound without
+        // it fails with EADDRINUSE on any listener, reuse-port or not, and it is closed at once.
+        if port != 0 { try Self.probe(host: host, port: port) }
         var loops: [RelayLoop] = []
         var boundPort = port
         do {
@@ -77,14 +81,22 @@ final class SpliceRelay: Sendable {
     }
 
     private static func listen(host: String, port: Int) throws -> CInt {
+        try bound(host: host, port: port, reusePort: true, listening: true)
+    }
+
+    private static func probe(host: String, port: Int) throws {
+        close(try bound(host: host, port: port, reusePort: false, listening: false))
+    }
+
+    private static func bound(host: String, port: Int, reusePort: Bool, listening: Bool) throws -> CInt {
         let address = try SocketAddress.makeAddressResolvingHost(host, port: port)
         let fd = socket(address.protocol.rawValue, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw RelayError.system("socket", errno) }
         var one: CInt = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<CInt>.size))
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<CInt>.size))
+        if reusePort { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<CInt>.size)) }
         let bound = address.withSockAddr { bind(fd, $0, socklen_t($1)) }
-        guard bound == 0, Glibc.listen(fd, 256) == 0 else {
+        guard bound == 0, !listening || Glibc.listen(fd, 256) == 0 else {
             let code = errno
             close(fd)
             throw RelayError.system("bind \(host):\(port)", code)
@@ -143,6 +155,8 @@ private final class RelayLoop: @unchecked Sendable {
     static let pipeCapacity: CInt = 256 * 1024
     /// After this many rounds without blocking, a tunnel lets the loop's other connections go first.
     static let roundsPerTurn = 16
+    /// Spliced between two sweeps (50 ms), this much makes the loop a bulk mover: 20 MB/s.
+    static let batchBytes = 1 << 20
     /// RFC 8305 §5: the next address is tried when the last has not connected after this long.
     static let attemptDelay: UInt64 = 250_000_000
 
@@ -166,6 +180,10 @@ private final class RelayLoop: @unchecked Sendable {
     private var stopping = false
     /// `accept` ran out of descriptors: the sweep accepts again.
     private var acceptDeferred = false
+    /// The thread runs as SCHED_BATCH while its tunnels splice at least `batchBytes` between two
+    /// sweeps (`splicedSinceSweep`).
+    private var batch = false
+    private var splicedSinceSweep = 0
     /// The copy buffer of small relayed reads, shared by the loop's tunnels (one thread).
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
     private let inbox = Mutex<[Message]>([])
@@ -233,7 +251,7 @@ private final class RelayLoop: @unchecked Sendable {
         while !stopping {
             // Sleeps without a deadline only when the sweep has nothing to do: no connection, no
             // deferred accept, no relayed bytes left to report.
-            let idle = open.isEmpty && !acceptDeferred && relayed == (0, 0)
+            let idle = open.isEmpty && !acceptDeferred && relayed == (0, 0) && !batch
             let timeout: CInt = !again.isEmpty ? 0 : idle ? -1 : 50
             let count = epoll_wait(epoll, events, CInt(capacity), timeout)
             now = monotonicNow()
@@ -334,8 +352,13 @@ private final class RelayLoop: @unchecked Sendable {
             // Readable: the direction this side feeds; writable: the one it drains (both on errors).
             let readable = events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
             let writable = events & (EPOLLOUT.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            // A writable side matters only to a direction holding bytes for it; one that is waiting
+            // for its source gets that source's own edge (an EPOLLOUT after every ACK would otherwise
+            // cost a read that finds nothing).
             let fromClient = fd == tunnel.client
-            pump(tunnel, up: fromClient ? readable : writable, down: fromClient ? writable : readable)
+            let up = fromClient ? readable : writable && tunnel.up.holdsBytes
+            let down = fromClient ? writable && tunnel.down.holdsBytes : readable
+            if up || down { pump(tunnel, up: up, down: down) }
         }
     }
 
@@ -511,6 +534,11 @@ private final class RelayLoop: @unchecked Sendable {
         // loop's next wait (a peer woken onto this core runs only once the loop sleeps).
         relayed.up += moved.up
         relayed.down += moved.down
+        if tunnel.spliced > 0 {
+            splicedSinceSweep += tunnel.spliced
+            tunnel.spliced = 0
+            if !batch && splicedSinceSweep >= Self.batchBytes { batch = httpdns_sched_batch(1) == 0 }
+        }
         if moved.up > 0 || moved.down > 0 { tunnel.lastActivity = now }
         if tunnel.bothDirectionsDone { return finish(tunnel) }
         if !finishedTurn { again.append(tunnel) }
@@ -523,6 +551,8 @@ private final class RelayLoop: @unchecked Sendable {
         if relayed.up > 0 { metrics.proxyBytes(upstream: true, relayed.up) }
         if relayed.down > 0 { metrics.proxyBytes(upstream: false, relayed.down) }
         relayed = (0, 0)
+        if batch && splicedSinceSweep < Self.batchBytes { batch = httpdns_sched_batch(0) != 0 }
+        splicedSinceSweep = 0
         if acceptDeferred && listener >= 0 {
             acceptDeferred = false
             acceptAll()
@@ -598,6 +628,9 @@ private final class ProxyTunnel {
         var sourceDone = false
         var sinkShut = false
 
+        /// Bytes read from the source wait for the sink (copied or in the pipe).
+        var holdsBytes: Bool { inPipe > 0 || !pending.isEmpty }
+
         /// A larger pipe means fewer splices per megabyte; the kernel refuses past the user's pipe
         /// quota, and the default (64 KiB, or less past the quota) stays.
         mutating func openPipe(capacity: CInt) -> Bool {
@@ -636,6 +669,8 @@ private final class ProxyTunnel {
     var lastActivity: UInt64 = 0
     /// Counted in the open-tunnels gauge.
     var counted = false
+    /// Bulk bytes spliced in since the loop last looked.
+    var spliced = 0
 
     init(id: UInt64, client: CInt, headDeadline: UInt64) {
         self.id = id
@@ -711,6 +746,7 @@ private final class ProxyTunnel {
             direction.bulk = count >= Self.smallRead
             if spliced {
                 direction.inPipe = count
+                self.spliced += count
                 continue
             }
             let written = write(sink, scratch.baseAddress, count)
