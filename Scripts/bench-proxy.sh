@@ -4,11 +4,13 @@
 # /etc/hosts in a mount namespace of its own. All on loopback, against the nginx HTTPS origin.
 #
 #   Scripts/bench-proxy.sh [REPEATS]     default 5; min / median / max of the repeats are reported
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench-proxy.sh   the same with another build (no build step)
 #
 # Each run measures every path interleaved (direct, ours, tinyproxy, direct, ...), so a slow moment
 # of the machine falls on all three, and the ratios are taken run by run:
-# (a) a 64 MiB HTTPS download (unthrottled /big-fast) through each path, 3 downloads a run (the
-#     median counts): MB/s;
+# (a) a 64 MiB HTTPS download (unthrottled /big-fast) through each path, 5 downloads a run (the
+#     median counts; one lasts about 80 ms here, so a single one says more about where the
+#     scheduler put three busy processes on two cores than about the path): MB/s;
 # (b) 1,000 small HTTPS requests, each on a new tunnel (HTTP/1.1 with Connection: close), in 5 blocks
 #     of 200 per path: requests/s, and the median time to first byte;
 # (c) CONNECT to `200`: 500 sequential CONNECTs from a Python client, the median in microseconds;
@@ -22,8 +24,13 @@ proxy_port=18661 peer_port=18662 api_port=18663
 
 need_build_packages
 need_packages tinyproxy curl util-linux
-swift build -c release --product resolve 2>&1 | grep -E "error|warning: " | grep -v distributed || true
-bin="$(swift build -c release --show-bin-path)/resolve"
+# RESOLVE_BIN=path measures another build of `resolve` (an A/B against an earlier commit).
+if [ -n "${RESOLVE_BIN:-}" ]; then
+    bin=$RESOLVE_BIN
+else
+    swift build -c release --product resolve 2>&1 | grep -E "error|warning: " | grep -v distributed || true
+    bin="$(swift build -c release --show-bin-path)/resolve"
+fi
 work=$(mktemp -d)
 cleanup() {
     [ -n "${ours:-}" ] && kill "$ours" 2>/dev/null || true
@@ -94,10 +101,10 @@ PY
 }
 
 for run in $(seq 1 "$repeats"); do
-    # Interleaved, so that a slow moment of this 2-core machine falls on every path alike: three
+    # Interleaved, so that a slow moment of this 2-core machine falls on every path alike: five
     # rounds of one download per path, then five rounds of 200 requests per path.
     declare -A speeds=() seconds=() ttfbs=()
-    for _ in 1 2 3; do
+    for _ in 1 2 3 4 5; do
         for path in "${paths[@]}"; do
             # shellcheck disable=SC2046
             speeds[$path]+="$(curl -s --cacert "$ca" $(via "$path") -o /dev/null -w '%{speed_download}' "https://$origin/big-fast") "
@@ -114,7 +121,8 @@ for run in $(seq 1 "$repeats"); do
     done
     declare -A connects=([ours]=$(connect_us "$proxy_port") [peer]=$(connect_us "$peer_port") [direct]=0)
     for path in "${paths[@]}"; do
-        speed=$(echo "${speeds[$path]}" | tr ' ' '\n' | grep . | sort -g | sed -n 2p)
+        speed=$(echo "${speeds[$path]}" | tr ' ' '\n' | grep . | sort -g | sed -n 3p)
+        echo "run $run $path downloads MB/s: $(for s in ${speeds[$path]}; do printf '%.0f ' "$(echo "$s / 1000000" | bc -l)"; done)"
         wall=$(echo "${seconds[$path]}" | tr ' ' '\n' | grep . | paste -sd+ | bc)
         ttfb=$(echo "${ttfbs[$path]}" | tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
         echo "$run $path $speed $wall $ttfb ${connects[$path]}" >>"$out"
@@ -160,7 +168,7 @@ def ratios(a, b, index):
     return [x[index] / y[index] for x, y in zip(data[a], data[b])]
 print(f"min/median/max of {n} runs")
 print()
-print("| path | 64 MiB download, MB/s (median of 3 a run) | 1,000 requests, new tunnel each: req/s | median time to first byte, ms | CONNECT to 200, median us |")
+print("| path | 64 MiB download, MB/s (median of 5 a run) | 1,000 requests, new tunnel each: req/s | median time to first byte, ms | CONNECT to 200, median us |")
 print("|---|---|---|---|---|")
 names = {"direct": "direct (curl --resolve)", "ours": "resolve proxy", "peer": "tinyproxy 1.11 (peer)"}
 for path in ("direct", "ours", "peer"):

@@ -183,6 +183,7 @@ private final class RelayLoop: @unchecked Sendable {
     /// The thread runs as SCHED_BATCH while its tunnels splice at least `batchBytes` between two
     /// sweeps (`splicedSinceSweep`).
     private var batch = false
+    private var batchAllowed = true
     private var splicedSinceSweep = 0
     /// The copy buffer of small relayed reads, shared by the loop's tunnels (one thread).
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
@@ -537,7 +538,10 @@ private final class RelayLoop: @unchecked Sendable {
         if tunnel.spliced > 0 {
             splicedSinceSweep += tunnel.spliced
             tunnel.spliced = 0
-            if !batch && splicedSinceSweep >= Self.batchBytes { batch = httpdns_sched_batch(1) == 0 }
+            if !batch && batchAllowed && splicedSinceSweep >= Self.batchBytes {
+                batch = httpdns_sched_batch(1) == 0
+                batchAllowed = batch  // refused (a sandbox): not asked again
+            }
         }
         if moved.up > 0 || moved.down > 0 { tunnel.lastActivity = now }
         if tunnel.bothDirectionsDone { return finish(tunnel) }
