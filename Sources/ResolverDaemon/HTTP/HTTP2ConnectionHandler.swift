@@ -164,11 +164,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
             break
         case let .dispatch(id, request):
             dispatch(id, request)
-        case let .respond(id, status, reason, _):
-            // RST_STREAM NO_ERROR follows when the client is still sending (the session's rule).
+        case let .respond(id, status, reason, reset):
+            // Unless `reset`, a client still sending may finish within its window (the session's rule).
             let answer = HTTPAnswer.text(status, reason)
             if let head = connection.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
-            write(id, answer)
+            write(id, answer, abortUnfinished: reset)
         case let .reset(id, code):
             session.reset(id, code)
             scheduleFlush()
@@ -191,16 +191,16 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         }
     }
 
-    /// HEADERS and DATA (END_STREAM on the last), then RST_STREAM NO_ERROR when the client is still
-    /// sending; flushed with the rest of this read, or on the next turn of the loop for an answer
+    /// HEADERS and DATA (END_STREAM on the last); a client still sending finishes or is reset as
+    /// ``HTTP2Session/respond(_:status:headers:body:abortUnfinished:)`` says; flushed with the rest of this read, or on the next turn of the loop for an answer
     /// that came from a task.
-    private func write(_ id: HTTP2StreamID, _ answer: HTTPAnswer) {
+    private func write(_ id: HTTP2StreamID, _ answer: HTTPAnswer, abortUnfinished: Bool = false) {
         guard context != nil, !closing, connection.isAwaitingResponse(id) else { return }
         var headers = answer.headers
         headers.append(("content-length", String(answer.body.readableBytes)))
         headers.append(("date", date.now()))
         let closeAfter = connection.responded(id, now: now)
-        session.respond(id, status: answer.status, headers: headers, body: answer.body)
+        session.respond(id, status: answer.status, headers: headers, body: answer.body, abortUnfinished: abortUnfinished)
         if let context { emit(context) }
         scheduleFlush()
         if closeAfter { close() }
@@ -235,13 +235,15 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// a second answer in the same record (its queries time out). BIND and unbound write an answer
     /// per record too. Still three records fewer per answer than a record per frame.
     private func emit(_ context: ChannelHandlerContext) {
-        guard let bytes = session.takeOutput(allocator: context.channel.allocator) else { return }
-        if closing || connection.isDraining {
-            let promise = context.eventLoop.makePromise(of: Void.self)
-            context.write(wrapOutboundOut(bytes), promise: promise)
-            lastWrite = promise.futureResult
-        } else {
-            context.write(wrapOutboundOut(bytes), promise: nil)
+        // Usually one buffer; resets after answers come as a second (a TLS record of their own).
+        while let bytes = session.takeOutput(allocator: context.channel.allocator) {
+            if closing || connection.isDraining {
+                let promise = context.eventLoop.makePromise(of: Void.self)
+                context.write(wrapOutboundOut(bytes), promise: promise)
+                lastWrite = promise.futureResult
+            } else {
+                context.write(wrapOutboundOut(bytes), promise: nil)
+            }
         }
     }
 
@@ -257,7 +259,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         for (id, status, reason) in housekeeping.responses {
             let answer = HTTPAnswer.text(status, reason)
             if let head = connection.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
-            write(id, answer)
+            // A body that did not arrive in time is not waited for any longer: reset after the 408.
+            write(id, answer, abortUnfinished: true)
         }
         if let last = housekeeping.goAway { sendGoAway(last) }
         if housekeeping.close || connection.isClosed { close() }

@@ -9,9 +9,10 @@ import NIOHTTP2
 /// - a request is gathered from HEADERS and DATA and dispatched once complete; a malformed header
 ///   block (RFC 9113 §8.2-§8.3, ``RequestHead``) or a body that contradicts its `content-length` is
 ///   reset with PROTOCOL_ERROR;
-/// - a body over the limit (declared or received) is answered 413 at once and the stream reset
-///   (NO_ERROR) — whatever the flow-control windows, because the stream's window is refilled while
-///   the body stays under the limit;
+/// - a body over the limit (declared or received) is answered 413 at once; the stream's window is
+///   no longer refilled, so the client may finish what that window allows (dropped) or is reset
+///   with NO_ERROR once it is used up (``HTTP2Session``) — at once when its declared length could
+///   never fit;
 /// - a request whose body is not complete within ``Configuration/requestTimeout`` is answered 408;
 /// - the connection window is refilled as DATA arrives, but not while the bodies held unfinished
 ///   exceed ``Configuration/bodyBudget``: a client that opens many streams and never finishes them
@@ -42,10 +43,11 @@ struct HTTP2ServerConnection {
     /// What the handler does for one inbound frame.
     enum Action {
         case none
-        /// Answer this request; `ended` is false when the client is still sending (then RST_STREAM
-        /// NO_ERROR follows the response, RFC 9113 §8.1).
+        /// Answer this request (the client may still be sending: see ``HTTP2Session``'s rule for
+        /// the rest of its body).
         case dispatch(HTTP2StreamID, Request)
-        /// Send this error response at once; RST_STREAM NO_ERROR after it when `reset`.
+        /// Send this error response at once; `reset`: RST_STREAM NO_ERROR right after it, the client
+        /// not being let finish its body.
         case respond(HTTP2StreamID, status: Int, reason: String, reset: Bool)
         case reset(HTTP2StreamID, HTTP2ErrorCode)
     }
@@ -124,7 +126,9 @@ struct HTTP2ServerConnection {
             if endStream, declared != 0 { return .reset(id, .protocolError) }
             if declared > configuration.maxBodyBytes {
                 streams[id] = Stream(head: head, body: nil, state: .answering(ended: endStream))
-                return .respond(id, status: 413, reason: overLimit(declared: declared), reset: !endStream)
+                // Reset after the answer only when the rest could not fit the stream's window (the
+                // client would wait for a WINDOW_UPDATE); a smaller body is let finish, and dropped.
+                return .respond(id, status: 413, reason: overLimit(declared: declared), reset: !endStream && declared > Configuration.initialWindow)
             }
         }
         if endStream {
@@ -153,7 +157,8 @@ struct HTTP2ServerConnection {
             stream.state = .answering(ended: endStream)
             streams[id] = stream
             finishBody(received - length)
-            return .respond(id, status: 413, reason: overLimit(declared: nil), reset: !endStream)
+            // No declared length: what the stream's window still allows is dropped, then the reset.
+            return .respond(id, status: 413, reason: overLimit(declared: nil), reset: false)
         }
         if length > 0 {
             var body = stream.body ?? ByteBuffer()

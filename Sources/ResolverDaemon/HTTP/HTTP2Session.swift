@@ -69,10 +69,16 @@ struct HTTP2Session {
         var remoteClosed: Bool
         var sendWindow: Int
         var receiveWindow: Int
-        /// DATA waiting for window, and whether END_STREAM (then RST_STREAM NO_ERROR) follows it.
+        /// DATA waiting for window (END_STREAM on its last frame).
         var queued: ByteBuffer?
-        var resetAfterQueued = false
         var responding = false
+        /// Answered before the client finished sending: when the response is complete, reset at once
+        /// (a 408) instead of draining what the client still sends.
+        var abortUnfinished = false
+        /// Answered; the client is still sending. Its DATA is dropped (the connection window takes it
+        /// back, the stream's is never refilled: at most one window more), and its END_STREAM closes
+        /// the stream without a reset.
+        var discarding = false
     }
 
     private struct HeaderBlock {
@@ -102,6 +108,12 @@ struct HTTP2Session {
     private var tableSizeUpdatePending = false
     private var costly = RateWindow()
     private var resets = RateWindow()
+    /// The streams this side reset last: frames the client had sent before our RST_STREAM arrived
+    /// are ignored on them (RFC 9113 §5.1, "closed"), not answered with a second reset — libcurl
+    /// 7.88 failed an early 413 as a "stream error" when a STREAM_CLOSED followed the NO_ERROR.
+    private var resetByUs = RecentStreams()
+    /// Streams answered and given up on: RST_STREAM NO_ERROR goes out after the answer's bytes.
+    private var resetsAfterAnswers: [UInt32] = []
 
     init(limits: Limits = Limits(), allocator: ByteBufferAllocator = ByteBufferAllocator()) {
         self.limits = limits
@@ -119,8 +131,15 @@ struct HTTP2Session {
     var openStreams: Int { streams.count }
 
     /// The bytes written so far, leaving an empty buffer behind (sized for one answer: the handler
-    /// takes the output after each).
+    /// takes the output after each). Resets that follow an answer come in a buffer of their own, on
+    /// the next call: written separately, they travel in a TLS record after the answer's — in the
+    /// same record, libcurl 7.88 saw the stream closed before it had taken the answer's headers
+    /// ("stream error"; nginx writes them apart too). The caller takes output until nil.
     mutating func takeOutput(allocator: ByteBufferAllocator) -> ByteBuffer? {
+        if output.readableBytes == 0, !resetsAfterAnswers.isEmpty {
+            for stream in resetsAfterAnswers { writeReset(stream, .noError) }
+            resetsAfterAnswers.removeAll()
+        }
         guard output.readableBytes > 0 else { return nil }
         let bytes = output
         output = allocator.buffer(capacity: 512)
@@ -256,14 +275,27 @@ struct HTTP2Session {
         guard inboundWindow >= 0 else { throw ConnectionError(code: .flowControlError, reason: "DATA beyond the connection window") }
         let endStream = flags & Flag.endStream != 0
         guard var state = streams[stream], !state.remoteClosed else {
-            // Closed (or the client already ended it): STREAM_CLOSED, at a cost.
+            // Closed (or the client already ended it): STREAM_CLOSED, at a cost; ignored (still at a
+            // cost, and counted in the connection window above) on a stream this side reset.
             try cost(now)
             if streams.removeValue(forKey: stream) != nil {
                 unblock(stream)
                 writeReset(stream, .streamClosed)
                 return .reset(HTTP2StreamID(Int(stream)))
             }
-            writeReset(stream, .streamClosed)
+            if !resetByUs.contains(stream) { writeReset(stream, .streamClosed) }
+            return nil
+        }
+        if state.discarding {
+            state.receiveWindow -= length
+            if endStream || state.receiveWindow <= 0 {
+                streams[stream] = nil
+                // Window exhausted: the client would wait for a WINDOW_UPDATE that never comes.
+                if !endStream { writeReset(stream, state.receiveWindow < 0 ? .flowControlError : .noError) }
+            } else {
+                if length == 0 { try cost(now) }
+                streams[stream] = state
+            }
             return nil
         }
         try removePadding(flags: flags, payload: &payload)
@@ -297,6 +329,12 @@ struct HTTP2Session {
         }
         let id = current.stream
         let streamID = HTTP2StreamID(Int(id))
+        if let state = streams[id], state.discarding {
+            // Trailers of a request already answered: they end it (or break it).
+            streams[id] = nil
+            if !current.endStream { writeReset(id, .protocolError) }
+            return nil
+        }
         if var state = streams[id] {
             // Trailers; ``HTTP2ServerConnection`` decides what they may hold.
             guard !state.remoteClosed else {
@@ -310,8 +348,9 @@ struct HTTP2Session {
             return .headers(streamID, headers, endStream: current.endStream)
         }
         guard id > highestStreamID else {
+            // Decoded all the same (the HPACK state is the connection's).
             try cost(now)
-            writeReset(id, .streamClosed)
+            if !resetByUs.contains(id) { writeReset(id, .streamClosed) }
             return nil
         }
         highestStreamID = id
@@ -408,11 +447,15 @@ struct HTTP2Session {
 
     /// A whole response: HEADERS (END_STREAM when there is no body), then the body as DATA within
     /// the windows (the rest queued until WINDOW_UPDATE). When the client has not finished its
-    /// request, RST_STREAM NO_ERROR follows the last frame (RFC 9113 §8.1).
-    mutating func respond(_ id: HTTP2StreamID, status: Int, headers: [(String, String)], body: ByteBuffer) {
+    /// request, what it still sends within the stream's window is dropped and its END_STREAM closes
+    /// the stream; RST_STREAM NO_ERROR (RFC 9113 §8.1) once that window is used up, or right after the
+    /// response with `abortUnfinished` (a request that timed out). Resetting at once made libcurl
+    /// 7.88 fail an early 413 with "stream error" in about 1 of 4 small POSTs (nginx drains too).
+    mutating func respond(_ id: HTTP2StreamID, status: Int, headers: [(String, String)], body: ByteBuffer, abortUnfinished: Bool = false) {
         let stream = UInt32(Int32(id))
         guard var state = streams[stream], !state.responding else { return }
         state.responding = true
+        state.abortUnfinished = abortUnfinished
         let empty = body.readableBytes == 0
         writeHeaders(stream, status: status, headers: headers, endStream: empty)
         if empty {
@@ -457,9 +500,15 @@ struct HTTP2Session {
     private mutating func finish(_ stream: UInt32, _ state: Stream) {
         if state.remoteClosed {
             streams[stream] = nil
-        } else {
+        } else if state.abortUnfinished || state.receiveWindow <= 0 {
             streams[stream] = nil
-            writeReset(stream, .noError)
+            resetByUs.insert(stream)  // what arrives before the reset is written is ignored too
+            resetsAfterAnswers.append(stream)
+        } else {
+            var state = state
+            state.queued = nil
+            state.discarding = true
+            streams[stream] = state
         }
     }
 
@@ -516,6 +565,7 @@ struct HTTP2Session {
     }
 
     private mutating func writeReset(_ stream: UInt32, _ code: HTTP2ErrorCode) {
+        resetByUs.insert(stream)
         writeFrameHeader(length: 4, type: .rstStream, flags: 0, stream: stream)
         output.writeInteger(UInt32(code.networkCode))
     }
@@ -602,4 +652,23 @@ enum HPACKLiterals {
         }
         block.writeInteger(UInt8(rest))
     }
+}
+
+/// The last ``capacity`` stream IDs put in, oldest forgotten first: bounded memory for a rule that
+/// only matters for the frames in flight when a reset was sent.
+struct RecentStreams {
+    static let capacity = 64
+    private var ids: [UInt32] = []
+    private var next = 0
+
+    mutating func insert(_ id: UInt32) {
+        if ids.count < Self.capacity {
+            ids.append(id)
+        } else {
+            ids[next] = id
+            next = (next + 1) % Self.capacity
+        }
+    }
+
+    func contains(_ id: UInt32) -> Bool { ids.contains(id) }
 }
