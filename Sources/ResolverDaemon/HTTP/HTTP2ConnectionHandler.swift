@@ -192,8 +192,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     }
 
     /// HEADERS and DATA (END_STREAM on the last); a client still sending finishes or is reset as
-    /// ``HTTP2Session/respond(_:status:headers:body:abortUnfinished:)`` says; flushed with the rest of this read, or on the next turn of the loop for an answer
-    /// that came from a task.
+    /// ``HTTP2Session/respond(_:status:headers:body:abortUnfinished:)`` says. Flushed with the rest
+    /// of this read, or on the next turn of the loop for an answer that came from a task.
     private func write(_ id: HTTP2StreamID, _ answer: HTTPAnswer, abortUnfinished: Bool = false) {
         guard context != nil, !closing, connection.isAwaitingResponse(id) else { return }
         var headers = answer.headers

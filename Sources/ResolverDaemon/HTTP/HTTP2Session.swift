@@ -450,7 +450,7 @@ struct HTTP2Session {
     /// request, what it still sends within the stream's window is dropped and its END_STREAM closes
     /// the stream; RST_STREAM NO_ERROR (RFC 9113 §8.1) once that window is used up, or right after the
     /// response with `abortUnfinished` (a request that timed out). Resetting at once made libcurl
-    /// 7.88 fail an early 413 with "stream error" in about 1 of 4 small POSTs (nginx drains too).
+    /// 7.88 fail an early 413 with "stream error" in about 1 of 4 small POSTs.
     mutating func respond(_ id: HTTP2StreamID, status: Int, headers: [(String, String)], body: ByteBuffer, abortUnfinished: Bool = false) {
         let stream = UInt32(Int32(id))
         guard var state = streams[stream], !state.responding else { return }
