@@ -240,19 +240,35 @@ import Testing
         let reset = frames
         #expect(reset.map(\.type) == [H2Wire.Kind.rstStream] && reset.first?.errorCode == H2Wire.Code.noError, "\(reset)")
 
-        // Given up on: the reset follows the answer, and the frames in flight are ignored.
+        // One that ignores flow control after the answer: FLOW_CONTROL_ERROR for the stream, and the
+        // connection goes on.
+        harness.session.windowUpdate(HTTP2StreamID(0), 65_535)
+        _ = harness.output()
         _ = try harness.feed(harness.request(5, endStream: false))
-        harness.session.respond(5, status: 408, headers: [], body: ByteBuffer(string: "late\n"), abortUnfinished: true)
+        harness.session.respond(5, status: 413, headers: [], body: ByteBuffer(string: "too big\n"))
+        _ = harness.output()
+        harness.session.windowUpdate(HTTP2StreamID(0), 1_000)
+        _ = harness.output()
+        for size in [16_384, 16_384, 16_384, 16_384] { _ = try harness.feed(H2Wire.data(5, ByteBuffer(repeating: 0, count: size), endStream: false)) }
+        let violation = harness.output().filter { $0.type == H2Wire.Kind.rstStream }
+        #expect(violation.map(\.errorCode) == [H2Wire.Code.flowControlError], "\(violation)")
+        #expect(harness.session.openStreams == 0)
+        harness.session.windowUpdate(HTTP2StreamID(0), 65_536)
+        _ = harness.output()
+
+        // Given up on: the reset follows the answer, and the frames in flight are ignored.
+        _ = try harness.feed(harness.request(7, endStream: false))
+        harness.session.respond(7, status: 408, headers: [], body: ByteBuffer(string: "late\n"), abortUnfinished: true)
         let answer = harness.output()
         #expect(answer.map(\.type) == [H2Wire.Kind.headers, H2Wire.Kind.data, H2Wire.Kind.rstStream])
         #expect(answer.last?.errorCode == H2Wire.Code.noError)
-        #expect(try harness.feed(H2Wire.data(5, ByteBuffer(repeating: 0, count: 100), endStream: true)).isEmpty)
+        #expect(try harness.feed(H2Wire.data(7, ByteBuffer(repeating: 0, count: 100), endStream: true)).isEmpty)
         #expect(harness.output().isEmpty, "no second reset (STREAM_CLOSED)")
-        #expect(Self.streams(try harness.feed(harness.request(7))) == [7], "the connection goes on")
+        #expect(Self.streams(try harness.feed(harness.request(11))) == [11], "the connection goes on")
         // A stream this side did not reset still gets STREAM_CLOSED for DATA after its end.
-        harness.session.respond(7, status: 204, headers: [], body: ByteBuffer())
+        harness.session.respond(11, status: 204, headers: [], body: ByteBuffer())
         _ = harness.output()
-        _ = try harness.feed(H2Wire.data(7, ByteBuffer(string: "x"), endStream: false))
+        _ = try harness.feed(H2Wire.data(11, ByteBuffer(string: "x"), endStream: false))
         #expect(harness.output().map(\.errorCode) == [H2Wire.Code.streamClosed])
     }
 
