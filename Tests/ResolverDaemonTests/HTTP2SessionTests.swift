@@ -270,6 +270,13 @@ import Testing
         _ = harness.output()
         _ = try harness.feed(H2Wire.data(11, ByteBuffer(string: "x"), endStream: false))
         #expect(harness.output().map(\.errorCode) == [H2Wire.Code.streamClosed])
+        // Trailers without END_STREAM after an early answer: the request is malformed, reset.
+        _ = try harness.feed(harness.request(13, endStream: false))
+        harness.session.respond(13, status: 413, headers: [], body: ByteBuffer(string: "too big\n"))
+        _ = harness.output()
+        _ = try harness.feed(harness.wire.headers(13, HPACKHeaders([("x-trailer", "1")]), endStream: false))
+        #expect(harness.output().map(\.errorCode) == [H2Wire.Code.protocolError])
+        #expect(harness.session.openStreams == 0)
     }
 
     @Test func pingsAreAnsweredUntilTheyBecomeAFlood() throws {

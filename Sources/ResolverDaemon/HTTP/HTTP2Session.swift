@@ -137,7 +137,7 @@ struct HTTP2Session {
     /// ("stream error"; nginx writes them apart too). The caller takes output until nil.
     mutating func takeOutput(allocator: ByteBufferAllocator) -> ByteBuffer? {
         if output.readableBytes == 0, !resetsAfterAnswers.isEmpty {
-            for stream in resetsAfterAnswers { writeReset(stream, .noError) }
+            for stream in resetsAfterAnswers { writeResetFrame(stream, .noError) }  // remembered in `finish`
             resetsAfterAnswers.removeAll()
         }
         guard output.readableBytes > 0 else { return nil }
@@ -566,6 +566,10 @@ struct HTTP2Session {
 
     private mutating func writeReset(_ stream: UInt32, _ code: HTTP2ErrorCode) {
         resetByUs.insert(stream)
+        writeResetFrame(stream, code)
+    }
+
+    private mutating func writeResetFrame(_ stream: UInt32, _ code: HTTP2ErrorCode) {
         writeFrameHeader(length: 4, type: .rstStream, flags: 0, stream: stream)
         output.writeInteger(UInt32(code.networkCode))
     }
