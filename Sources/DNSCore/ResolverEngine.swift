@@ -236,14 +236,19 @@ package final class ResolverEngine: Sendable {
             break
         }
         metrics.misses.increment()
-        return await finish(key, type, await round(key), startedAt: now)
+        return await finish(key, type, await round(key, afterMiss: true), startedAt: now)
     }
 
     /// One upstream round for `key`, shared by concurrent callers; a cancelled wait is `.cancelled`.
-    private func round(_ key: CacheKey) async -> FetchOutcome {
+    ///
+    /// `afterMiss`: the caller found nothing usable in the cache. Between that look and joining the
+    /// flight, another flight for `key` may have ended (it runs on another thread); the round then
+    /// takes the answer that flight stored instead of asking the upstreams again.
+    func round(_ key: CacheKey, afterMiss: Bool = false) async -> FetchOutcome {
         // SingleFlight restarts the work for the followers when its leader is cancelled: it must see
         // a cancelled round as its failure.
         let work: @Sendable () async -> Result<FetchOutcome, DNSError> = {
+            if afterMiss, let landed = self.answerStoredMeanwhile(for: key) { return .success(.answered(landed, failures: [])) }
             let outcome = await self.fetch(key)
             if case .cancelled = outcome { return .failure(DNSError(.cancelled, "cancelled")) }
             return .success(outcome)
@@ -305,6 +310,16 @@ package final class ResolverEngine: Sendable {
                 let result = await self.round(key)
                 first.resume(with: result)
             }
+        }
+    }
+
+    /// A fresh answer (addresses or a negative one) in the cache for `key`; a remembered failure is
+    /// not one — the caller that missed goes on to ask (and to the fallback, where allowed).
+    private func answerStoredMeanwhile(for key: CacheKey) -> CacheEntry? {
+        guard let entry = cache.entry(for: key), clock.now < entry.expiresAt else { return nil }
+        switch entry.payload {
+        case .addresses, .negative: return entry
+        case .failure: return nil
         }
     }
 
