@@ -5,14 +5,18 @@
 #
 #   Scripts/bench-proxy.sh [REPEATS]     default 5; min / median / max of the repeats are reported
 #   RESOLVE_BIN=/path/to/resolve Scripts/bench-proxy.sh   the same with another build (no build step)
+#   DOWNLOADS=N   64 MiB downloads per path in a run (default 25)
 #
 # Each run measures every path interleaved (direct, ours, tinyproxy, direct, ...), so a slow moment
 # of the machine falls on all three, and the ratios are taken run by run:
-# (a) a 64 MiB HTTPS download (unthrottled /big-fast) through each path, 5 downloads a run (the
-#     median counts; one lasts about 80 ms here, so a single one says more about where the
-#     scheduler put three busy processes on two cores than about the path): MB/s;
-# (b) 1,000 small HTTPS requests, each on a new tunnel (HTTP/1.1 with Connection: close), in 5 blocks
-#     of 200 per path: requests/s, and the median time to first byte;
+# (a) a 64 MiB HTTPS download (unthrottled /big-fast) through each path, DOWNLOADS a run, the median
+#     counting: MB/s. One download lasts about 100 ms, and on this 2-vCPU VM the time nginx needs
+#     to encrypt and send the same 64 MiB varies from one download to the next by up to 2x (its
+#     on-CPU time from /proc/PID/schedstat, with no time spent waiting for a CPU), which moves every
+#     path alike (a pure CPU loop's time per unit of work varies as much); with 5 downloads a run
+#     the ratio of two paths' medians swung by +-15 % from run to run, with 25 by about +-7 %;
+# (b) 1,000 small HTTPS requests, each on a new tunnel (HTTP/1.1 with Connection: close), in 10
+#     blocks of 100 per path: requests/s, and the median time to first byte;
 # (c) CONNECT to `200`: 500 sequential CONNECTs from a Python client, the median in microseconds;
 # (d) RSS per idle tunnel: 200 CONNECTs held open, the proxy's RSS before and after.
 set -euo pipefail
@@ -20,6 +24,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 repeats=${1:-5}
+downloads=${DOWNLOADS:-25}
 proxy_port=18661 peer_port=18662 api_port=18663
 
 need_build_packages
@@ -79,7 +84,7 @@ via() { # path -> curl options
         peer) echo "-x http://127.0.0.1:$peer_port" ;;
     esac
 }
-for i in $(seq 1 200); do printf 'url = "https://%s/echo?n=%s"\noutput = "/dev/null"\n' "$origin" "$i"; done >"$work/small.cfg"
+for i in $(seq 1 100); do printf 'url = "https://%s/echo?n=%s"\noutput = "/dev/null"\n' "$origin" "$i"; done >"$work/small.cfg"
 
 out="$work/results"
 connect_us() { # proxy-port -> median microseconds from sending CONNECT to reading the 200
@@ -101,16 +106,16 @@ PY
 }
 
 for run in $(seq 1 "$repeats"); do
-    # Interleaved, so that a slow moment of this 2-core machine falls on every path alike: five
-    # rounds of one download per path, then five rounds of 200 requests per path.
+    # Interleaved, so that a slow moment of this 2-core machine falls on every path alike: rounds
+    # of one download per path, then ten rounds of 100 requests per path.
     declare -A speeds=() seconds=() ttfbs=()
-    for _ in 1 2 3 4 5; do
+    for _ in $(seq 1 "$downloads"); do
         for path in "${paths[@]}"; do
             # shellcheck disable=SC2046
             speeds[$path]+="$(curl -s --cacert "$ca" $(via "$path") -o /dev/null -w '%{speed_download}' "https://$origin/big-fast") "
         done
     done
-    for _ in 1 2 3 4 5; do
+    for _ in $(seq 1 10); do
         for path in "${paths[@]}"; do
             start=$(date +%s.%N)
             # shellcheck disable=SC2046
@@ -121,7 +126,7 @@ for run in $(seq 1 "$repeats"); do
     done
     declare -A connects=([ours]=$(connect_us "$proxy_port") [peer]=$(connect_us "$peer_port") [direct]=0)
     for path in "${paths[@]}"; do
-        speed=$(echo "${speeds[$path]}" | tr ' ' '\n' | grep . | sort -g | sed -n 3p)
+        speed=$(echo "${speeds[$path]}" | tr ' ' '\n' | grep . | sort -g | sed -n "$(((downloads + 1) / 2))p")
         echo "run $run $path downloads MB/s: $(for s in ${speeds[$path]}; do printf '%.0f ' "$(echo "$s / 1000000" | bc -l)"; done)"
         wall=$(echo "${seconds[$path]}" | tr ' ' '\n' | grep . | paste -sd+ | bc)
         ttfb=$(echo "${ttfbs[$path]}" | tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
@@ -154,7 +159,7 @@ peer_pid=$(pgrep -n -f "tinyproxy -d -c $work/tinyproxy.conf")
 ours_rss=$(idle_rss "$proxy_port" "$ours")
 peer_rss=$(idle_rss "$peer_port" "$peer_pid")
 
-python3 - "$out" "$repeats" "$ours_rss" "$peer_rss" <<'PY'
+python3 - "$out" "$repeats" "$ours_rss" "$peer_rss" "$downloads" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
 n = int(sys.argv[2])
@@ -166,9 +171,12 @@ def spread(values, fmt):
     return "/".join(fmt.format(v) for v in (values[0], statistics.median(values), values[-1]))
 def ratios(a, b, index):
     return [x[index] / y[index] for x, y in zip(data[a], data[b])]
+for run in range(n):
+    d, o, p = (data[path][run] for path in ("direct", "ours", "peer"))
+    print(f"run {run + 1}: download ours/direct {o[0] / d[0]:.2f}x, new tunnels ours/tinyproxy {o[1] / p[1]:.2f}x")
 print(f"min/median/max of {n} runs")
 print()
-print("| path | 64 MiB download, MB/s (median of 5 a run) | 1,000 requests, new tunnel each: req/s | median time to first byte, ms | CONNECT to 200, median us |")
+print(f"| path | 64 MiB download, MB/s (median of {sys.argv[5]} a run) | 1,000 requests, new tunnel each: req/s | median time to first byte, ms | CONNECT to 200, median us |")
 print("|---|---|---|---|---|")
 names = {"direct": "direct (curl --resolve)", "ours": "resolve proxy", "peer": "tinyproxy 1.11 (peer)"}
 for path in ("direct", "ours", "peer"):

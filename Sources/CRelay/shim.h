@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -27,3 +28,7 @@ static inline int httpdns_sched_batch(int on) {
     struct sched_param param = {0};
     return sched_setscheduler(0, on ? 3 : 0, &param);
 }
+
+/* Names the calling thread (what top -H, ps -L and perf show; 15 bytes at most). Foundation's
+   Thread.name does not reach the kernel on Linux when set before the thread starts. */
+static inline void httpdns_name_thread(const char *name) { prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }

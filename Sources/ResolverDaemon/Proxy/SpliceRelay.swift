@@ -219,8 +219,10 @@ private final class RelayLoop: @unchecked Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in self.run() }
-        thread.name = "httpdns-proxy-relay"
+        let thread = Thread { [self] in
+            httpdns_name_thread("httpdns-relay")
+            self.run()
+        }
         thread.start()
     }
 
@@ -359,7 +361,11 @@ private final class RelayLoop: @unchecked Sendable {
             let fromClient = fd == tunnel.client
             let up = fromClient ? readable : writable && tunnel.up.holdsBytes
             let down = fromClient ? writable && tunnel.down.holdsBytes : readable
-            if up || down { pump(tunnel, up: up, down: down) }
+            // An edge without the peer's FIN (or an error): a short read from this side empties it,
+            // and whatever comes later makes a new edge — no read to find EAGAIN.
+            let ended = events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            let drained = readable && !ended ? fd : -1
+            if up || down { pump(tunnel, up: up, down: down, shortReadDrains: drained) }
         }
     }
 
@@ -516,12 +522,18 @@ private final class RelayLoop: @unchecked Sendable {
 
     /// Moves what each side has sent to the other until it would block (or the turn ends), in the
     /// directions named.
-    private func pump(_ tunnel: ProxyTunnel, up: Bool = true, down: Bool = true) {
+    /// `shortReadDrains`: the side whose edge brought no FIN (-1: none; then a short read is
+    /// followed by another, which sees a FIN that came with the data).
+    private func pump(_ tunnel: ProxyTunnel, up: Bool = true, down: Bool = true, shortReadDrains: CInt = -1) {
         guard tunnel.phase == .tunnel, !tunnel.closed else { return }
         var moved = (up: 0, down: 0)
         var finishedTurn = true
         for upstreamward in [true, false] where upstreamward ? up : down {
-            switch tunnel.pump(upstreamward: upstreamward, rounds: Self.roundsPerTurn, scratch: scratch, pipeCapacity: Self.pipeCapacity) {
+            let source = upstreamward ? tunnel.client : tunnel.upstream
+            switch tunnel.pump(
+                upstreamward: upstreamward, rounds: Self.roundsPerTurn, scratch: scratch, pipeCapacity: Self.pipeCapacity,
+                shortReadDrains: source == shortReadDrains)
+            {
             case let .blocked(bytes):
                 if upstreamward { moved.up = bytes } else { moved.down = bytes }
             case let .turnEnded(bytes):
@@ -700,7 +712,11 @@ private final class ProxyTunnel {
     /// or `rounds` reads have been made. Reads below ``smallRead`` are copied through `scratch`;
     /// a larger one makes the direction bulk, spliced through its pipe (opened then: a tunnel that
     /// only ever carries small messages never has one) until a read comes back small again.
-    func pump(upstreamward: Bool, rounds: Int, scratch: UnsafeMutableRawBufferPointer, pipeCapacity: CInt) -> PumpResult {
+    /// `shortReadDrains`: the source's edge came without a FIN, so a copied read shorter than the
+    /// buffer, once written, ends the turn (the socket is empty; more data or a FIN makes a new edge).
+    func pump(
+        upstreamward: Bool, rounds: Int, scratch: UnsafeMutableRawBufferPointer, pipeCapacity: CInt, shortReadDrains: Bool = false
+    ) -> PumpResult {
         var direction = upstreamward ? up : down
         defer { if upstreamward { up = direction } else { down = direction } }
         let source = upstreamward ? client : upstream
@@ -756,8 +772,10 @@ private final class ProxyTunnel {
             let written = write(sink, scratch.baseAddress, count)
             if written == count {
                 moved += count
-                // Read again even after a short read: a FIN that came with the data makes no new
-                // edge, and only the next read (0) sees it.
+                // A short read emptied the socket. Read again all the same unless its edge said
+                // no FIN: a FIN that came with the data makes no new edge, only the next read (0)
+                // sees it.
+                if shortReadDrains && count < scratch.count { return .blocked(moved) }
                 continue
             }
             if written < 0 && errno != EAGAIN && errno != EINTR { return .failed }
