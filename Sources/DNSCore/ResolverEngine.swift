@@ -243,12 +243,17 @@ package final class ResolverEngine: Sendable {
     ///
     /// `afterMiss`: the caller found nothing usable in the cache. Between that look and joining the
     /// flight, another flight for `key` may have ended (it runs on another thread); the round then
-    /// takes the answer that flight stored instead of asking the upstreams again.
+    /// takes what that flight stored when the cache's own rule (``CacheDecision``) calls it fresh,
+    /// instead of asking the upstreams again.
     func round(_ key: CacheKey, afterMiss: Bool = false) async -> FetchOutcome {
         // SingleFlight restarts the work for the followers when its leader is cancelled: it must see
         // a cancelled round as its failure.
         let work: @Sendable () async -> Result<FetchOutcome, DNSError> = {
-            if afterMiss, let landed = self.answerStoredMeanwhile(for: key) { return .success(.answered(landed, failures: [])) }
+            if afterMiss, let landed = self.cache.entry(for: key),
+                case .fresh = CacheDecision(landed, at: self.clock.now, options: self.options, hasFallback: self.fallback != nil)
+            {
+                return .success(.answered(landed, failures: []))
+            }
             let outcome = await self.fetch(key)
             if case .cancelled = outcome { return .failure(DNSError(.cancelled, "cancelled")) }
             return .success(outcome)
@@ -310,16 +315,6 @@ package final class ResolverEngine: Sendable {
                 let result = await self.round(key)
                 first.resume(with: result)
             }
-        }
-    }
-
-    /// A fresh answer (addresses or a negative one) in the cache for `key`; a remembered failure is
-    /// not one — the caller that missed goes on to ask (and to the fallback, where allowed).
-    private func answerStoredMeanwhile(for key: CacheKey) -> CacheEntry? {
-        guard let entry = cache.entry(for: key), clock.now < entry.expiresAt else { return nil }
-        switch entry.payload {
-        case .addresses, .negative: return entry
-        case .failure: return nil
         }
     }
 
