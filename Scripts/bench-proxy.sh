@@ -18,7 +18,10 @@
 # (b) 1,000 small HTTPS requests, each on a new tunnel (HTTP/1.1 with Connection: close), in 10
 #     blocks of 100 per path: requests/s, and the median time to first byte;
 # (c) CONNECT to `200`: 500 sequential CONNECTs from a Python client, the median in microseconds;
-# (d) RSS per idle tunnel: 200 CONNECTs held open, the proxy's RSS before and after.
+# (d) RSS per idle tunnel: 200 CONNECTs held open, the proxy's RSS before and after;
+# (e) a second client, Python `requests` (Scripts/bench-proxy-requests.py): (a) and (b) again, the
+#     same counts, in a mount namespace whose /etc/hosts gives the direct path the trusted address.
+#     A goal counts only if it holds with both clients.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -28,7 +31,7 @@ downloads=${DOWNLOADS:-25}
 proxy_port=18661 peer_port=18662 api_port=18663
 
 need_build_packages
-need_packages tinyproxy curl util-linux
+need_packages tinyproxy curl util-linux python3-requests
 # RESOLVE_BIN=path measures another build of `resolve` (an A/B against an earlier commit).
 if [ -n "${RESOLVE_BIN:-}" ]; then
     bin=$RESOLVE_BIN
@@ -124,6 +127,9 @@ for run in $(seq 1 "$repeats"); do
             seconds[$path]+="$(echo "$(date +%s.%N) - $start" | bc) "
         done
     done
+    # The second client, the same workloads (its own interleaving of the three paths).
+    unshare -m sh -c "mount --bind '$work/hosts' /etc/hosts && exec /usr/bin/python3 Scripts/bench-proxy-requests.py \
+        '$origin' '$ca' $proxy_port $peer_port $downloads 10" | sed "s/^/$run /" >>"$out.requests"
     declare -A connects=([ours]=$(connect_us "$proxy_port") [peer]=$(connect_us "$peer_port") [direct]=0)
     for path in "${paths[@]}"; do
         speed=$(echo "${speeds[$path]}" | tr ' ' '\n' | grep . | sort -g | sed -n "$(((downloads + 1) / 2))p")
@@ -159,7 +165,7 @@ peer_pid=$(pgrep -n -f "tinyproxy -d -c $work/tinyproxy.conf")
 ours_rss=$(idle_rss "$proxy_port" "$ours")
 peer_rss=$(idle_rss "$peer_port" "$peer_pid")
 
-python3 - "$out" "$repeats" "$ours_rss" "$peer_rss" "$downloads" <<'PY'
+/usr/bin/python3 - "$out" "$repeats" "$ours_rss" "$peer_rss" "$downloads" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
 n = int(sys.argv[2])
@@ -171,9 +177,17 @@ def spread(values, fmt):
     return "/".join(fmt.format(v) for v in (values[0], statistics.median(values), values[-1]))
 def ratios(a, b, index):
     return [x[index] / y[index] for x, y in zip(data[a], data[b])]
+# The second client's rows: run path MB/s requests/s.
+second = {}
+for run, path, speed, rate in (line.split() for line in open(sys.argv[1] + ".requests")):
+    second.setdefault(path, []).append((float(speed) * 1e6, float(rate)))
+def second_ratios(a, b, index):
+    return [x[index] / y[index] for x, y in zip(second[a], second[b])]
 for run in range(n):
     d, o, p = (data[path][run] for path in ("direct", "ours", "peer"))
-    print(f"run {run + 1}: download ours/direct {o[0] / d[0]:.2f}x, new tunnels ours/tinyproxy {o[1] / p[1]:.2f}x")
+    rd, ro, rp = (second[path][run] for path in ("direct", "ours", "peer"))
+    print(f"run {run + 1}: curl: download ours/direct {o[0] / d[0]:.2f}x, new tunnels ours/tinyproxy {o[1] / p[1]:.2f}x; "
+          f"requests: download ours/direct {ro[0] / rd[0]:.2f}x, new tunnels ours/tinyproxy {ro[1] / rp[1]:.2f}x")
 print(f"min/median/max of {n} runs")
 print()
 print(f"| path | 64 MiB download, MB/s (median of {sys.argv[5]} a run) | 1,000 requests, new tunnel each: req/s | median time to first byte, ms | CONNECT to 200, median us |")
@@ -192,4 +206,17 @@ print(f"- CONNECT to 200: resolve proxy / tinyproxy time {spread(ratios('ours', 
 added = [o[2] - d[2] for o, d in zip(data["ours"], data["direct"])]
 print(f"- added time to first byte (resolve proxy - direct): {spread([a * 1e3 for a in added], '{:.2f}')} ms")
 print(f"- RSS per idle tunnel (200 held): resolve proxy {sys.argv[3]} KiB, tinyproxy {sys.argv[4]} KiB")
+print()
+print("Python requests, the same workloads:")
+print()
+print(f"| path | 64 MiB download, MB/s (median of {sys.argv[5]} a run) | 1,000 requests, new connection or tunnel each: req/s |")
+print("|---|---|---|")
+for path in ("direct", "ours", "peer"):
+    rows = second[path]
+    print(f"| {names[path].replace('curl --resolve', '/etc/hosts')} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} |")
+print()
+print(f"- download: resolve proxy / direct {spread(second_ratios('ours', 'direct', 0), '{:.2f}')}x (goal >= 0.9), "
+      f"/ tinyproxy {spread(second_ratios('ours', 'peer', 0), '{:.2f}')}x (goal >= 1.0)")
+print(f"- new tunnels: resolve proxy / direct {spread(second_ratios('ours', 'direct', 1), '{:.2f}')}x, "
+      f"/ tinyproxy {spread(second_ratios('ours', 'peer', 1), '{:.2f}')}x (goal >= 1.0)")
 PY
