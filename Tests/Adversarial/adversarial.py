@@ -844,6 +844,37 @@ class UpstreamFaults(unittest.TestCase):
         connection.close()
         return status
 
+    def metric(self, port, name):
+        import http.client
+        connection = http.client.HTTPSConnection("127.0.0.1", port, context=tls_context(("http/1.1",)), timeout=5)
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+        connection.close()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+    def test_a_burst_against_a_stalled_upstream_stops_at_1024_lookups(self):
+        # Every lookup waits on the upstream, so the stub's budget fills: past 1,024 lookups at once
+        # new queries are dropped and counted, and memory stays bounded (4,096 allowed grew it by
+        # up to 100 MB for a 3,000-name burst).
+        self.start_upstream(mode="slow")
+        daemon = Daemon(18631, 18632, upstream=f"https://doh-a.test:{self.port}/dns-query", extra="timeout: 2")
+        try:
+            baseline = daemon.rss_mb()
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+            for index in range(3000):
+                sock.sendto(query_wire(f"stall{index}.fault.test", id=index), ("127.0.0.1", 18632))
+            sock.close()
+            time.sleep(0.5)
+            received = self.metric(18631, 'httpdns_dns_stub_queries_total{transport="udp"}')
+            dropped = self.metric(18631, 'httpdns_dns_stub_dropped_total{transport="udp"}')
+            self.assertGreater(received, 2000, "most of the burst reached the stub")
+            self.assertEqual(dropped, received - 1024, f"{received:.0f} received, {dropped:.0f} dropped")
+            self.assertLess(daemon.rss_mb() - baseline, 60, "memory stays bounded")
+            self.assertEqual(daemon.stop()[0], 0)
+        finally:
+            daemon.stop()
+
     def test_the_only_upstream_dies_after_the_cache_is_warm(self):
         self.start_upstream(ttl=2)
         daemon = Daemon(18621, 18622, upstream=f"https://doh-a.test:{self.port}/dns-query",
