@@ -836,20 +836,22 @@ class UpstreamFaults(unittest.TestCase):
             self.upstream.kill()
             self.upstream.wait()
 
-    def readyz(self, port):
+    def get(self, port, path):
+        """GET `path` from the daemon's HTTP API (HTTPS, the test CA): status and body."""
         import http.client
         connection = http.client.HTTPSConnection("127.0.0.1", port, context=tls_context(("http/1.1",)), timeout=5)
-        connection.request("GET", "/readyz")
-        status = connection.getresponse().status
+        connection.request("GET", path)
+        response = connection.getresponse()
+        status, body = response.status, response.read().decode()
         connection.close()
-        return status
+        return status, body
+
+    def readyz(self, port):
+        return self.get(port, "/readyz")[0]
 
     def metric(self, port, name):
-        import http.client
-        connection = http.client.HTTPSConnection("127.0.0.1", port, context=tls_context(("http/1.1",)), timeout=5)
-        connection.request("GET", "/metrics")
-        text = connection.getresponse().read().decode()
-        connection.close()
+        """The sum of the Prometheus samples whose line starts with `name`."""
+        text = self.get(port, "/metrics")[1]
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
     def test_a_burst_against_a_stalled_upstream_stops_at_1024_lookups(self):
@@ -868,7 +870,7 @@ class UpstreamFaults(unittest.TestCase):
             time.sleep(0.5)
             received = self.metric(18631, 'httpdns_dns_stub_queries_total{transport="udp"}')
             dropped = self.metric(18631, 'httpdns_dns_stub_dropped_total{transport="udp"}')
-            self.assertGreater(received, 2000, "most of the burst reached the stub")
+            self.assertGreater(received, 1100, "the burst reached the stub past its budget")
             self.assertEqual(dropped, received - 1024, f"{received:.0f} received, {dropped:.0f} dropped")
             self.assertLess(daemon.rss_mb() - baseline, 60, "memory stays bounded")
             self.assertEqual(daemon.stop()[0], 0)
