@@ -20,8 +20,10 @@
 # (c) CONNECT to `200`: 500 sequential CONNECTs from a Python client, the median in microseconds;
 # (d) RSS per idle tunnel: 200 CONNECTs held open, the proxy's RSS before and after;
 # (e) a second client, Python `requests` (Scripts/bench-proxy-requests.py): (a) and (b) again, the
-#     same counts, in a mount namespace whose /etc/hosts gives the direct path the trusted address.
-#     A goal counts only if it holds with both clients.
+#     same counts, in a mount namespace whose /etc/hosts gives the direct path the trusted address;
+# (f) a third client, headless Chromium (Scripts/bench-proxy-chromium.py): (a) and (b) again, the
+#     same counts, from a page of the origin (fetch), the direct path by --host-resolver-rules.
+#     A goal counts only if it holds with every client.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -31,7 +33,7 @@ downloads=${DOWNLOADS:-25}
 proxy_port=18661 peer_port=18662 api_port=18663
 
 need_build_packages
-need_packages tinyproxy curl util-linux python3-requests
+need_packages tinyproxy curl util-linux python3-requests chromium libnss3-tools
 # RESOLVE_BIN=path measures another build of `resolve` (an A/B against an earlier commit).
 if [ -n "${RESOLVE_BIN:-}" ]; then
     bin=$RESOLVE_BIN
@@ -130,6 +132,9 @@ for run in $(seq 1 "$repeats"); do
     # The second client, the same workloads (its own interleaving of the three paths).
     unshare -m sh -c "mount --bind '$work/hosts' /etc/hosts && exec /usr/bin/python3 Scripts/bench-proxy-requests.py \
         '$origin' '$ca' $proxy_port $peer_port $downloads 10" | sed "s/^/$run /" >>"$out.requests"
+    # The third client, a browser: the direct path by its own resolver rules, no namespace needed.
+    /usr/bin/python3 Scripts/bench-proxy-chromium.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 |
+        sed "s/^/$run /" >>"$out.chromium"
     declare -A connects=([ours]=$(connect_us "$proxy_port") [peer]=$(connect_us "$peer_port") [direct]=0)
     for path in "${paths[@]}"; do
         speed=$(echo "${speeds[$path]}" | tr ' ' '\n' | grep . | sort -g | sed -n "$(((downloads + 1) / 2))p")
@@ -177,17 +182,21 @@ def spread(values, fmt):
     return "/".join(fmt.format(v) for v in (values[0], statistics.median(values), values[-1]))
 def ratios(a, b, index):
     return [x[index] / y[index] for x, y in zip(data[a], data[b])]
-# The second client's rows: run path MB/s requests/s.
-second = {}
-for run, path, speed, rate in (line.split() for line in open(sys.argv[1] + ".requests")):
-    second.setdefault(path, []).append((float(speed) * 1e6, float(rate)))
-def second_ratios(a, b, index):
-    return [x[index] / y[index] for x, y in zip(second[a], second[b])]
+# The other clients' rows: run path MB/s requests/s.
+clients = {"requests": "Python requests", "chromium": "headless Chromium"}
+others = {}
+for client in clients:
+    rows = others[client] = {}
+    for run, path, speed, rate in (line.split() for line in open(f"{sys.argv[1]}.{client}")):
+        rows.setdefault(path, []).append((float(speed) * 1e6, float(rate)))
+def other_ratios(client, a, b, index):
+    return [x[index] / y[index] for x, y in zip(others[client][a], others[client][b])]
 for run in range(n):
-    d, o, p = (data[path][run] for path in ("direct", "ours", "peer"))
-    rd, ro, rp = (second[path][run] for path in ("direct", "ours", "peer"))
-    print(f"run {run + 1}: curl: download ours/direct {o[0] / d[0]:.2f}x, new tunnels ours/tinyproxy {o[1] / p[1]:.2f}x; "
-          f"requests: download ours/direct {ro[0] / rd[0]:.2f}x, new tunnels ours/tinyproxy {ro[1] / rp[1]:.2f}x")
+    line = []
+    for client, rows in [("curl", data)] + list(others.items()):
+        d, o, p = (rows[path][run] for path in ("direct", "ours", "peer"))
+        line.append(f"{client}: download ours/direct {o[0] / d[0]:.2f}x, new tunnels ours/tinyproxy {o[1] / p[1]:.2f}x")
+    print(f"run {run + 1}: " + "; ".join(line))
 print(f"min/median/max of {n} runs")
 print()
 print(f"| path | 64 MiB download, MB/s (median of {sys.argv[5]} a run) | 1,000 requests, new tunnel each: req/s | median time to first byte, ms | CONNECT to 200, median us |")
@@ -206,17 +215,19 @@ print(f"- CONNECT to 200: resolve proxy / tinyproxy time {spread(ratios('ours', 
 added = [o[2] - d[2] for o, d in zip(data["ours"], data["direct"])]
 print(f"- added time to first byte (resolve proxy - direct): {spread([a * 1e3 for a in added], '{:.2f}')} ms")
 print(f"- RSS per idle tunnel (200 held): resolve proxy {sys.argv[3]} KiB, tinyproxy {sys.argv[4]} KiB")
-print()
-print("Python requests, the same workloads:")
-print()
-print(f"| path | 64 MiB download, MB/s (median of {sys.argv[5]} a run) | 1,000 requests, new connection or tunnel each: req/s |")
-print("|---|---|---|")
-for path in ("direct", "ours", "peer"):
-    rows = second[path]
-    print(f"| {names[path].replace('curl --resolve', '/etc/hosts')} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} |")
-print()
-print(f"- download: resolve proxy / direct {spread(second_ratios('ours', 'direct', 0), '{:.2f}')}x (goal >= 0.9), "
-      f"/ tinyproxy {spread(second_ratios('ours', 'peer', 0), '{:.2f}')}x (goal >= 1.0)")
-print(f"- new tunnels: resolve proxy / direct {spread(second_ratios('ours', 'direct', 1), '{:.2f}')}x, "
-      f"/ tinyproxy {spread(second_ratios('ours', 'peer', 1), '{:.2f}')}x (goal >= 1.0)")
+for client, title in clients.items():
+    print()
+    print(f"{title}, the same workloads:")
+    print()
+    print(f"| path | 64 MiB download, MB/s (median of {sys.argv[5]} a run) | 1,000 requests, new connection or tunnel each: req/s |")
+    print("|---|---|---|")
+    direct = "/etc/hosts" if client == "requests" else "--host-resolver-rules"
+    for path in ("direct", "ours", "peer"):
+        rows = others[client][path]
+        print(f"| {names[path].replace('curl --resolve', direct)} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} |")
+    print()
+    print(f"- download: resolve proxy / direct {spread(other_ratios(client, 'ours', 'direct', 0), '{:.2f}')}x (goal >= 0.9), "
+          f"/ tinyproxy {spread(other_ratios(client, 'ours', 'peer', 0), '{:.2f}')}x (goal >= 1.0)")
+    print(f"- new tunnels: resolve proxy / direct {spread(other_ratios(client, 'ours', 'direct', 1), '{:.2f}')}x, "
+          f"/ tinyproxy {spread(other_ratios(client, 'ours', 'peer', 1), '{:.2f}')}x (goal >= 1.0)")
 PY

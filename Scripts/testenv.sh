@@ -438,6 +438,9 @@ origin_servers() { # nginx server blocks of the HTTPS origins the interceptor te
         location = /echo-credentials { default_type text/plain; return 200 "authorization=\$http_authorization cookie=\$http_cookie\n"; }
         location = /set-cookie { add_header Set-Cookie "session=s3cr3t; Path=/; Secure; HttpOnly"; default_type text/plain; return 200 "set\n"; }
         location = /not-found { default_type text/plain; return 404 "no such page\n"; }
+        # Closes the connection after the response: each request a new connection (or tunnel), for
+        # the proxy benchmark's browser client, whose fetch() cannot ask for that itself.
+        location = /echo-close { keepalive_timeout 0; default_type text/plain; return 200 "closed after this response\n"; }
         location = /close { return 444; }
         location = /big { alias $dir/www/big.bin; limit_rate 48m; }   # spread over ~1.5 s: tests share 2 cores
         location = /big-fast { alias $dir/www/big.bin; }   # unthrottled, for the proxy benchmark
