@@ -79,7 +79,7 @@ class Browser:
             while b"\0" not in self.pending:
                 chunk = os.read(self.answers, 1 << 16)
                 if not chunk:
-                    raise RuntimeError(f"chromium closed its DevTools pipe (log: {self.log.name})")
+                    raise RuntimeError(f"chromium closed its DevTools pipe; its log ends:\n{self.log_tail()}")
                 self.pending += chunk
             raw, self.pending = self.pending.split(b"\0", 1)
             answer = json.loads(raw)
@@ -96,11 +96,19 @@ class Browser:
 
     def open(self, url):
         self.call("Page.navigate", url=url)
+        text = ""
         for _ in range(200):
-            if "sni=" in (self.evaluate("document.readyState == 'complete' ? document.body.innerText : ''") or ""):
+            text = self.evaluate("document.readyState == 'complete' ? document.body.innerText : ''") or ""
+            if "sni=" in text:
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"{url} did not load (log: {self.log.name})")
+        raise RuntimeError(f"{url} did not load: the page says {text[:300]!r}; chromium's log ends:\n{self.log_tail()}")
+
+    def log_tail(self):
+        """The browser's stderr (kept in the temporary HOME, removed at exit): its last lines."""
+        self.log.flush()
+        with open(self.log.name) as log:
+            return "".join([line for line in log if "dbus" not in line][-20:])  # no D-Bus here: noise
 
     def close(self):
         try:
