@@ -22,6 +22,7 @@ Prints one line per path: `path MB/s-median requests-per-second`, as bench-proxy
 import fcntl
 import json
 import os
+import select
 import shutil
 import statistics
 import subprocess
@@ -75,8 +76,11 @@ class Browser:
         if self.session:
             message["sessionId"] = self.session
         os.write(self.commands, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + 120  # no call of this benchmark takes a tenth of that
         while True:  # events and other answers are skipped
             while b"\0" not in self.pending:
+                if not select.select([self.answers], [], [], max(0, deadline - time.monotonic()))[0]:
+                    raise RuntimeError(f"{method}: no answer from chromium in 120 s")
                 chunk = os.read(self.answers, 1 << 16)
                 if not chunk:
                     raise RuntimeError(f"chromium closed its DevTools pipe; its log ends:\n{self.log_tail()}")

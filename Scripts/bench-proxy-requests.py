@@ -39,7 +39,7 @@ def download(path):
     """One 64 MiB download on a new connection: MB/s from the request to the last byte."""
     with session(path) as s:
         started = time.perf_counter()
-        with s.get(f"https://{origin}/big-fast", stream=True, headers={"Connection": "close"}) as response:
+        with s.get(f"https://{origin}/big-fast", stream=True, headers={"Connection": "close"}, timeout=60) as response:
             response.raise_for_status()
             size = sum(len(chunk) for chunk in response.iter_content(chunk_size=1 << 20))
         elapsed = time.perf_counter() - started
@@ -52,7 +52,7 @@ def block(path):
     started = time.perf_counter()
     for n in range(100):
         with session(path) as s:
-            response = s.get(f"https://{origin}/echo?n={n}", headers={"Connection": "close"})
+            response = s.get(f"https://{origin}/echo?n={n}", headers={"Connection": "close"}, timeout=60)
             assert response.status_code == 200, f"{path}: {response.status_code}"
     return time.perf_counter() - started
 

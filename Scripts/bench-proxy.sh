@@ -99,7 +99,7 @@ port, target = int(sys.argv[1]), sys.argv[2]
 request = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
 samples = []
 for _ in range(500):
-    s = socket.create_connection(("127.0.0.1", port))
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     started = time.perf_counter()
     s.sendall(request)
@@ -117,14 +117,14 @@ for run in $(seq 1 "$repeats"); do
     for _ in $(seq 1 "$downloads"); do
         for path in "${paths[@]}"; do
             # shellcheck disable=SC2046
-            speeds[$path]+="$(curl -s --cacert "$ca" $(via "$path") -o /dev/null -w '%{speed_download}' "https://$origin/big-fast") "
+            speeds[$path]+="$(curl -s --max-time 60 --cacert "$ca" $(via "$path") -o /dev/null -w '%{speed_download}' "https://$origin/big-fast") "
         done
     done
     for _ in $(seq 1 10); do
         for path in "${paths[@]}"; do
             start=$(date +%s.%N)
             # shellcheck disable=SC2046
-            ttfbs[$path]+="$(curl -s --http1.1 -H 'Connection: close' --cacert "$ca" $(via "$path") -K "$work/small.cfg" \
+            ttfbs[$path]+="$(curl -s --max-time 60 --http1.1 -H 'Connection: close' --cacert "$ca" $(via "$path") -K "$work/small.cfg" \
                 -w '%{time_starttransfer} ') "
             seconds[$path]+="$(echo "$(date +%s.%N) - $start" | bc) "
         done
@@ -154,7 +154,7 @@ import socket, sys, time
 port, target = int(sys.argv[1]), sys.argv[2]
 held = []
 for _ in range(200):
-    s = socket.create_connection(("127.0.0.1", port))
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
     assert s.recv(100).startswith(b"HTTP/1."), "no answer"
     held.append(s)
