@@ -88,7 +88,7 @@ bind_pid=$(cat "$root/.testenv/named-a/named.pid")
 taskset -a -p -c 0 "$bind_pid" >/dev/null
 on_exit "taskset -a -p -c 0-$(( $(nproc) - 1 )) $bind_pid >/dev/null 2>&1 || true"
 for _ in $(seq 1 100); do
-    curl -sf --cacert "$ca" "https://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+    curl -sf --max-time 5 --cacert "$ca" "https://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
     sleep 0.1
 done
 wait_for_port 127.0.0.1 "$unbound_port"
@@ -197,7 +197,7 @@ print(f"{seconds} s: {doh[0]:,} DoH ({doh[4]:,} HTTP 200) + {udp[0]:,} UDP queri
 PY
 )
 fi
-alive=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$ca" "https://127.0.0.1:$port/healthz")
+alive=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' --cacert "$ca" "https://127.0.0.1:$port/healthz")
 
 python3 - "$results" "$stub_results" "$idle_rss" "$loaded_rss" "$soak_line" "$alive" "$rounds" "$seconds" <<'PY'
 import statistics, sys

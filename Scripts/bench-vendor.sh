@@ -33,7 +33,7 @@ curl_run() { # run-number -> median seconds per request
         printf 'url = "https://127.0.0.1:%s/d?dn=c%s-%s.bench.hd.test&token=%s&ttl=1&clientip=1&query=1"\noutput = "/dev/null"\n' \
             "$VENDOR_PORT" "$1" "$i" "$token"
     done >"$curlcfg"
-    curl -s --cacert .testenv/ca/ca.pem -K "$curlcfg" -w '%{time_total}\n' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+    curl -s --max-time 30 --cacert .testenv/ca/ca.pem -K "$curlcfg" -w '%{time_total}\n' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 for run in $(seq 1 "$repeats"); do
     "$bench" .testenv/vendor .testenv/ca/ca.pem "https://127.0.0.1:$VENDOR_PORT" "http://127.0.0.1:$VENDOR_PLAIN_PORT" \
