@@ -180,8 +180,16 @@ for run, path, speed, wall, ttfb, connect in rows:
 def spread(values, fmt):
     values = sorted(values)
     return "/".join(fmt.format(v) for v in (values[0], statistics.median(values), values[-1]))
-def ratios(a, b, index):
-    return [x[index] / y[index] for x, y in zip(data[a], data[b])]
+def ratios(a, b, index, rows=None):
+    """Run by run, path a's figure over path b's (curl's rows unless others are given)."""
+    rows = rows or data
+    return [x[index] / y[index] for x, y in zip(rows[a], rows[b])]
+def goals(rows):
+    """The two goal lines of one client's rows."""
+    print(f"- download: resolve proxy / direct {spread(ratios('ours', 'direct', 0, rows), '{:.2f}')}x (goal >= 0.9), "
+          f"/ tinyproxy {spread(ratios('ours', 'peer', 0, rows), '{:.2f}')}x (goal >= 1.0)")
+    print(f"- new tunnels: resolve proxy / direct {spread(ratios('ours', 'direct', 1, rows), '{:.2f}')}x, "
+          f"/ tinyproxy {spread(ratios('ours', 'peer', 1, rows), '{:.2f}')}x (goal >= 1.0)")
 # The other clients' rows: run path MB/s requests/s.
 clients = {"requests": "Python requests", "chromium": "headless Chromium"}
 others = {}
@@ -189,8 +197,6 @@ for client in clients:
     rows = others[client] = {}
     for run, path, speed, rate in (line.split() for line in open(f"{sys.argv[1]}.{client}")):
         rows.setdefault(path, []).append((float(speed) * 1e6, float(rate)))
-def other_ratios(client, a, b, index):
-    return [x[index] / y[index] for x, y in zip(others[client][a], others[client][b])]
 for run in range(n):
     line = []
     for client, rows in [("curl", data)] + list(others.items()):
@@ -207,10 +213,7 @@ for path in ("direct", "ours", "peer"):
     print(f"| {names[path]} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} "
           f"| {spread([r[2] * 1e3 for r in rows], '{:.2f}')} | {spread([r[3] for r in rows], '{:.0f}') if path != 'direct' else '-'} |")
 print()
-print(f"- download: resolve proxy / direct {spread(ratios('ours', 'direct', 0), '{:.2f}')}x (goal >= 0.9), "
-      f"/ tinyproxy {spread(ratios('ours', 'peer', 0), '{:.2f}')}x (goal >= 1.0)")
-print(f"- new tunnels: resolve proxy / direct {spread(ratios('ours', 'direct', 1), '{:.2f}')}x, "
-      f"/ tinyproxy {spread(ratios('ours', 'peer', 1), '{:.2f}')}x (goal >= 1.0)")
+goals(data)
 print(f"- CONNECT to 200: resolve proxy / tinyproxy time {spread(ratios('ours', 'peer', 3), '{:.2f}')}x (lower is faster)")
 added = [o[2] - d[2] for o, d in zip(data["ours"], data["direct"])]
 print(f"- added time to first byte (resolve proxy - direct): {spread([a * 1e3 for a in added], '{:.2f}')} ms")
@@ -226,8 +229,5 @@ for client, title in clients.items():
         rows = others[client][path]
         print(f"| {names[path].replace('curl --resolve', direct)} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} |")
     print()
-    print(f"- download: resolve proxy / direct {spread(other_ratios(client, 'ours', 'direct', 0), '{:.2f}')}x (goal >= 0.9), "
-          f"/ tinyproxy {spread(other_ratios(client, 'ours', 'peer', 0), '{:.2f}')}x (goal >= 1.0)")
-    print(f"- new tunnels: resolve proxy / direct {spread(other_ratios(client, 'ours', 'direct', 1), '{:.2f}')}x, "
-          f"/ tinyproxy {spread(other_ratios(client, 'ours', 'peer', 1), '{:.2f}')}x (goal >= 1.0)")
+    goals(others[client])
 PY
