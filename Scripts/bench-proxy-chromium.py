@@ -1,9 +1,10 @@
 """The forward-proxy benchmark's third client: headless Chromium (Debian's), the same workloads as
-curl's and requests' in Scripts/bench-proxy.sh, over the same three paths.
+curl's and requests' in Scripts/bench-proxy.sh, over the same four paths.
 
 One browser per path, driven over --remote-debugging-pipe (the DevTools protocol on fds 3 and 4, no
 port): the direct one resolves the origin's name to its trusted address by --host-resolver-rules (as
-curl's --resolve), the others go through --proxy-server. Every other name maps to NOTFOUND and
+curl's --resolve), the hop path to the splicing TCP forwarder's address the same way, the proxies
+through --proxy-server. Every other name maps to NOTFOUND and
 background networking is off, so nothing leaves loopback. The test CA is trusted through an NSS
 database in a temporary HOME; TLS verification is the browser's own. HTTP/1.1 only (--disable-http2),
 as the other clients use it. The page is the origin's /echo, so fetch() is same-origin:
@@ -14,7 +15,7 @@ as the other clients use it. The page is the origin's /echo, so fetch() is same-
   after each response, so every request opens a new connection (through a proxy: a new tunnel); the
   block fails if Resource Timing shows one that did not.
 
-    bench-proxy-chromium.py ORIGIN CA OURS_PORT PEER_PORT DOWNLOADS BLOCKS
+    bench-proxy-chromium.py ORIGIN CA OURS_PORT PEER_PORT DOWNLOADS BLOCKS HOP_ADDRESS
 
 Prints one line per path: `path MB/s-median requests-per-second`, as bench-proxy-requests.py does.
 """
@@ -31,13 +32,14 @@ import tempfile
 import time
 
 origin, ca, ours_port, peer_port = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-downloads, blocks = int(sys.argv[5]), int(sys.argv[6])
+downloads, blocks, hop = int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
 host = origin.rsplit(":", 1)[0]
 quiet = "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"  # no lookup leaves the machine
 paths = {
     "direct": [f"--host-resolver-rules=MAP {host} 127.0.0.4, {quiet}"],
     "ours": [f"--proxy-server=http://127.0.0.1:{ours_port}", f"--host-resolver-rules={quiet}"],
     "peer": [f"--proxy-server=http://127.0.0.1:{peer_port}", f"--host-resolver-rules={quiet}"],
+    "hop": [f"--host-resolver-rules=MAP {host} {hop}, {quiet}"],
 }
 
 

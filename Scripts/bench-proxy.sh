@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Forward-proxy benchmark: `resolve proxy` (release build) against direct connections (curl --resolve)
 # and against the peer tinyproxy 1.11 (Debian), which resolves the same trusted answers through
-# /etc/hosts in a mount namespace of its own. All on loopback, against the nginx HTTPS origin.
+# /etc/hosts in a mount namespace of its own; and, as the floor of what any proxy's extra hop costs,
+# a splicing TCP forwarder with no proxy protocol (HAProxy 2.6, mode tcp, splice both ways) that
+# the clients dial for the origin's name (path "hop"). All on loopback, against the nginx HTTPS origin.
 #
 #   Scripts/bench-proxy.sh [REPEATS]     default 5; min / median / max of the repeats are reported
 #   RESOLVE_BIN=/path/to/resolve Scripts/bench-proxy.sh   the same with another build (no build step)
 #   DOWNLOADS=N   64 MiB downloads per path in a run (default 25)
 #
-# Each run measures every path interleaved (direct, ours, tinyproxy, direct, ...), so a slow moment
-# of the machine falls on all three, and the ratios are taken run by run:
+# Each run measures every path interleaved (direct, ours, tinyproxy, hop, direct, ...), so a slow
+# moment of the machine falls on all four, and the ratios are taken run by run:
 # (a) a 64 MiB HTTPS download (unthrottled /big-fast) through each path, DOWNLOADS a run, the median
 #     counting: MB/s. One download lasts about 100 ms, and on this 2-vCPU VM the time nginx needs
 #     to encrypt and send the same 64 MiB varies from one download to the next by up to 2x (its
@@ -23,7 +25,9 @@
 #     same counts, in a mount namespace whose /etc/hosts gives the direct path the trusted address;
 # (f) a third client, headless Chromium (Scripts/bench-proxy-chromium.py): (a) and (b) again, the
 #     same counts, from a page of the origin (fetch), the direct path by --host-resolver-rules.
-#     A goal counts only if it holds with every client.
+#     A goal counts only if it holds with every client. The hop carries no goal: it is what one
+#     relayed loopback hop costs each client here, with none of a proxy's own work, so "resolve
+#     proxy / hop" is the proxy's part and "hop / direct" the hop's.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -31,9 +35,10 @@ cd "$root"
 repeats=${1:-5}
 downloads=${DOWNLOADS:-25}
 proxy_port=18661 peer_port=18662 api_port=18663
+hop_address=127.0.0.20 # the forwarder listens there on the origin's port
 
 need_build_packages
-need_packages tinyproxy curl util-linux python3-requests chromium libnss3-tools
+need_packages tinyproxy haproxy curl util-linux python3-requests chromium libnss3-tools
 # RESOLVE_BIN=path measures another build of `resolve` (an A/B against an earlier commit).
 if [ -n "${RESOLVE_BIN:-}" ]; then
     bin=$RESOLVE_BIN
@@ -45,6 +50,7 @@ work=$(mktemp -d)
 cleanup() {
     [ -n "${ours:-}" ] && kill "$ours" 2>/dev/null || true
     [ -n "${peer:-}" ] && kill "$peer" 2>/dev/null || true
+    [ -n "${hop:-}" ] && kill "$hop" 2>/dev/null || true
     bash Scripts/testenv.sh stop >/dev/null 2>&1 || true
     rm -rf "$work"
 }
@@ -78,15 +84,37 @@ LogLevel Critical
 CONF
 unshare -m sh -c "mount --bind '$work/hosts' /etc/hosts && exec tinyproxy -d -c '$work/tinyproxy.conf'" 2>"$work/tinyproxy.log" &
 peer=$!
+# The hop: every connection to hop_address is spliced to the origin's trusted address, bytes
+# untouched (TLS end to end, as through a CONNECT tunnel). HAProxy splices only when told to
+# (splice-auto left it copying with recvfrom/sendto here: strace).
+cat >"$work/haproxy.cfg" <<CONF
+global
+  maxconn 4096
+  nbthread 2
+defaults
+  mode tcp
+  timeout connect 10s
+  timeout client 60s
+  timeout server 60s
+  option splice-request
+  option splice-response
+listen hop
+  bind $hop_address:$ORIGIN_PORT
+  server origin 127.0.0.4:$ORIGIN_PORT
+CONF
+haproxy -db -f "$work/haproxy.cfg" 2>"$work/haproxy.log" &
+hop=$!
 wait_for_port 127.0.0.1 "$proxy_port"
 wait_for_port 127.0.0.1 "$peer_port"
+wait_for_port "$hop_address" "$ORIGIN_PORT"
 
-paths=(direct ours peer)
+paths=(direct ours peer hop)
 via() { # path -> curl options
     case "$1" in
         direct) echo "--resolve $origin:127.0.0.4" ;;
         ours) echo "-x http://127.0.0.1:$proxy_port" ;;
         peer) echo "-x http://127.0.0.1:$peer_port" ;;
+        hop) echo "--resolve $origin:$hop_address" ;;
     esac
 }
 for i in $(seq 1 100); do printf 'url = "https://%s/echo?n=%s"\noutput = "/dev/null"\n' "$origin" "$i"; done >"$work/small.cfg"
@@ -129,13 +157,13 @@ for run in $(seq 1 "$repeats"); do
             seconds[$path]+="$(echo "$(date +%s.%N) - $start" | bc) "
         done
     done
-    # The second client, the same workloads (its own interleaving of the three paths).
+    # The second client, the same workloads (its own interleaving of the four paths).
     unshare -m sh -c "mount --bind '$work/hosts' /etc/hosts && exec /usr/bin/python3 Scripts/bench-proxy-requests.py \
-        '$origin' '$ca' $proxy_port $peer_port $downloads 10" | sed "s/^/$run /" >>"$out.requests"
+        '$origin' '$ca' $proxy_port $peer_port $downloads 10 $hop_address" | sed "s/^/$run /" >>"$out.requests"
     # The third client, a browser: the direct path by its own resolver rules, no namespace needed.
-    /usr/bin/python3 Scripts/bench-proxy-chromium.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 |
+    /usr/bin/python3 Scripts/bench-proxy-chromium.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 "$hop_address" |
         sed "s/^/$run /" >>"$out.chromium"
-    declare -A connects=([ours]=$(connect_us "$proxy_port") [peer]=$(connect_us "$peer_port") [direct]=0)
+    declare -A connects=([ours]=$(connect_us "$proxy_port") [peer]=$(connect_us "$peer_port") [direct]=0 [hop]=0)
     for path in "${paths[@]}"; do
         speed=$(echo "${speeds[$path]}" | tr ' ' '\n' | grep . | sort -g | sed -n "$(((downloads + 1) / 2))p")
         echo "run $run $path downloads MB/s: $(for s in ${speeds[$path]}; do printf '%.0f ' "$(echo "$s / 1000000" | bc -l)"; done)"
@@ -190,6 +218,9 @@ def goals(rows):
           f"/ tinyproxy {spread(ratios('ours', 'peer', 0, rows), '{:.2f}')}x (goal >= 1.0)")
     print(f"- new tunnels: resolve proxy / direct {spread(ratios('ours', 'direct', 1, rows), '{:.2f}')}x, "
           f"/ tinyproxy {spread(ratios('ours', 'peer', 1, rows), '{:.2f}')}x (goal >= 1.0)")
+    print(f"- the bare hop (HAProxy splicing, no proxy protocol): download / direct {spread(ratios('hop', 'direct', 0, rows), '{:.2f}')}x; "
+          f"resolve proxy / hop: download {spread(ratios('ours', 'hop', 0, rows), '{:.2f}')}x, "
+          f"new tunnels {spread(ratios('ours', 'hop', 1, rows), '{:.2f}')}x")
 # The other clients' rows: run path MB/s requests/s.
 clients = {"requests": "Python requests", "chromium": "headless Chromium"}
 others = {}
@@ -200,24 +231,26 @@ for client in clients:
 for run in range(n):
     line = []
     for client, rows in [("curl", data)] + list(others.items()):
-        d, o, p = (rows[path][run] for path in ("direct", "ours", "peer"))
-        line.append(f"{client}: download ours/direct {o[0] / d[0]:.2f}x, new tunnels ours/tinyproxy {o[1] / p[1]:.2f}x")
+        d, o, p, h = (rows[path][run] for path in ("direct", "ours", "peer", "hop"))
+        line.append(f"{client}: download ours/direct {o[0] / d[0]:.2f}x (hop/direct {h[0] / d[0]:.2f}x), "
+                    f"new tunnels ours/tinyproxy {o[1] / p[1]:.2f}x")
     print(f"run {run + 1}: " + "; ".join(line))
 print(f"min/median/max of {n} runs")
 print()
 print(f"| path | 64 MiB download, MB/s (median of {sys.argv[5]} a run) | 1,000 requests, new tunnel each: req/s | median time to first byte, ms | CONNECT to 200, median us |")
 print("|---|---|---|---|---|")
-names = {"direct": "direct (curl --resolve)", "ours": "resolve proxy", "peer": "tinyproxy 1.11 (peer)"}
-for path in ("direct", "ours", "peer"):
+names = {"direct": "direct (curl --resolve)", "ours": "resolve proxy", "peer": "tinyproxy 1.11 (peer)",
+         "hop": "hop: HAProxy 2.6 splicing TCP forwarder (curl --resolve)"}
+for path in names:
     rows = data[path]
     print(f"| {names[path]} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} "
-          f"| {spread([r[2] * 1e3 for r in rows], '{:.2f}')} | {spread([r[3] for r in rows], '{:.0f}') if path != 'direct' else '-'} |")
+          f"| {spread([r[2] * 1e3 for r in rows], '{:.2f}')} | {spread([r[3] for r in rows], '{:.0f}') if path in ('ours', 'peer') else '-'} |")
 print()
 goals(data)
 print(f"- CONNECT to 200: resolve proxy / tinyproxy time {spread(ratios('ours', 'peer', 3), '{:.2f}')}x (lower is faster)")
 added = [o[2] - d[2] for o, d in zip(data["ours"], data["direct"])]
 print(f"- added time to first byte (resolve proxy - direct): {spread([a * 1e3 for a in added], '{:.2f}')} ms")
-print(f"- RSS per idle tunnel (200 held): resolve proxy {sys.argv[3]} KiB, tinyproxy {sys.argv[4]} KiB")
+print(f"- RSS per idle tunnel (200 held): resolve proxy {float(sys.argv[3]):.1f} KiB, tinyproxy {float(sys.argv[4]):.1f} KiB")
 for client, title in clients.items():
     print()
     print(f"{title}, the same workloads:")
@@ -225,9 +258,10 @@ for client, title in clients.items():
     print(f"| path | 64 MiB download, MB/s (median of {sys.argv[5]} a run) | 1,000 requests, new connection or tunnel each: req/s |")
     print("|---|---|---|")
     direct = "/etc/hosts" if client == "requests" else "--host-resolver-rules"
-    for path in ("direct", "ours", "peer"):
+    hop = "its address dialled for the name" if client == "requests" else "--host-resolver-rules"
+    for path in names:
         rows = others[client][path]
-        print(f"| {names[path].replace('curl --resolve', direct)} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} |")
+        print(f"| {names[path].replace('curl --resolve', hop if path == 'hop' else direct)} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} |")
     print()
     goals(others[client])
 PY
