@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Forward-proxy benchmark: `resolve proxy` (release build) against direct connections (curl --resolve)
 # and against the peer tinyproxy 1.11 (Debian), which resolves the same trusted answers through
-# /etc/hosts in a mount namespace of its own; and, as the floor of what any proxy's extra hop costs,
+# /etc/hosts in a mount namespace of its own; and, as a reference for what the extra hop alone costs,
 # a splicing TCP forwarder with no proxy protocol (HAProxy 2.6, mode tcp, splice both ways) that
 # the clients dial for the origin's name (path "hop"). All on loopback, against the nginx HTTPS origin.
 #
@@ -25,9 +25,9 @@
 #     same counts, in a mount namespace whose /etc/hosts gives the direct path the trusted address;
 # (f) a third client, headless Chromium (Scripts/bench-proxy-chromium.py): (a) and (b) again, the
 #     same counts, from a page of the origin (fetch), the direct path by --host-resolver-rules.
-#     A goal counts only if it holds with every client. The hop carries no goal: it is what one
-#     relayed loopback hop costs each client here, with none of a proxy's own work, so "resolve
-#     proxy / hop" is the proxy's part and "hop / direct" the hop's.
+#     A goal counts only if it holds with every client. The hop carries no goal: "hop / direct" is
+#     what one relayed loopback hop costs each client here when a mature relay does nothing else,
+#     and "resolve proxy / hop" sets our whole proxy (hop, CONNECT, resolution) against it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
