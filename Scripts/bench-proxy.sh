@@ -70,9 +70,20 @@ proxy: {connect_ports: [$ORIGIN_PORT], allow_private_destinations: true, limits:
 CONF
 "$bin" proxy --config "$work/resolve.yaml" --log-level warning 2>"$work/resolve.log" &
 ours=$!
-# tinyproxy resolves with getaddrinfo: /etc/hosts, replaced in its own mount namespace, gives it the
-# same trusted answer (127.0.0.4) without touching the machine's file.
+# tinyproxy and the requests client resolve with getaddrinfo. Each runs in a mount namespace of its
+# own where /etc/hosts gives the origin's trusted answer (127.0.0.4) and the hosts file is the whole
+# name service ("hosts: files"), with a loopback nameserver behind it should anything read
+# resolv.conf: the names a browser asks a proxy for in the background (clients2.google.com,
+# accounts.google.com, update.googleapis.com: seen in tinyproxy's strace) fail there instead of
+# reaching this machine's resolver, which is off-machine. The machine's files stay as they are.
 printf '127.0.0.1 localhost\n127.0.0.4 origin.hd.test\n' >"$work/hosts"
+sed 's/^hosts:.*/hosts: files/' /etc/nsswitch.conf >"$work/nsswitch.conf"
+grep -q '^hosts: files$' "$work/nsswitch.conf" || echo 'hosts: files' >>"$work/nsswitch.conf"
+echo 'nameserver 127.0.0.1' >"$work/resolv.conf"
+hosts_only() { # command [args...]: becomes it (exec: called as `&` or in a pipeline, so $! is its pid)
+    exec unshare -m sh -c "mount --bind '$work/hosts' /etc/hosts && mount --bind '$work/nsswitch.conf' /etc/nsswitch.conf &&
+        mount --bind '$work/resolv.conf' /etc/resolv.conf && exec \"\$@\"" sh "$@"
+}
 cat >"$work/tinyproxy.conf" <<CONF
 Port $peer_port
 Listen 127.0.0.1
@@ -82,7 +93,7 @@ Allow 127.0.0.1
 ConnectPort $ORIGIN_PORT
 LogLevel Critical
 CONF
-unshare -m sh -c "mount --bind '$work/hosts' /etc/hosts && exec tinyproxy -d -c '$work/tinyproxy.conf'" 2>"$work/tinyproxy.log" &
+hosts_only tinyproxy -d -c "$work/tinyproxy.conf" 2>"$work/tinyproxy.log" &
 peer=$!
 # The hop: every connection to hop_address is spliced to the origin's trusted address, bytes
 # untouched (TLS end to end, as through a CONNECT tunnel). HAProxy splices only when told to
@@ -158,8 +169,8 @@ for run in $(seq 1 "$repeats"); do
         done
     done
     # The second client, the same workloads (its own interleaving of the four paths).
-    unshare -m sh -c "mount --bind '$work/hosts' /etc/hosts && exec /usr/bin/python3 Scripts/bench-proxy-requests.py \
-        '$origin' '$ca' $proxy_port $peer_port $downloads 10 $hop_address" | sed "s/^/$run /" >>"$out.requests"
+    hosts_only /usr/bin/python3 Scripts/bench-proxy-requests.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 \
+        "$hop_address" | sed "s/^/$run /" >>"$out.requests"
     # The third client, a browser: the direct path by its own resolver rules, no namespace needed.
     /usr/bin/python3 Scripts/bench-proxy-chromium.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 "$hop_address" |
         sed "s/^/$run /" >>"$out.chromium"

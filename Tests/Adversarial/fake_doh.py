@@ -101,6 +101,12 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def server_bind(self):
+        # Not HTTPServer's own, which looks the bound address up (socket.getfqdn): a reverse lookup
+        # that /etc/hosts may not answer goes to the machine's resolver, off-machine.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
 
 server = Server(("127.0.0.1", args.port), Handler)
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -480,6 +480,12 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     # warm-up opens one per request over HTTP/1.1), and each dropped SYN costs a 1 s retransmit.
     request_queue_size = 256
 
+    def server_bind(self):
+        # HTTPServer's own looks the bound address up (socket.getfqdn): for 127.0.0.21 and .23,
+        # which /etc/hosts does not name, that is a PTR query to the machine's resolver, off-machine.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
     def handle_error(self, request, client_address):
         pass  # clients that hang up or fail the TLS handshake (the wrong-name tests) are expected
 
