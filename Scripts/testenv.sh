@@ -19,7 +19,7 @@
 #               certificate: a name mismatch), doh-untrusted.test (certificate from an unknown CA),
 #               and json.test (the JSON API over the same zone data)
 #   dnsmasq     127.0.0.1:18055, the "system" (plain, hijackable) DNS: forwards hd.test honestly to
-#               doh-a's plain port, lies for hijacked.hd.test (198.18.66.66), bank.hd.test (the
+#               doh-a's plain port, lies for hijacked.hd.test (127.0.0.66), bank.hd.test (the
 #               impostor 127.0.0.8), shop.hd.test (127.0.0.5, another name's certificate),
 #               cdn.hd.test (127.0.0.10, another genuine node), sinkhole.hd.test (127.0.0.7, dead),
 #               blocked.hd.test (NXDOMAIN), dual.hd.test (AAAA only), any name under
@@ -252,7 +252,7 @@ sign_tree() {
         echo 'www IN A 192.0.2.11'
         echo '*.wild IN A 192.0.2.19'
         echo 'alias IN CNAME www.rsa.sig.test.'
-        echo 'forged IN A 192.0.2.77'
+        echo 'forged IN A 127.0.0.77'
         echo 'out IN CNAME www.hd.test.'
         echo 'dn IN DNAME rsa.sig.test.'
         for zone in rsa n3 insecure badsig expired nokey; do echo "$zone IN NS ns.hd.test."; done
@@ -530,7 +530,12 @@ dns-forward-max=1000
 pid-file=$dir/dnsmasq.pid
 log-facility=$dir/dnsmasq.log
 server=/hd.test/127.0.0.1#$DNS_PORT
-address=/hijacked.hd.test/198.18.66.66
+# Every address a lie gives that something may dial (compare's and the watcher's probes) is a
+# loopback one where nothing listens: the probe stays on this machine and is refused at once
+# (198.18.66.66, used before, is routed off-machine from here, and something answered it).
+# system-only.hd.test's is only ever resolved — the system-fallback tests need an address that the
+# special-purpose filter admits — and never dialled.
+address=/hijacked.hd.test/127.0.0.66
 address=/system-only.hd.test/198.18.77.77
 # Hijack detection (resolve compare): impostor, wrong certificate, another genuine node, a dead
 # sinkhole, a blocked name, a different AAAA only, absent names rewritten, benchmark names.
@@ -545,9 +550,9 @@ address=/cmp.hd.test/127.0.0.10
 # A forged HTTPS record (1 . alpn=h2 ipv4hint=203.0.113.66) for a name whose A answer is honest.
 dns-rr=forged.hd.test,65,00:01:00:00:01:00:03:02:68:32:00:04:00:04:cb:00:71:42
 # The signed tree, honestly (RRSIGs passed through to clients that set DO), but for one name
-# whose signed address is 192.0.2.77: the system side forges it (without signatures).
+# whose signed address is 127.0.0.77: the system side forges it (without signatures).
 server=/sig.test/127.0.0.1#$DNS_PORT
-address=/forged.sig.test/198.18.66.66
+address=/forged.sig.test/127.0.0.66
 EOF
 }
 

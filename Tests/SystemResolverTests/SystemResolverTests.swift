@@ -39,7 +39,7 @@ import Testing
             Issue.record("expected addresses")
             return
         }
-        #expect(addresses.map(\.ip.description) == ["198.18.66.66"])
+        #expect(addresses.map(\.ip.description) == ["127.0.0.66"])
     }
 
     @Test func negativeAnswersAndRefusals() async throws {
