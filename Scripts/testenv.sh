@@ -532,7 +532,8 @@ log-facility=$dir/dnsmasq.log
 server=/hd.test/127.0.0.1#$DNS_PORT
 # Every address a lie gives that something may dial (compare's and the watcher's probes) is a
 # loopback one where nothing listens: the probe stays on this machine and is refused at once
-# (198.18.66.66, used before, is routed off-machine from here, and something answered it).
+# (documentation and benchmarking ranges such as 198.18/15 or 192.0.2/24 can be routed off the
+# machine, or be its own subnet).
 # system-only.hd.test's is only ever resolved — the system-fallback tests need an address that the
 # special-purpose filter admits — and never dialled.
 address=/hijacked.hd.test/127.0.0.66
