@@ -29,6 +29,10 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
         case malformedResponse = "malformed_response"
         /// The response does not answer the question that was asked (ID, opcode, QR or question).
         case mismatchedResponse = "mismatched_response"
+        /// An answer came over a transport that does not authenticate the server (`http://`) in a
+        /// form the service's encryption does not cover (Tencent's empty "no record" body): anyone
+        /// on the path could have sent it, so it is not taken as a fact.
+        case unauthenticatedAnswer = "unauthenticated_answer"
         /// A vendor HTTPDNS service refused the request's credentials (signature, expiry, account,
         /// token). Not retried on another service IP: it would fail the same everywhere.
         case unauthorized

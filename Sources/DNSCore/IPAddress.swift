@@ -204,8 +204,9 @@ extension IPAddress {
     /// documentation (RFC 5737), `224/4` multicast, `240/4` reserved and broadcast;
     /// IPv6 `::` unspecified, `::1` loopback, `fc00::/7` unique-local, `fe80::/10` link-local,
     /// `fec0::/10` site-local, `ff00::/8` multicast, `2001:db8::/32` and `3fff::/20` documentation,
-    /// `100::/64` discard, and IPv4-mapped/NAT64 (`::ffff:0:0/96`, `64:ff9b::/96`) addresses whose
-    /// embedded IPv4 address is special.
+    /// `100::/64` discard, the rest of `::/96` (IPv4-compatible), `64:ff9b:1::/48` (local-use
+    /// NAT64), and IPv4-mapped, IPv4-translated, NAT64 and 6to4 addresses (`::ffff:0:0/96`,
+    /// `::ffff:0:0:0/96`, `64:ff9b::/96`, `2002::/16`) whose embedded IPv4 address is special.
     ///
     /// The benchmarking ranges `198.18.0.0/15` and `2001:2::/48` are deliberately *not* listed:
     /// fake-IP proxies (Clash, Surge) hand them out on purpose, and nothing on the internet routes them.
@@ -221,6 +222,19 @@ extension IPAddress {
             }
             if high == 0x0064_ff9b_0000_0000 && low >> 32 == 0 {
                 return IPAddress.v4(UInt32(truncatingIfNeeded: low)).specialPurposeRange.map { "NAT64 \($0)" }
+            }
+            // The rest of ::/96, IPv4-compatible (RFC 4291 §2.5.5.1, deprecated): the kernel dials
+            // them over IPv6, and behind a gateway they reach the embedded IPv4 address.
+            if high == 0 && low >> 32 == 0 { return "IPv4-compatible" }
+            // SIIT's IPv4-translated ::ffff:0:a.b.c.d (RFC 6052 §2.1, RFC 7915).
+            if high == 0 && low >> 32 == 0xffff_0000 {
+                return IPAddress.v4(UInt32(truncatingIfNeeded: low)).specialPurposeRange.map { "IPv4-translated \($0)" }
+            }
+            // The local-use NAT64 prefix (RFC 8215): whatever a local translator makes of it.
+            if high >> 16 == 0x0064_ff9b_0001 { return "NAT64 local-use" }
+            // 6to4 (RFC 3056): the IPv4 address in bits 16-47 is where the packet goes.
+            if high >> 48 == 0x2002 {
+                return IPAddress.v4(UInt32(truncatingIfNeeded: high >> 16)).specialPurposeRange.map { "6to4 \($0)" }
             }
             let top16 = high >> 48
             if top16 & 0xfe00 == 0xfc00 { return "unique-local" }

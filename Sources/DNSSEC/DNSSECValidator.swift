@@ -114,20 +114,29 @@ public struct DNSSECValidator: Sendable {
     /// DNAME links in the answer section), or — when it holds none — the denial in its authority
     /// section.
     public func validate(_ response: DNSMessage, name: DomainName, type: RecordType, now: UInt32) async -> DNSSECStatus {
+        await validateAnswer(response, name: name, type: type, now: now).status
+    }
+
+    /// What ``validate(_:name:type:now:)`` concluded, with the RRset it judged: the `type` records
+    /// at the end of the CNAME/DNAME chain from `name` (empty for a denial). Only these records
+    /// are what `status` speaks for; anything else in the answer section was not proven.
+    public func validateAnswer(
+        _ response: DNSMessage, name: DomainName, type: RecordType, now: UInt32
+    ) async -> (status: DNSSECStatus, rrset: [DNSMessage.Record]) {
         if let negative = negativeAnchors.first(where: { DNSSECVerifier.isSubdomain(name, of: $0) }) {
-            return .indeterminate("\(negative) is a negative trust anchor: not validated")
+            return (.indeterminate("\(negative) is a negative trust anchor: not validated"), [])
         }
-        guard let anchor = anchors.closestAnchor(to: name) else { return .indeterminate("no trust anchor covers \(name)") }
+        guard let anchor = anchors.closestAnchor(to: name) else { return (.indeterminate("no trust anchor covers \(name)"), []) }
         var session = Session(anchor: anchor, now: now, budget: maxQueries, started: .now)
         do {
             return try await chain(response, name: name, type: type, session: &session)
         } catch let failure as DNSSECFailure {
-            if case .tooCostly = failure { return .indeterminate(failure.description) }
-            return .bogus(failure.description)
+            if case .tooCostly = failure { return (.indeterminate(failure.description), []) }
+            return (.bogus(failure.description), [])
         } catch let bound as Bound {
-            return .indeterminate(bound.reason)
+            return (.indeterminate(bound.reason), [])
         } catch {
-            return .indeterminate("fetching the chain failed: \(error)")
+            return (.indeterminate("fetching the chain failed: \(error)"), [])
         }
     }
 
@@ -160,26 +169,28 @@ public struct DNSSECValidator: Sendable {
 
     // MARK: - Answers
 
-    private func chain(_ response: DNSMessage, name: DomainName, type: RecordType, session: inout Session) async throws -> DNSSECStatus {
+    private func chain(
+        _ response: DNSMessage, name: DomainName, type: RecordType, session: inout Session
+    ) async throws -> (status: DNSSECStatus, rrset: [DNSMessage.Record]) {
         var owner = name
         var statuses: [DNSSECStatus] = []
         for _ in 0..<maxChain {
             // A link that leaves the anchor's tree is judged from its own anchor, if it has one.
             if !DNSSECVerifier.isSubdomain(owner, of: session.anchor) {
                 guard let anchor = anchors.closestAnchor(to: owner) else {
-                    return Self.combine(statuses + [.indeterminate("no trust anchor covers \(owner), where the chain leads")])
+                    return (Self.combine(statuses + [.indeterminate("no trust anchor covers \(owner), where the chain leads")]), [])
                 }
                 session.anchor = anchor
             }
             let (records, signatures) = Self.rrset(in: response.answers, name: owner, type: type)
             if !records.isEmpty {
                 statuses.append(try await status(of: records, signatures: signatures, in: response, session: &session))
-                return Self.combine(statuses)
+                return (Self.combine(statuses), records)
             }
             let (aliases, aliasSignatures) = Self.rrset(in: response.answers, name: owner, type: .cname)
             guard case .cname(let target) = aliases.first?.data else {
                 statuses.append(try await denialStatus(owner, type: type, in: response, session: &session))
-                return Self.combine(statuses)
+                return (Self.combine(statuses), [])
             }
             if aliasSignatures.isEmpty, let dname = try await synthesizingDNAME(for: owner, target: target, in: response, session: &session) {
                 statuses.append(dname)

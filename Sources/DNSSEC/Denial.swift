@@ -35,17 +35,22 @@ public enum Denial {
         -> Bool
     {
         if nsec.contains(where: { $0.owner != name && $0.covers(name) && !isBelowCut(name, $0) }) { return false }
-        if let first = nsec3.first {
-            try checkIterations(first)
+        // The NSEC3 records of the zone the name is in, and no other: a sibling's or parent's
+        // chain hashes the same names into another ordering and proves nothing here.
+        if let zone = closestZone(of: name, type: nil, in: nsec3), sourceLabels + 1 <= DNSSECVerifier.labelCount(name),
+            sourceLabels >= DNSSECVerifier.labelCount(zone.parameters.zone)
+        {
+            try checkIterations(zone.parameters)
             let nextCloser = DomainName(uncheckedWire: DNSSECVerifier.suffix(of: name.wire, labels: sourceLabels + 1))
-            let hash = NSEC3Record.hash(nextCloser, salt: first.salt, iterations: first.iterations)
-            if let covering = nsec3.first(where: { $0.covers(hash) }) { return covering.optOut }
+            let hash = NSEC3Record.hash(nextCloser, salt: zone.parameters.salt, iterations: zone.parameters.iterations)
+            if let covering = zone.records.first(where: { $0.covers(hash) }) { return covering.optOut }
         }
         throw .unproven("no NSEC or NSEC3 proves that \(name) does not exist, so the wildcard answer is unproven")
     }
 
     static func proveWithNSEC(_ name: DomainName, type: RecordType, records: [NSECRecord]) throws(DNSSECFailure) -> DenialProof {
         if let match = records.first(where: { $0.owner == name }) {
+            try checkSide(of: match.types, at: name, for: type)
             try checkAbsent(type, in: match.types, at: name)
             return .noData(delegation: match.isDelegation)
         }
@@ -67,15 +72,14 @@ public enum Denial {
     }
 
     static func proveWithNSEC3(_ name: DomainName, type: RecordType, records: [NSEC3Record]) throws(DNSSECFailure) -> DenialProof {
-        let parameters = records[0]
+        guard let (parameters, sameZone) = closestZone(of: name, type: type, in: records) else {
+            throw .unproven("no NSEC3 records of a zone that holds \(name) \(type)")
+        }
         try checkIterations(parameters)
         guard parameters.hashAlgorithm == 1 else { throw .unproven("NSEC3 hash algorithm \(parameters.hashAlgorithm) is not SHA-1") }
         func hash(_ name: DomainName) -> [UInt8] { NSEC3Record.hash(name, salt: parameters.salt, iterations: parameters.iterations) }
-        let sameZone = records.filter { $0.zone == parameters.zone && $0.salt == parameters.salt && $0.iterations == parameters.iterations }
-        guard DNSSECVerifier.isSubdomain(name, of: parameters.zone) else {
-            throw .unproven("NSEC3 records of \(parameters.zone) cannot deny \(name)")
-        }
         if let match = sameZone.first(where: { $0.matches(hash(name)) }) {
+            try checkSide(of: match.types, at: name, for: type)
             try checkAbsent(type, in: match.types, at: name)
             return .noData(delegation: match.isDelegation)
         }
@@ -107,6 +111,32 @@ public enum Denial {
             labels -= 1
         }
         throw .unproven("no NSEC3 proves a closest encloser of \(name)")
+    }
+
+    /// The NSEC3 records of the zone that answers for `name` `type` — the deepest zone among them
+    /// that holds the name; for DS, strictly above it (the parent answers for DS, RFC 4035 §5.2) —
+    /// with that zone's hash parameters (the first record's). Records of other zones, or of other
+    /// parameters, are left out: each zone's chain proves things about that zone only.
+    static func closestZone(of name: DomainName, type: RecordType?, in records: [NSEC3Record]) -> (parameters: NSEC3Record, records: [NSEC3Record])? {
+        let holding = records.filter { record in
+            DNSSECVerifier.isSubdomain(name, of: record.zone) && (type != .ds || name != record.zone || name.wire == DomainName.root.wire)
+        }
+        guard let parameters = holding.max(by: { DNSSECVerifier.labelCount($0.zone) < DNSSECVerifier.labelCount($1.zone) }) else { return nil }
+        let same = holding.filter { $0.zone == parameters.zone && $0.salt == parameters.salt && $0.iterations == parameters.iterations }
+        return (parameters, same)
+    }
+
+    /// A record at a zone cut is two records: the parent's (NS, no SOA) speaks only for DS and the
+    /// delegation; the child's apex (SOA) for everything but DS. Used for the other side's type it
+    /// would deny what the other zone holds (unbound's `nsec_proves_nodata` refuses both).
+    static func checkSide(of types: Set<UInt16>, at name: DomainName, for type: RecordType) throws(DNSSECFailure) {
+        let parentSide = types.contains(RecordType.ns.rawValue) && !types.contains(RecordType.soa.rawValue)
+        if parentSide, type != .ds {
+            throw .unproven("the denial for \(name) \(type) is the parent's record at a delegation: it says nothing of the child's data")
+        }
+        if type == .ds, types.contains(RecordType.soa.rawValue), name.wire != DomainName.root.wire {
+            throw .unproven("the denial of DS at \(name) is the child zone's apex record: only the parent can deny DS")
+        }
     }
 
     static func checkIterations(_ record: NSEC3Record) throws(DNSSECFailure) {

@@ -14,12 +14,15 @@ public struct NSECRecord: Sendable, Hashable {
         types = try TypeBitmap.decode(rdata, from: end)
     }
 
-    /// Whether `name` sorts strictly between the owner and the next name (the last NSEC of a zone
-    /// wraps around to the apex).
+    /// Whether `name` sorts strictly between the owner and the next name. The last NSEC of a zone
+    /// wraps around to the apex: it covers only the names after its owner that are inside the
+    /// zone, strictly below the apex (as unbound's `val_nsec_proves_name_error` requires). Without
+    /// that, any zone's last NSEC — public, genuinely signed data — would deny names of every zone
+    /// that sorts after it (`www.sig.test` by `rsa.sig.test`'s).
     func covers(_ name: DomainName) -> Bool {
         let afterOwner = CanonicalOrder.less(owner, name)
         guard CanonicalOrder.less(next, owner) || next == owner else { return afterOwner && CanonicalOrder.less(name, next) }
-        return afterOwner || CanonicalOrder.less(name, next)
+        return afterOwner && name != next && DNSSECVerifier.isSubdomain(name, of: next)
     }
 
     /// A delegation point as the parent sees it: NS without SOA.

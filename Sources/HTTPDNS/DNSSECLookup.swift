@@ -215,9 +215,11 @@ extension HTTPDNSResolver {
                 statuses.append(.indeterminate("asking \(name) \(type) with DO failed: \(error)"))
                 continue
             }
-            let status = await validator.validate(response, name: name, type: type, now: seconds)
+            let (status, rrset) = await validator.validateAnswer(response, name: name, type: type, now: seconds)
+            // The RRset the validator proved, not every address in the answer section: a forger
+            // may add records of other owners beside a genuine signed set.
             let signed = Set(
-                response.answers.compactMap { record -> IPAddress? in
+                rrset.compactMap { record -> IPAddress? in
                     guard record.type == type, case .address(let ip) = record.data else { return nil }
                     return ip
                 })

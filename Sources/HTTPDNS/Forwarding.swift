@@ -58,6 +58,11 @@ extension HTTPDNSResolver {
 
     /// A forwarded response must decode, be a response with ID 0, and echo the question.
     static func check(_ response: [UInt8], answers question: DNSMessage.Question) throws(DNSError) {
+        // No DNS message is longer than its 2-byte TCP length can say (RFC 8484 §6): the caller
+        // could not pass a larger one on.
+        guard response.count <= 65_535 else {
+            throw DNSError(.responseTooLarge, "the forwarded response is \(response.count) bytes, more than a DNS message can be")
+        }
         let message: DNSMessage
         do { message = try DNSMessage(decoding: response) } catch {
             throw DNSError(.malformedResponse, "forwarded response: \(error)")

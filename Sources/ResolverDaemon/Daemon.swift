@@ -233,7 +233,7 @@ package final class Daemon: Sendable {
         let config = runtime.config
         let (host, port) = try Self.listenAddress(config.daemon.listen)
 
-        let maxConnections = Self.connectionLimit(config, logger: logger)
+        let (maxConnections, maxTunnels) = Self.connectionLimits(config, logger: logger)
         let router = Router()
         Routes.install(on: router, state: state, exposition: exposition)
         let gateway = RequestGateway(state: state, router: router.buildResponder(), logger: logger)
@@ -266,7 +266,8 @@ package final class Daemon: Sendable {
         }
         if let proxyListen = config.daemon.proxyListen {
             let (proxyHost, proxyPort) = try Self.listenAddress(proxyListen, key: "proxy_listen")
-            var proxy = ProxyListener(state: state, host: proxyHost, port: proxyPort, drainTimeout: Self.drainTimeout, logger: logger)
+            var proxy = ProxyListener(
+                state: state, host: proxyHost, port: proxyPort, maxConnections: maxTunnels, drainTimeout: Self.drainTimeout, logger: logger)
             proxy.onBound = { [self] address in
                 bound.withLock { $0.proxy = address }
                 listening()
@@ -335,23 +336,33 @@ package final class Daemon: Sendable {
         }
     }
 
-    /// `limits.max_connections`, lowered when the descriptors the process may open could not hold
-    /// it on both listeners with room to spare (upstream connections, files): at the limit the
-    /// listeners refuse connections at once instead of failing to accept them.
-    static func connectionLimit(_ config: ConfigFile, logger: Logger) -> Int {
+    /// Descriptors one proxy tunnel may hold: the client, the upstream (two dial attempts at once
+    /// during RFC 8305 fallback) and a pipe (two descriptors) per direction of the splice relay.
+    static let descriptorsPerTunnel = 6
+
+    /// The connections each listener may hold: `limits.max_connections` for HTTP and the DNS stub,
+    /// `proxy.max_connections` tunnels for the proxy, all lowered alike when the descriptors the
+    /// process may open could not hold them with room to spare (upstream connections, files): at
+    /// the limit the listeners refuse connections at once instead of failing to accept them, and
+    /// one listener cannot take the descriptors the others need.
+    static func connectionLimits(_ config: ConfigFile, logger: Logger) -> (perListener: Int, proxyTunnels: Int) {
+        let perListener = config.daemon.limits.maxConnections
+        let tunnels = config.daemon.proxy.maxConnections
         var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < 1 << 30 else {
-            return config.daemon.limits.maxConnections
-        }
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < 1 << 30 else { return (perListener, tunnels) }
         let listeners = config.daemon.dnsListen == nil ? 1 : 2
-        let room = max(16, (Int(limit.rlim_cur) - 128) / listeners)
-        guard config.daemon.limits.maxConnections > room else { return config.daemon.limits.maxConnections }
+        let proxyCost = config.daemon.proxyListen == nil ? 0 : tunnels * descriptorsPerTunnel
+        let available = max(64, Int(limit.rlim_cur) - 128)
+        let demand = perListener * listeners + proxyCost
+        guard demand > available else { return (perListener, tunnels) }
+        let lowered = (max(16, perListener * available / demand), max(16, tunnels * available / demand))
         logger.warning(
-            "limits.max_connections lowered to fit the descriptor limit",
+            "connection limits lowered to fit the descriptor limit",
             metadata: [
-                "configured": "\(config.daemon.limits.maxConnections)", "used": "\(room)", "nofile": "\(limit.rlim_cur)",
+                "max_connections": "\(perListener) → \(lowered.0)", "proxy.max_connections": "\(tunnels) → \(lowered.1)",
+                "nofile": "\(limit.rlim_cur)",
             ])
-        return room
+        return lowered
     }
 
     /// `IPv4:port` or `[IPv6]:port`.

@@ -184,13 +184,19 @@ package struct AlibabaV2Wire: VendorWireFormat {
         guard status == 200 else { throw AlibabaErrors.fault(status: status, code: VendorText.errorCode(body)) }
         let object = try VendorText.jsonObject(body, vendor: "alibaba")
         if let code = object["code"] as? String, code != "success" { throw AlibabaErrors.fault(status: status, code: code) }
-        let data: [String: Any]
+        // The configured mode is the only acceptable one: the response's `mode` is the sender's
+        // word, and an on-path forger (the v2 API is allowed over http://) would pick plaintext, or
+        // CBC (no authentication) under a GCM configuration, if the response could choose.
         let responseMode = (object["mode"] as? Int) ?? 0
-        switch (responseMode, object["data"]) {
-        case (0, let plain as [String: Any]):
+        guard responseMode == mode.number else {
+            throw VendorFault(.malformedResponse, "alibaba: the answer is in mode \(responseMode), the configured mode is \(mode.number)")
+        }
+        let data: [String: Any]
+        switch (mode, object["data"]) {
+        case (.plain, let plain as [String: Any]):
             data = plain
-        case (1, let sealed as String), (2, let sealed as String):
-            data = try open(sealed, responseMode: responseMode)
+        case (.cbc, let sealed as String), (.gcm, let sealed as String):
+            data = try open(sealed)
         default:
             throw VendorFault(.malformedResponse, "alibaba: 'data' does not match mode \(responseMode)")
         }
@@ -209,15 +215,16 @@ package struct AlibabaV2Wire: VendorWireFormat {
         return answers
     }
 
-    /// Decrypts a base64 `data` of IV ‖ ciphertext (‖ tag) into the JSON object inside.
-    private func open(_ sealed: String, responseMode: Int) throws(VendorFault) -> [String: Any] {
+    /// Decrypts a base64 `data` of IV ‖ ciphertext (‖ tag), sealed in the configured mode, into
+    /// the JSON object inside.
+    private func open(_ sealed: String) throws(VendorFault) -> [String: Any] {
         guard let bytes = Data(base64Encoded: sealed) else { throw VendorFault(.malformedResponse, "alibaba: encrypted 'data' is not base64") }
         let plaintext: [UInt8]
         do {
-            switch (mode, responseMode) {
-            case let (.cbc(key), 1), let (.gcm(key), 1): plaintext = try VendorCrypto.aesCBCOpen(Array(bytes), key: key)
-            case let (.cbc(key), 2), let (.gcm(key), 2): plaintext = try VendorCrypto.aesGCMOpen(Array(bytes), key: key)
-            default: throw VendorFault(.malformedResponse, "alibaba: the answer is encrypted (mode \(responseMode)) but no AES key is configured")
+            switch mode {
+            case let .cbc(key): plaintext = try VendorCrypto.aesCBCOpen(Array(bytes), key: key)
+            case let .gcm(key): plaintext = try VendorCrypto.aesGCMOpen(Array(bytes), key: key)
+            case .plain: throw VendorFault(.malformedResponse, "alibaba: the answer is encrypted but no AES key is configured")
             }
         } catch let error as VendorCryptoError {
             throw VendorFault(.malformedResponse, "alibaba: \(error)")

@@ -14,10 +14,14 @@ package struct TencentWire: VendorWireFormat {
     }
 
     package let mode: Mode
+    /// Whether the transport authenticates the server (HTTPS). Over `http://` only what the key
+    /// sealed can be believed; the empty "no record" body is sealed by nothing.
+    package let serverAuthenticated: Bool
     package let randomBytes: @Sendable (Int) -> [UInt8]
 
-    package init(mode: Mode, randomBytes: @escaping @Sendable (Int) -> [UInt8] = VendorCrypto.randomBytes) {
+    package init(mode: Mode, serverAuthenticated: Bool = true, randomBytes: @escaping @Sendable (Int) -> [UInt8] = VendorCrypto.randomBytes) {
         self.mode = mode
+        self.serverAuthenticated = serverAuthenticated
         self.randomBytes = randomBytes
     }
 
@@ -85,8 +89,15 @@ package struct TencentWire: VendorWireFormat {
             throw VendorFault(.malformedResponse, "tencent answered HTML or JSON, not its text format", retry: .nextAddress)
         }
         let text = try open(body)
-        // An empty body is the documented "no record" for a plain A query.
+        // An empty body is the documented "no record" for a plain A query. Over http:// it is
+        // unauthenticated whatever the mode (nothing was sealed), so an on-path forger could deny
+        // any name with it: a failed attempt there (the next service IP, then the next upstream),
+        // never a cached NODATA.
         guard !text.isEmpty else {
+            guard serverAuthenticated else {
+                throw VendorFault(
+                    .unauthenticatedAnswer, "tencent answered an empty (unencrypted) 'no record' over http://: not trusted", retry: .nextAddress)
+            }
             return names.map {
                 VendorAnswer(
                     name: $0, ipv4: families.includesIPv4 ? .init(addresses: [], ttl: nil) : nil,

@@ -26,12 +26,12 @@ struct VendorUpstream: BatchingUpstream {
         wallSeconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
     ) {
         self.endpoint = endpoint
-        self.format = Self.format(for: api)
+        self.format = Self.format(for: api, serverAuthenticated: !endpoint.isPlainHTTP)
         self.transport = transport
         self.wallSeconds = wallSeconds
     }
 
-    static func format(for api: VendorAPI) -> any VendorWireFormat {
+    static func format(for api: VendorAPI, serverAuthenticated: Bool) -> any VendorWireFormat {
         switch api {
         case let .alibabaLegacy(account, secret):
             return AlibabaLegacyWire(accountID: account, secret: secret?.bytes)
@@ -44,9 +44,9 @@ struct VendorUpstream: BatchingUpstream {
             }
             return AlibabaV2Wire(accountID: account, secret: secret?.hexDecoded, mode: mode)
         case let .tencent(account, .des(key)):
-            return TencentWire(mode: .des(accountID: account, key: key.bytes))
+            return TencentWire(mode: .des(accountID: account, key: key.bytes), serverAuthenticated: serverAuthenticated)
         case let .tencent(account, .aes(key)):
-            return TencentWire(mode: .aes(accountID: account, key: key.bytes))
+            return TencentWire(mode: .aes(accountID: account, key: key.bytes), serverAuthenticated: serverAuthenticated)
         case let .tencentToken(token):
             return TencentWire(mode: .token(token.bytes))
         case let .baidu(account, secret):
@@ -133,8 +133,12 @@ struct VendorUpstream: BatchingUpstream {
                 if error.code == .connectFailed { continue }
                 throw last!
             }
-            do {
+            do throws(VendorFault) {
                 let answers = try format.decode(status: response.status, body: response.body, names: names, families: families)
+                guard answers.allSatisfy(\.isWithinBounds) else {
+                    throw VendorFault(
+                        .malformedResponse, "\(endpoint.vendorName) answered more than \(VendorAnswer.maxAddressesPerFamily) addresses for a name")
+                }
                 transport.preferred.remember(address, for: identifier)
                 return answers
             } catch {

@@ -39,6 +39,16 @@ package struct VendorAnswer: Sendable, Hashable {
         self.ipv6 = ipv6
     }
 
+    /// The most addresses one family of one name may hold. Services answer a handful; a body of
+    /// `::;::;…` thousands long is no answer to believe, and would make DNS responses larger than
+    /// a DNS message can be.
+    package static let maxAddressesPerFamily = 256
+
+    /// Whether every family holds at most ``maxAddressesPerFamily`` addresses.
+    package var isWithinBounds: Bool {
+        (ipv4?.addresses.count ?? 0) <= Self.maxAddressesPerFamily && (ipv6?.addresses.count ?? 0) <= Self.maxAddressesPerFamily
+    }
+
     /// The TTL used when a vendor answer carries none: 60 s, what Alibaba's C and Android SDKs use,
     /// short enough that a missing TTL never pins an address for long.
     package static let defaultTTL: UInt32 = 60

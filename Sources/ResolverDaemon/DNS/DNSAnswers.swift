@@ -32,6 +32,18 @@ enum DNSAnswers {
         return min(max(Int(edns.udpPayloadSize), 512), Int(DNSResponseWriter.udpPayloadSize))
     }
 
+    /// `response` if it is a message DNS can carry (at most 65,535 bytes), else a SERVFAIL with
+    /// its ID and flags and no sections: the last guard before a 2-byte length is written. Every
+    /// response the daemon builds or forwards is bounded before it gets here.
+    static func sendable(_ response: [UInt8]) -> [UInt8] {
+        guard response.count > DNSResponseWriter.maxMessageSize else { return response }
+        guard response.count >= DNSQuery.headerSize else { return [] }
+        var header = Array(response[..<DNSQuery.headerSize])
+        header[3] = header[3] & 0xf0 | 2  // SERVFAIL
+        for index in 4..<DNSQuery.headerSize { header[index] = 0 }
+        return header
+    }
+
     /// The header, question and OPT of a response with TC set: "ask again over TCP".
     static func truncated(_ response: [UInt8], query: DNSQuery) -> [UInt8] {
         let rcode = response.count >= 4 ? UInt16(response[3] & 0x0f) : 0

@@ -11,9 +11,17 @@ struct DNSResponseWriter {
     static let udpPayloadSize: UInt16 = 1232
     /// Where the question's name starts; answers owned by it point here.
     static let questionNameOffset = DNSQuery.headerSize
+    /// The largest DNS message there is: TCP's and DoH's 2-byte length (RFC 1035 §4.2.2,
+    /// RFC 8484 §6). Records that would take a response past it are left out.
+    static let maxMessageSize = 65_535
+    /// The most the OPT record adds in ``finish(extendedRcode:)``: 11 bytes, an EDE option of
+    /// 6 bytes and 200 of text.
+    static let optReserve = 11 + 6 + 200
 
     private(set) var bytes: [UInt8]
     private var answerCount: UInt16 = 0
+    /// Records left out because they would not fit in ``maxMessageSize``.
+    private(set) var omittedRecords = 0
     private let edns: DNSQuery.EDNS?
     /// An Extended DNS Error (RFC 8914) for the OPT record: info code and extra text.
     var extendedError: (code: UInt16, text: String)?
@@ -64,9 +72,15 @@ struct DNSResponseWriter {
         return start
     }
 
-    /// Appends an A or AAAA record owned by the name at `owner`.
+    /// Appends an A or AAAA record owned by the name at `owner`, unless it would take the message
+    /// past ``maxMessageSize`` (then it is counted in ``omittedRecords``): an answer with 4,000
+    /// addresses, which any zone owner or vendor can send, must not become an unsendable message.
     mutating func appendAddress(owner: Int, ttl: UInt32, _ ip: IPAddress) {
         let data = ip.bytes
+        guard bytes.count + 12 + data.count + (edns == nil ? 0 : Self.optReserve) <= Self.maxMessageSize else {
+            omittedRecords += 1
+            return
+        }
         appendOwner(owner, type: data.count == 4 ? .a : .aaaa, ttl: ttl)
         bytes.append16(UInt16(data.count))
         bytes.append(contentsOf: data)

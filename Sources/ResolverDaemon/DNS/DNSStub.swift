@@ -29,6 +29,11 @@ struct DNSStub: Service {
     var onBound: @Sendable (SocketAddress?, SocketAddress?) -> Void = { _, _ in }
 
     static let idleTimeout = TimeAmount.seconds(10)
+    static let datagramsPerRead = 32
+    /// The largest query read over UDP: queries are a question and an OPT record with a few
+    /// options, a few hundred bytes; 4,096 leaves room for any padding (RFC 8467 pads to 468).
+    /// A longer datagram arrives cut and is answered FORMERR.
+    static let maxQuerySize = 4_096
     static let maxInFlight = 1_024
 
     func run() async throws {
@@ -38,8 +43,12 @@ struct DNSStub: Service {
         let udp = try await DatagramBootstrap(group: group)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
             // Up to 32 datagrams per recvmmsg, and a read cycle takes up to 4 of those before the
-            // answers are flushed (sendmmsg).
-            .channelOption(.datagramVectorReadMessageCount, value: 32)
+            // answers are flushed (sendmmsg). NIO cuts the receive buffer into one slice per
+            // datagram, so the buffer is sized for that: with NIO's default 2,048 bytes each
+            // datagram got 64 and every query longer than that (dig's default EDNS query for a
+            // name of 24 characters or more) came out cut, and was answered FORMERR.
+            .channelOption(.datagramVectorReadMessageCount, value: Self.datagramsPerRead)
+            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: Self.datagramsPerRead * Self.maxQuerySize))
             .channelOption(.maxMessagesPerRead, value: 4)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -303,8 +312,10 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
     /// Writes an answer; every 16th is flushed at once rather than at the end of the read, so the
     /// client can work on the first answers while the rest are made (as the HTTP/2 handler does).
     private func write(_ response: [UInt8], context: ChannelHandlerContext) {
+        let response = DNSAnswers.sendable(response)
+        guard let length = UInt16(exactly: response.count), length > 0 else { return }
         var out = context.channel.allocator.buffer(capacity: response.count + 2)
-        out.writeInteger(UInt16(response.count))
+        out.writeInteger(length)
         out.writeBytes(response)
         context.write(wrapOutboundOut(out), promise: nil)
         answersSinceFlush += 1

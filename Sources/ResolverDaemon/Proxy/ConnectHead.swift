@@ -16,10 +16,13 @@ enum ConnectHead: Equatable {
     private static let method = Array("CONNECT ".utf8)
     private static let cr: UInt8 = 13, lf: UInt8 = 10, space: UInt8 = 32, tab: UInt8 = 9, colon: UInt8 = 58
 
-    static func scan(_ bytes: [UInt8]) -> ConnectHead {
+    /// - Parameter searchFrom: how many bytes an earlier scan of the same head already found
+    ///   no end in; the search for CRLF CRLF starts there, so a head trickled in byte by byte costs
+    ///   linear time, not quadratic.
+    static func scan(_ bytes: [UInt8], searchFrom: Int = 0) -> ConnectHead {
         let prefix = min(bytes.count, method.count)
         guard bytes[..<prefix].elementsEqual(method[..<prefix]) else { return .other }
-        guard let end = headEnd(bytes) else { return .incomplete }
+        guard let end = headEnd(bytes, from: searchFrom) else { return .incomplete }
         var lines = [ArraySlice<UInt8>]()
         var start = 0
         for index in 0..<(end - 2) where bytes[index] == cr {
@@ -44,10 +47,10 @@ enum ConnectHead: Equatable {
         return .connect(authority: authority, proxyAuthorization: proxyAuthorization, length: end)
     }
 
-    /// The index just past the first CRLF CRLF, or nil.
-    private static func headEnd(_ bytes: [UInt8]) -> Int? {
+    /// The index just past the first CRLF CRLF whose last byte is at `from` or later, or nil.
+    private static func headEnd(_ bytes: [UInt8], from: Int) -> Int? {
         guard bytes.count >= 4 else { return nil }
-        var index = 3
+        var index = max(3, from)
         while index < bytes.count {
             if bytes[index] == lf, bytes[index - 1] == cr, bytes[index - 2] == lf, bytes[index - 3] == cr { return index + 1 }
             index += 1

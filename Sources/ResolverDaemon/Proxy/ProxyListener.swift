@@ -17,14 +17,16 @@ struct ProxyListener: Service {
     let state: DaemonState
     let host: String
     let port: Int
+    /// Tunnels and requests open at once: `proxy.max_connections`, or less when the descriptor
+    /// limit could not hold that many (``Daemon/connectionLimits(_:logger:)``).
+    let maxConnections: Int
     let drainTimeout: Duration
     let logger: Logger
     var onBound: @Sendable (SocketAddress?) -> Void = { _ in }
 
     func run() async throws {
-        let settings = state.current.config.daemon.proxy
         let metrics = state.metrics
-        let registry = ConnectionRegistry(limit: settings.maxConnections) { metrics.proxyConnectionsOpen($0) }
+        let registry = ConnectionRegistry(limit: maxConnections) { metrics.proxyConnectionsOpen($0) }
         #if os(Linux)
         // CONNECT tunnels are served by the splice relay; what is not a clean CONNECT comes back to
         // the NIO handlers below with the bytes the relay read.
@@ -400,13 +402,24 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
         "transfer-encoding", "upgrade",
     ]
 
+    /// Fields a `Connection` header may not take away: the message's framing and its target.
+    /// Dropping `Content-Length` from a GET with a body would turn the body into a second request
+    /// on the origin's connection (smuggling).
+    static let framing: Set<String> = ["content-length", "transfer-encoding", "host"]
+
     static func endToEnd(_ headers: HTTPHeaders) -> HTTPHeaders {
-        let named = Set(headers[canonicalForm: "connection"].map { $0.lowercased() })
+        let named = Set(headers[canonicalForm: "connection"].map { $0.lowercased() }).subtracting(framing)
         var result = HTTPHeaders()
         for (name, value) in headers where !hopByHop.contains(name.lowercased()) && !named.contains(name.lowercased()) {
             result.add(name: name, value: value)
         }
         return result
+    }
+
+    /// The framing field a request's `Connection` header names, if any: such a request is refused
+    /// (400), as HAProxy and nginx refuse ambiguous framing rather than guess.
+    static func connectionNamesFraming(_ headers: HTTPHeaders) -> String? {
+        headers[canonicalForm: "connection"].map { $0.lowercased() }.first { framing.contains($0) }
     }
 
     /// An absolute-form request: checked, resolved, dialled, then sent in origin form with the body
@@ -420,6 +433,10 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
         }
         if let refusal = policy.refusal(for: target, plainHTTP: true) {
             refuse(refusal, context: context)
+            return
+        }
+        if let field = Self.connectionNamesFraming(head.headers) {
+            refuse(ProxyRefusal(status: 400, reason: "the Connection header names \(field), which frames the request"), context: context)
             return
         }
         var path = url.percentEncodedPath.isEmpty ? "/" : url.percentEncodedPath

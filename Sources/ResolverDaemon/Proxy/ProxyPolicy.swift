@@ -98,10 +98,27 @@ struct ProxyPolicy: Sendable {
         guard ports.contains(target.port) else {
             return .policy("port \(target.port) is not allowed (connect_ports: \(settings.connectPorts.map(String.init).joined(separator: ", ")))")
         }
-        if !target.isLiteral, !HostPattern.admits(target.host, allow: settings.allow, deny: settings.deny) {
+        if !Self.admits(target, allow: settings.allow, deny: settings.deny) {
             return .policy("\(target.host) is not allowed by the proxy's allow/deny lists")
         }
         return nil
+    }
+
+    /// The allow and deny lists applied to a target: names by ``HostPattern``; an IP literal only by
+    /// an entry that is the same address (any spelling, `[v6]` too). An allow list that names hosts
+    /// admits no literal it does not list: otherwise `CONNECT 192.0.2.1:443` would pass every
+    /// allow list.
+    static func admits(_ target: ProxyTarget, allow: [String], deny: [String]) -> Bool {
+        guard let literal = IPAddress(target.host) else { return HostPattern.admits(target.host, allow: allow, deny: deny) }
+        func lists(_ patterns: [String]) -> Bool {
+            patterns.contains { pattern in
+                var text = Substring(pattern)
+                if text.hasPrefix("["), text.hasSuffix("]") { text = text.dropFirst().dropLast() }
+                return IPAddress(text) == literal
+            }
+        }
+        if lists(deny) { return false }
+        return allow.isEmpty || lists(allow)
     }
 
     /// The addresses that may be dialled: private, loopback and link-local ones only with

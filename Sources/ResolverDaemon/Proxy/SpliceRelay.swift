@@ -376,8 +376,9 @@ private final class RelayLoop: @unchecked Sendable {
         while true {
             let count = read(tunnel.client, scratch.baseAddress, scratch.count)
             if count > 0 {
+                let scanned = tunnel.head.count
                 tunnel.head.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<count]))
-                switch ConnectHead.scan(tunnel.head) {
+                switch ConnectHead.scan(tunnel.head, searchFrom: scanned) {
                 case let .connect(authority, authorization, length) where length <= limit:
                     return begin(tunnel, authority: authority, authorization: authorization, headLength: length)
                 case .incomplete where tunnel.head.count <= limit:
