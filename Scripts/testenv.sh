@@ -207,7 +207,7 @@ EOF
 
 # The signed tree under sig.test (DNSSEC §4), signed offline with dnssec-signzone so that each
 # failure is made on purpose: one trust anchor (sig.test's DS, in $env_dir/sig.test.anchors) and
-#   sig.test            ECDSA P-256, NSEC: www, *.wild, alias → www.rsa.sig.test (CNAME into a child),
+#   sig.test            ECDSA P-256, NSEC: www, *.wild and real.wild, alias → www.rsa.sig.test (CNAME into a child),
 #                       out → www.hd.test (out of the anchor's tree), dn DNAME → rsa.sig.test,
 #                       forged (the system side forges it); delegations below
 #   rsa.sig.test        RSA/SHA-256, NSEC, secure delegation; back → www.sig.test (CNAME up)
@@ -251,6 +251,7 @@ sign_tree() {
         zone_head
         echo 'www IN A 192.0.2.11'
         echo '*.wild IN A 192.0.2.19'
+        echo 'real.wild IN A 192.0.2.18'   # an existing name under the wildcard (replay target)
         echo 'alias IN CNAME www.rsa.sig.test.'
         echo 'forged IN A 127.0.0.77'
         echo 'out IN CNAME www.hd.test.'
