@@ -346,23 +346,33 @@ package final class Daemon: Sendable {
     /// the limit the listeners refuse connections at once instead of failing to accept them, and
     /// one listener cannot take the descriptors the others need.
     static func connectionLimits(_ config: ConfigFile, logger: Logger) -> (perListener: Int, proxyTunnels: Int) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < 1 << 30 else {
+            return (config.daemon.limits.maxConnections, config.daemon.proxy.maxConnections)
+        }
+        let limits = connectionLimits(config, descriptors: Int(limit.rlim_cur))
+        if limits != (config.daemon.limits.maxConnections, config.daemon.proxy.maxConnections) {
+            logger.warning(
+                "connection limits lowered to fit the descriptor limit",
+                metadata: [
+                    "max_connections": "\(config.daemon.limits.maxConnections) → \(limits.perListener)",
+                    "proxy.max_connections": "\(config.daemon.proxy.maxConnections) → \(limits.proxyTunnels)", "nofile": "\(limit.rlim_cur)",
+                ])
+        }
+        return limits
+    }
+
+    /// As above for a process that may open `descriptors`: 128 kept for upstreams and files, the
+    /// rest shared by the listeners in proportion to what each could hold (at least 16 each).
+    static func connectionLimits(_ config: ConfigFile, descriptors: Int) -> (perListener: Int, proxyTunnels: Int) {
         let perListener = config.daemon.limits.maxConnections
         let tunnels = config.daemon.proxy.maxConnections
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < 1 << 30 else { return (perListener, tunnels) }
         let listeners = config.daemon.dnsListen == nil ? 1 : 2
         let proxyCost = config.daemon.proxyListen == nil ? 0 : tunnels * descriptorsPerTunnel
-        let available = max(64, Int(limit.rlim_cur) - 128)
+        let available = max(64, descriptors - 128)
         let demand = perListener * listeners + proxyCost
         guard demand > available else { return (perListener, tunnels) }
-        let lowered = (max(16, perListener * available / demand), max(16, tunnels * available / demand))
-        logger.warning(
-            "connection limits lowered to fit the descriptor limit",
-            metadata: [
-                "max_connections": "\(perListener) → \(lowered.0)", "proxy.max_connections": "\(tunnels) → \(lowered.1)",
-                "nofile": "\(limit.rlim_cur)",
-            ])
-        return lowered
+        return (max(16, perListener * available / demand), max(16, tunnels * available / demand))
     }
 
     /// `IPv4:port` or `[IPv6]:port`.

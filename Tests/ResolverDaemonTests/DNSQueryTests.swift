@@ -153,6 +153,31 @@ enum Wire {
         #expect(message.additionals.first?.recordClass == 1232)
     }
 
+    /// redteam-3 F5: 4,078 addresses behind a CNAME made a response over 65,535 bytes, and the
+    /// stub's TCP length trapped. Records that do not fit are left out; the OPT always fits.
+    @Test func aResponseNeverOutgrowsADNSMessage() throws {
+        let longName = (0..<3).map { _ in String(repeating: "a", count: 62) }.joined(separator: ".") + ".test"
+        for edns in [nil, Wire.opt(size: 4096, dnssecOK: true)] {
+            let query = try DNSQuery(Wire.query(longName, edns: edns))
+            var writer = DNSResponseWriter(answering: query)
+            let target = writer.appendCNAME(owner: DNSResponseWriter.questionNameOffset, ttl: 60, target: try DomainName(longName.replacingOccurrences(of: "a", with: "b")))
+            for index in 0..<20_000 { writer.appendAddress(owner: target, ttl: 60, IPAddress("198.18.\(index / 256 % 256).\(index % 256)")!) }
+            let omitted = writer.omittedRecords
+            #expect(omitted > 0)
+            writer.extendedError = (6, String(repeating: "x", count: 500))
+            let bytes = writer.finish()
+            #expect(bytes.count <= DNSResponseWriter.maxMessageSize, "\(bytes.count) bytes")
+            let message = try DNSMessage(decoding: bytes)
+            #expect(message.answers.count == 1 + 20_000 - omitted && message.answers.count > 4_000)
+            #expect((message.additionals.first?.type == .opt) == (edns != nil))
+        }
+        // The last guard: an oversized message becomes a header-only SERVFAIL with its ID.
+        let oversized = Wire.header(id: 0xabcd, flags: 0x8180) + [UInt8](repeating: 0, count: 70_000)
+        let sent = DNSAnswers.sendable(oversized)
+        #expect(sent.count == 12 && sent[0] == 0xab && sent[1] == 0xcd && sent[3] & 0x0f == 2)
+        #expect(DNSAnswers.sendable([1, 2, 3]) == [1, 2, 3])
+    }
+
     @Test func aCNAMEsTargetOwnsTheAddresses() throws {
         let query = try DNSQuery(Wire.query("alias.hd.test", type: 28))
         var writer = DNSResponseWriter(answering: query)

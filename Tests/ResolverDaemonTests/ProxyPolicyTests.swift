@@ -55,6 +55,54 @@ import Testing
         #expect(ProxyPolicy(settings: settings).dialable(addresses).count == addresses.count)
     }
 
+    /// redteam-3 F8: an allow list of names admitted every IP literal (`CONNECT 127.0.0.4:18480`).
+    @Test func allowAndDenyListsApplyToIPLiterals() throws {
+        var settings = DaemonSettings.Proxy()
+        settings.connectPorts = [443]
+        settings.allow = ["origin.hd.test", "192.0.2.7", "[2001:db8::7]"]
+        let policy = ProxyPolicy(settings: settings)
+        func refused(_ host: String) throws -> Bool { policy.refusal(for: try #require(ProxyTarget(host: host, port: 443)), plainHTTP: false) != nil }
+        #expect(try refused("127.0.0.4"), "a literal the allow list does not name")
+        #expect(try refused("198.18.0.10"))
+        #expect(try refused("::1"))
+        #expect(try !refused("192.0.2.7"), "a literal it names")
+        #expect(try !refused("2001:db8:0::7"), "any spelling of a listed v6 literal")
+        #expect(try !refused("origin.hd.test"))
+        #expect(try refused("2.7"), "a name is never matched against a literal's digits")
+        settings.allow = []
+        settings.deny = ["127.0.0.4", "bank.hd.test"]
+        let denying = ProxyPolicy(settings: settings)
+        #expect(denying.refusal(for: try #require(ProxyTarget(host: "127.0.0.4", port: 443)), plainHTTP: false)?.status == 403)
+        #expect(denying.refusal(for: try #require(ProxyTarget(host: "127.0.0.5", port: 443)), plainHTTP: false) == nil, "empty allow: all else")
+    }
+
+    /// redteam-3 F9: `Connection: content-length` took a GET's framing away, and its body reached
+    /// the origin as a second request.
+    @Test func aConnectionHeaderCannotTakeTheFramingAway() {
+        let smuggling = HTTPHeaders([("Host", "a.test"), ("Content-Length", "40"), ("Connection", "Content-Length")])
+        #expect(ProxyConnectionHandler.connectionNamesFraming(smuggling) == "content-length")
+        #expect(ProxyConnectionHandler.connectionNamesFraming(HTTPHeaders([("Connection", "close, Transfer-Encoding")])) == "transfer-encoding")
+        #expect(ProxyConnectionHandler.connectionNamesFraming(HTTPHeaders([("Connection", "host")])) == "host")
+        #expect(ProxyConnectionHandler.connectionNamesFraming(HTTPHeaders([("Connection", "keep-alive, X-Hop")])) == nil)
+        // In a response the framing stays whatever the Connection header names.
+        let kept = ProxyConnectionHandler.endToEnd(smuggling)
+        #expect(kept["content-length"] == ["40"])
+    }
+
+    /// redteam-3 F10: the proxy's tunnels (up to 6 descriptors each) took 1,023 of 1,024 descriptors,
+    /// outside the budget that sized HTTP and the DNS stub. Now all three share it.
+    @Test func tunnelsAreCountedInTheDescriptorBudget() throws {
+        let base = "upstreams: [{doh: \"https://192.0.2.1/dns-query\"}]\ndns_listen: \"127.0.0.1:5353\"\n"
+        let withProxy = try ConfigFile.parse(base + "proxy_listen: \"127.0.0.1:8118\"\n", file: "p.yaml", directory: "/tmp")
+        let (perListener, tunnels) = Daemon.connectionLimits(withProxy, descriptors: 1_024)
+        #expect(perListener * 2 + tunnels * Daemon.descriptorsPerTunnel <= 1_024 - 128, "\(perListener) per listener, \(tunnels) tunnels")
+        #expect(perListener >= 16 && tunnels >= 16)
+        let roomy = Daemon.connectionLimits(withProxy, descriptors: 1_048_576)
+        #expect(roomy == (withProxy.daemon.limits.maxConnections, withProxy.daemon.proxy.maxConnections))
+        let noProxy = try ConfigFile.parse(base, file: "p.yaml", directory: "/tmp")
+        #expect(Daemon.connectionLimits(noProxy, descriptors: 1_024).perListener == (1_024 - 128) / 2)
+    }
+
     @Test func theWatchersVerdictsSteerTheDialling() {
         let ips = ["127.0.0.4", "127.0.0.8", "127.0.0.10"].compactMap { IPAddress($0) }
         let steered = ProxyPolicy.heed(ips, hijacked: [ips[1]], ranking: [ips[2], ips[1], IPAddress("127.0.0.99")!])
