@@ -75,8 +75,10 @@ import Testing
         #expect(IPAddress(input)?.specialPurposeRange == range)
     }
 
-    @Test(arguments: ["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "198.18.0.10", "2001:2::10", "2606:4700::1111", "::ffff:8.8.8.8",
-        "2002:808:808::1", "::ffff:0:808:808", "64:ff9b:2::1"])
+    @Test(arguments: [
+        "8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "198.18.0.10", "2001:2::10", "2606:4700::1111", "::ffff:8.8.8.8",
+        "2002:808:808::1", "::ffff:0:808:808", "64:ff9b:2::1",
+    ])
     func globalAddressesAreNotSpecial(input: String) {
         #expect(IPAddress(input)?.specialPurposeRange == nil)
     }

@@ -27,7 +27,9 @@ import Testing
     }
 
     /// A response to `owner` `type` with the given sections: what the forger sends.
-    func forged(_ owner: DomainName, _ type: RecordType, rcode: UInt16 = 0, answers: [DNSMessage.Record] = [], authorities: [DNSMessage.Record])
+    func forged(
+        _ owner: DomainName, _ type: RecordType, rcode: UInt16 = 0, answers: [DNSMessage.Record] = [], authorities: [DNSMessage.Record]
+    )
         -> DNSMessage
     {
         DNSMessage(id: 0, flags: 0x8180 | rcode, questions: [.init(name: owner, type: type)], answers: answers, authorities: authorities)

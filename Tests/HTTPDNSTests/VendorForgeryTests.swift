@@ -19,8 +19,13 @@ import Testing
         let data: String
         switch mode {
         case 0: data = plain
-        case 1: data = "\"" + Data(try VendorCrypto.aesCBCSeal(Array(plain.utf8), key: key, iv: Array(repeating: 7, count: 16))).base64EncodedString() + "\""
-        default: data = "\"" + Data(try VendorCrypto.aesGCMSeal(Array(plain.utf8), key: key, nonce: Array(repeating: 7, count: 12))).base64EncodedString() + "\""
+        case 1:
+            data =
+                "\"" + Data(try VendorCrypto.aesCBCSeal(Array(plain.utf8), key: key, iv: Array(repeating: 7, count: 16))).base64EncodedString() + "\""
+        default:
+            data =
+                "\"" + Data(try VendorCrypto.aesGCMSeal(Array(plain.utf8), key: key, nonce: Array(repeating: 7, count: 12))).base64EncodedString()
+                + "\""
         }
         return Array(#"{"code":"success","mode":\#(mode),"data":\#(data)}"#.utf8)
     }
@@ -54,7 +59,9 @@ import Testing
         // A mode missing or written as a string is mode 0 or no mode: refused by an encrypting client.
         let gcm = AlibabaV2Wire(accountID: "100000", secret: nil, mode: .gcm(key: Self.key))
         for forged in [#"{"code":"success","data":{"answers":[]}}"#, #"{"code":"success","mode":"2","data":{"answers":[]}}"#] {
-            #expect(throws: VendorFault.self, "\(forged)") { try gcm.decode(status: 200, body: Array(forged.utf8), names: [try name("a.test")], families: .ipv4) }
+            #expect(throws: VendorFault.self, "\(forged)") {
+                try gcm.decode(status: 200, body: Array(forged.utf8), names: [try name("a.test")], families: .ipv4)
+            }
         }
         #expect(table.count == 9)
     }

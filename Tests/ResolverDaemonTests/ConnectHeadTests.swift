@@ -64,7 +64,8 @@ import Testing
         #expect(result == ConnectHead.scan(head))
         // A terminator split across two reads is found in the second.
         let split = Array("CONNECT a.test:443 HTTP/1.1\r\n\r\n".utf8)
-        #expect(ConnectHead.scan(split, searchFrom: split.count - 2) == .connect(authority: "a.test:443", proxyAuthorization: nil, length: split.count))
+        #expect(
+            ConnectHead.scan(split, searchFrom: split.count - 2) == .connect(authority: "a.test:443", proxyAuthorization: nil, length: split.count))
         // Time: 16 KB trickled one byte at a time, 16,000 scans, well under what the rescan took.
         let big = Array(("CONNECT a.test:443 HTTP/1.1\r\n" + String(repeating: "X-A: b\r\n", count: 2_000)).utf8)
         let started = ContinuousClock.now

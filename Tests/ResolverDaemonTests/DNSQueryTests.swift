@@ -160,7 +160,8 @@ enum Wire {
         for edns in [nil, Wire.opt(size: 4096, dnssecOK: true)] {
             let query = try DNSQuery(Wire.query(longName, edns: edns))
             var writer = DNSResponseWriter(answering: query)
-            let target = writer.appendCNAME(owner: DNSResponseWriter.questionNameOffset, ttl: 60, target: try DomainName(longName.replacingOccurrences(of: "a", with: "b")))
+            let target = writer.appendCNAME(
+                owner: DNSResponseWriter.questionNameOffset, ttl: 60, target: try DomainName(longName.replacingOccurrences(of: "a", with: "b")))
             for index in 0..<20_000 { writer.appendAddress(owner: target, ttl: 60, IPAddress("198.18.\(index / 256 % 256).\(index % 256)")!) }
             let omitted = writer.omittedRecords
             #expect(omitted > 0)
