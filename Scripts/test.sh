@@ -35,4 +35,6 @@ swift test --skip-build --no-parallel "$@"
 # The adversarial suite: hostile clients and failing upstreams against a running daemon.
 if [ $# -eq 0 ]; then
     /usr/bin/python3 -W ignore Tests/Adversarial/adversarial.py "$(swift build --show-bin-path)/resolve"
+    # The forgery matrix: an on-path forger against every answer path, DNSSEC rows checked with delv.
+    /usr/bin/python3 -W ignore Tests/Forgery/forgery.py "$(swift build --show-bin-path)/resolve"
 fi

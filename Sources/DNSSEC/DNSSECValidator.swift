@@ -103,6 +103,12 @@ public struct DNSSECValidator: Sendable {
     /// response cost millions of them (KeyTrap, CVE-2023-50387); an honest chain needs a handful.
     public var maxSignatureChecks = 32
     public var skew = DNSSECVerifier.defaultSkew
+    /// When a trust anchor covers the name but the chain cannot be completed — a bound was hit or
+    /// fetching failed — the status is `bogus` rather than `indeterminate`. A policy that requires
+    /// validation sets it: otherwise a forger who makes the chain unfinishable (drops a DNSKEY
+    /// answer, or loops the chain to the depth bound) would have an unproven answer accepted.
+    /// Unbound and BIND answer SERVFAIL there too.
+    public var undecidedIsBogus = false
 
     public init(anchors: TrustAnchors, cache: DNSSECChainCache? = nil, fetch: @escaping Fetch) {
         self.anchors = anchors
@@ -134,10 +140,14 @@ public struct DNSSECValidator: Sendable {
             if case .tooCostly = failure { return (.indeterminate(failure.description), []) }
             return (.bogus(failure.description), [])
         } catch let bound as Bound {
-            return (.indeterminate(bound.reason), [])
+            return (undecided(bound.reason), [])
         } catch {
-            return (.indeterminate("fetching the chain failed: \(error)"), [])
+            return (undecided("fetching the chain failed: \(error)"), [])
         }
+    }
+
+    private func undecided(_ reason: String) -> DNSSECStatus {
+        undecidedIsBogus ? .bogus("the chain could not be completed: \(reason)") : .indeterminate(reason)
     }
 
     struct Bound: Error { var reason: String }
@@ -150,6 +160,8 @@ public struct DNSSECValidator: Sendable {
         let started: ContinuousClock.Instant
         var zones: [DomainName: ZoneState] = [:]
         var fetched: [String: DNSMessage] = [:]
+        /// Zones whose keys are being proven: met again, the chain depends on itself.
+        var proving: Set<DomainName> = []
         var depth = 0
         var checks = 0
     }
@@ -226,8 +238,12 @@ public struct DNSSECValidator: Sendable {
     /// An RRset is secure when one of its signatures verifies with a key of a secure DNSKEY set
     /// (and, for a wildcard expansion, the exact name is proven absent); insecure when it lies in
     /// a zone proven unsigned.
+    ///
+    /// - Parameter cut: for what proves a zone cut (DS, or its denial), the cut's name: only a
+    ///   signer strictly above it counts. The child's own key cannot vouch for its DS, and trying
+    ///   would make the chain depend on itself.
     private func status(
-        of records: [DNSMessage.Record], signatures: [RRSIG], in response: DNSMessage, session: inout Session
+        of records: [DNSMessage.Record], signatures: [RRSIG], in response: DNSMessage, session: inout Session, signedAbove cut: DomainName? = nil
     ) async throws
         -> DNSSECStatus
     {
@@ -235,7 +251,9 @@ public struct DNSSECValidator: Sendable {
         guard !signatures.isEmpty else { return try await unsignedStatus(of: owner, type: records[0].type, session: &session) }
         var lastFailure: DNSSECFailure = .keyMismatch("no signature of \(owner) \(records[0].type) is by a zone above it")
         for signature in signatures
-        where DNSSECVerifier.isSubdomain(owner, of: signature.signerName) && DNSSECVerifier.isSubdomain(signature.signerName, of: session.anchor) {
+        where DNSSECVerifier.isSubdomain(owner, of: signature.signerName) && DNSSECVerifier.isSubdomain(signature.signerName, of: session.anchor)
+            && !(cut.map { DNSSECVerifier.isSubdomain(signature.signerName, of: $0) } ?? false)
+        {
             let zone = try await zoneState(signature.signerName, session: &session)
             guard case .secure(let keys) = zone else { return .insecure }
             for key in keys where key.keyTag == signature.keyTag && key.algorithm == signature.algorithm {
@@ -273,7 +291,9 @@ public struct DNSSECValidator: Sendable {
 
     /// The NSEC and NSEC3 records of the authority section whose signatures verify; unsigned ones
     /// prove nothing and are left out, as are records of zones proven insecure.
-    private func provenDenialRecords(in response: DNSMessage, session: inout Session) async throws -> ([NSECRecord], [NSEC3Record]) {
+    private func provenDenialRecords(
+        in response: DNSMessage, session: inout Session, signedAbove cut: DomainName? = nil
+    ) async throws -> ([NSECRecord], [NSEC3Record]) {
         var nsec: [NSECRecord] = []
         var nsec3: [NSEC3Record] = []
         var owners: [DomainName] = []
@@ -284,7 +304,9 @@ public struct DNSSECValidator: Sendable {
             for type in [RecordType.nsec, .nsec3] {
                 let (records, signatures) = Self.rrset(in: response.authorities, name: owner, type: type)
                 guard !records.isEmpty, !signatures.isEmpty else { continue }
-                guard try await status(of: records, signatures: signatures, in: response, session: &session) == .secure else { continue }
+                guard try await status(of: records, signatures: signatures, in: response, session: &session, signedAbove: cut) == .secure else {
+                    continue
+                }
                 for record in records {
                     guard case .opaque(let rdata) = record.data else { continue }
                     if type == .nsec {
@@ -321,8 +343,14 @@ public struct DNSSECValidator: Sendable {
             session.zones[zone] = cached
             return cached
         }
+        guard session.proving.insert(zone).inserted else {
+            throw DNSSECFailure.unproven("proving \(zone)'s keys needs \(zone)'s keys: the chain depends on itself")
+        }
         session.depth += 1
-        defer { session.depth -= 1 }
+        defer {
+            session.depth -= 1
+            session.proving.remove(zone)
+        }
         guard session.depth <= maxDepth else { throw Bound(reason: "a chain longer than \(maxDepth) zones") }
         let ds: [DSRecord]
         var expires = session.now &+ 3600
@@ -362,14 +390,16 @@ public struct DNSSECValidator: Sendable {
         let response = try await ask(name, .ds, session: &session)
         let (records, signatures) = Self.rrset(in: response.answers, name: name, type: .ds)
         if !records.isEmpty {
-            guard try await status(of: records, signatures: signatures, in: response, session: &session) == .secure else { return .insecure }
+            guard try await status(of: records, signatures: signatures, in: response, session: &session, signedAbove: name) == .secure else {
+                return .insecure
+            }
             let ds = records.compactMap { record -> DSRecord? in
                 guard case .opaque(let rdata) = record.data else { return nil }
                 return try? DSRecord(rdata: rdata)
             }
             return .secure(ds, ttl: records.map(\.ttl).min() ?? 0)
         }
-        let (nsec, nsec3) = try await provenDenialRecords(in: response, session: &session)
+        let (nsec, nsec3) = try await provenDenialRecords(in: response, session: &session, signedAbove: name)
         if nsec.isEmpty && nsec3.isEmpty {
             // No proof at all: an unsigned parent is insecure (its own cut was proven above), a signed one lies.
             throw DNSSECFailure.unproven("no DS for \(name) and no NSEC/NSEC3 proving there is none")

@@ -141,6 +141,8 @@ extension HTTPDNSResolver {
             name, type in try await self.askValidating(name, type)
         }
         validator.negativeAnchors = settings.negativeAnchors
+        // `require` accepts no answer whose chain could not be completed under an anchor.
+        validator.undecidedIsBogus = settings.policy == .require
         // Validation runs after the lookup and gets the lookup's budget again, at most.
         validator.maxDuration = min(validator.maxDuration, options.timeout)
         return validator

@@ -99,6 +99,43 @@ import Testing
         expectNotSecure(await validator.validate(response, name: cut, type: .ds, now: now), "no DS at rsa.sig.test by the child's apex NSEC")
     }
 
+    /// The upstream answers rsa.sig.test's DS query with the child's own apex NSEC ("no DS": the
+    /// child would be unsigned) and www.rsa.sig.test with an unsigned forged address. The child's
+    /// key cannot vouch for its own DS: bogus at once, not a chain that loops to the depth bound
+    /// (which was `indeterminate`, and `require` let that through).
+    @Test func aChildCannotDenyItsOwnDSToLookUnsigned() async throws {
+        let resolver = try SignedTreeTests.resolver(Env.dohA)
+        let ask = SignedTreeTests.ask(resolver)
+        let cut = try name("rsa.sig.test")
+        let apex = try await ask(cut, .nsec)
+        let forgedDS = forged(cut, .ds, authorities: apex.answers)
+        let validator = DNSSECValidator(anchors: try SignedTreeTests.anchors()) { owner, type in
+            owner == cut && type == .ds ? forgedDS : try await ask(owner, type)
+        }
+        let target = try name("www.rsa.sig.test")
+        let unsigned = forged(
+            target, .a, answers: [.init(name: target, type: .a, ttl: 300, data: .address(IPAddress("127.0.0.66")!))], authorities: [])
+        let status = await validator.validate(unsigned, name: target, type: .a, now: now)
+        expectNotSecure(status, "an unsigned address under a DS the child denied itself")
+        #expect(status.reason?.contains("longer than") == false, "\(status)")
+    }
+
+    /// Under `require` a chain that cannot be completed (here: every DNSKEY answer dropped) is bogus;
+    /// under `report` it stays `indeterminate`, the label for "could not decide".
+    @Test func anUnfinishableChainIsBogusWhenValidationIsRequired() async throws {
+        let resolver = try SignedTreeTests.resolver(Env.dohA)
+        let ask = SignedTreeTests.ask(resolver)
+        let target = try name("www.sig.test")
+        let response = try await ask(target, .a)
+        var validator = DNSSECValidator(anchors: try SignedTreeTests.anchors()) { owner, type in
+            if type == .dnskey { throw DNSError(.timeout, "dropped by the forger") }
+            return try await ask(owner, type)
+        }
+        #expect(await validator.validate(response, name: target, type: .a, now: now).name == "indeterminate")
+        validator.undecidedIsBogus = true
+        expectNotSecure(await validator.validate(response, name: target, type: .a, now: now), "DNSKEY dropped under require")
+    }
+
     /// The addresses used must be the RRset the validator proved, not every A in the answer: an
     /// extra, unsigned record of another owner beside a genuine signed set proves nothing.
     @Test func anAddressBesideTheSignedRRsetIsNotSigned() async throws {

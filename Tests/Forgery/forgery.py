@@ -1,0 +1,950 @@
+#!/usr/bin/python3
+"""The forgery matrix: an on-path forger that holds what a real attacker holds — no zone's keys, no
+vendor account's keys, no certificate for the resolver's name — tries every class of forgery against
+every answer path, and each row asserts that the forged address is never returned by the library
+(`resolve lookup`), never served by the daemon (DNS stub over UDP and TCP, `/dns-query`,
+`/v1/resolve`), never cached (asked again once the forger is honest), and never dialled (the proxy's
+CONNECT and `resolve fetch`: a trap listens on the forged loopback address), and that the error says
+what happened.
+
+DNSSEC rows are also given, byte for byte, to BIND's `delv` (a validating peer asking the same
+forger): the run fails on any row where delv says bogus and we say secure.
+
+    /usr/bin/python3 Tests/Forgery/forgery.py RESOLVE_BINARY [ROW...]
+
+Needs Scripts/testenv.sh running (BIND on 127.0.0.1:18053, the vendor fakes on 18701, the test CA).
+Every socket is on 127.0.0.0/8; every wait is bounded.
+"""
+import base64
+import http.client
+import http.server
+import json
+import os
+import shutil
+import socket
+import socketserver
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+import dns.flags
+import dns.message
+import dns.name
+import dns.query
+import dns.rcode
+import dns.rdata
+import dns.rdataclass
+import dns.rdatatype
+import dns.rrset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = os.path.join(ROOT, ".testenv")
+CA = os.path.join(ENV, "ca/ca.pem")
+SECRETS = os.path.join(ENV, "vendor")
+ANCHORS = os.path.join(ENV, "sig.test.anchors")
+BIND = ("127.0.0.1", 18053)
+VENDOR_PLAIN = ("127.0.0.1", 18701)
+
+# The forger's listeners, the daemon's, and the trap on the forged address.
+FORGER_DNS = 18680           # plain DNS, UDP and TCP (delv asks here)
+FORGER_DOH = 18681           # DoH with doh-a.test's certificate: the lying upstream
+IMPOSTOR_NAME = 18682        # DoH with a test-CA certificate for another name (hostile.test)
+IMPOSTOR_CA = 18683          # DoH with a certificate for doh-a.test's name... from another CA
+VENDOR_MITM = 18684          # plain HTTP between the client and the vendor fake
+DAEMON_HTTP, DAEMON_DNS, DAEMON_PROXY = 18685, 18686, 18687
+TRAP_PORT = 18688
+FORGED = "127.0.0.66"        # what every forgery tries to get used; a trap listens there
+BINARY = None
+
+
+# --- DNS helpers -----------------------------------------------------------------------------
+
+def ask_bind(name, rdtype, dnssec=True):
+    """BIND's genuine, authoritative answer, with DNSSEC records (DO, CD)."""
+    query = dns.message.make_query(name, rdtype, want_dnssec=dnssec)
+    query.flags |= dns.flags.CD
+    response = dns.query.udp(query, *BIND[:1], port=BIND[1], timeout=3)
+    if response.flags & dns.flags.TC:
+        response = dns.query.tcp(query, BIND[0], port=BIND[1], timeout=3)
+    return response
+
+
+def rrsets(section, name=None, rdtype=None, covers=None):
+    out = []
+    for rrset in section:
+        if name is not None and rrset.name != dns.name.from_text(name):
+            continue
+        if rdtype is not None and rrset.rdtype != rdtype:
+            continue
+        if covers is not None and rrset.covers != covers:
+            continue
+        out.append(rrset)
+    return out
+
+
+def renamed(rrset, name):
+    copy = dns.rrset.RRset(dns.name.from_text(name), rrset.rdclass, rrset.rdtype, rrset.covers)
+    copy.update(rrset)
+    return copy
+
+
+def reply_to(query, rcode=dns.rcode.NOERROR, answer=(), authority=()):
+    """A response to `query` (its ID, question, DO) with these sections; AA, no AD."""
+    response = dns.message.make_response(query)
+    response.flags |= dns.flags.AA
+    response.flags &= ~dns.flags.AD
+    response.set_rcode(rcode)
+    response.answer = [rr for rr in answer]
+    response.authority = [rr for rr in authority]
+    return response
+
+
+def a_rrset(name, *addresses, rdtype=dns.rdatatype.A, ttl=300):
+    return dns.rrset.from_text(dns.name.from_text(name), ttl, "IN", dns.rdatatype.to_text(rdtype), *addresses)
+
+
+# --- The forger ------------------------------------------------------------------------------
+
+class Forger:
+    """Forwards to BIND, except what the current row forges: a function (query) -> wire bytes or
+    a dns.message, or None to forward. Shared by the forger's DNS and DoH listeners."""
+
+    def __init__(self):
+        self.row = None
+        self.lock = threading.Lock()
+
+    def answer(self, wire):
+        try:
+            query = dns.message.from_wire(wire)
+        except Exception:
+            return None
+        with self.lock:
+            row = self.row
+        if row is not None and row.forge is not None:
+            forged = row.forge(query)
+            if forged is not None:
+                if isinstance(forged, (bytes, bytearray)):
+                    return bytes(forged)
+                return forged.to_wire(max_size=65535)
+        try:
+            response = dns.query.udp(query, BIND[0], port=BIND[1], timeout=3, ignore_unexpected=True)
+            if response.flags & dns.flags.TC:
+                response = dns.query.tcp(query, BIND[0], port=BIND[1], timeout=3)
+            return response.to_wire(max_size=65535)
+        except Exception:
+            return None
+
+
+FORGER = Forger()
+
+
+class DNSUDPHandler(socketserver.BaseRequestHandler):
+    def handle(self):
+        data, sock = self.request
+        answer = FORGER.answer(data)
+        if answer is not None:
+            if len(answer) > 1232:
+                answer = answer[:2] + bytes([answer[2] | 0x02, answer[3]]) + answer[4:6] + b"\0" * 6 + answer[12:self._question_end(answer)]
+            sock.sendto(answer, self.client_address)
+
+    @staticmethod
+    def _question_end(wire):
+        index = 12
+        while wire[index] != 0:
+            index += 1 + wire[index]
+        return index + 5
+
+
+class DNSTCPHandler(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.settimeout(5)
+        try:
+            while True:
+                head = self._read(2)
+                if not head:
+                    return
+                wire = self._read(struct.unpack("!H", head)[0])
+                answer = FORGER.answer(wire)
+                if answer is None:
+                    return
+                self.request.sendall(struct.pack("!H", len(answer)) + answer)
+        except OSError:
+            return
+
+    def _read(self, count):
+        data = b""
+        while len(data) < count:
+            chunk = self.request.recv(count - len(data))
+            if not chunk:
+                return b""
+            data += chunk
+        return data
+
+
+class ThreadingUDP(socketserver.ThreadingMixIn, socketserver.UDPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class ThreadingTCP(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def server_bind(self):  # no reverse lookup of the bound address (it would leave the machine)
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+    def handle_error(self, request, client_address):
+        pass  # clients that refuse our certificate hang up mid-handshake: expected
+
+
+class DoHHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_):
+        pass
+
+    def _answer(self, wire):
+        row = FORGER.row
+        if row is not None and row.doh_body is not None:
+            status, content_type, body = row.doh_body(wire)
+        else:
+            body = FORGER.answer(wire)
+            status, content_type = (200, "application/dns-message") if body is not None else (502, "text/plain")
+            body = body or b""
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        if status in (301, 302):
+            self.send_header("Location", f"https://127.0.0.1:{FORGER_DOH}/elsewhere")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("dns", [""])[0]
+        try:
+            wire = base64.urlsafe_b64decode(query + "=" * (-len(query) % 4))
+        except Exception:
+            wire = b""
+        self._answer(wire)
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        self._answer(self.rfile.read(length))
+
+
+class VendorMITM(http.server.BaseHTTPRequestHandler):
+    """Between the client and the vendor fake over plain HTTP: forwards the request, then lets the
+    row rewrite the response (status, body)."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_):
+        pass
+
+    def do_GET(self):
+        connection = http.client.HTTPConnection(*VENDOR_PLAIN, timeout=5)
+        connection.request("GET", self.path, headers={"Accept": self.headers.get("Accept", "*/*")})
+        response = connection.getresponse()
+        status, body, content_type = response.status, response.read(), response.getheader("Content-Type", "text/plain")
+        connection.close()
+        row = FORGER.row
+        if row is not None and row.vendor is not None:
+            status, body = row.vendor(self.path, status, body)
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class Trap:
+    """A listener on the forged address: every connection to it is a dial of a forged answer."""
+
+    def __init__(self, host, port):
+        self.connections = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.sock.listen(64)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            client.close()
+
+
+def serve(server):
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def tls_server(port, cert, key):
+    server = HTTPServer(("127.0.0.1", port), DoHHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return serve(server)
+
+
+def start_forger():
+    serve(ThreadingUDP(("127.0.0.1", FORGER_DNS), DNSUDPHandler))
+    serve(ThreadingTCP(("127.0.0.1", FORGER_DNS), DNSTCPHandler))
+    tls_server(FORGER_DOH, f"{ENV}/ca/doh-a.test.pem", f"{ENV}/ca/doh-a.test.key")
+    tls_server(IMPOSTOR_NAME, f"{ENV}/ca/hostile.test.pem", f"{ENV}/ca/hostile.test.key")
+    # other-ca's certificate for bank.hd.test: neither the right CA nor the right name.
+    tls_server(IMPOSTOR_CA, f"{ENV}/ca/impostor.pem", f"{ENV}/ca/impostor.key")
+    serve(HTTPServer(("127.0.0.1", VENDOR_MITM), VendorMITM))
+
+
+# --- The rows --------------------------------------------------------------------------------
+
+class Row:
+    """One forgery: which upstream config, what the forger does, which name is asked, what must
+    never come back, and the error code(s) that say what happened.
+
+    `forge(query)` rewrites DNS answers (DoH and plain DNS); `doh_body(wire)` replaces the whole
+    HTTP answer; `vendor(path, status, body)` rewrites a vendor response. `documented` marks a row
+    that proves a gap the README's threat table names (the forged address is expected to pass)."""
+
+    def __init__(self, name, klass, upstream, host, codes, forge=None, doh_body=None, vendor=None, forged=(FORGED,),
+                 dnssec=None, rdtype="a", delv=None, documented=None, daemon=True, genuine=None, config_error=False):
+        self.name, self.klass, self.upstream, self.host, self.codes = name, klass, upstream, host, codes
+        self.forge, self.doh_body, self.vendor, self.forged = forge, doh_body, vendor, set(forged)
+        self.dnssec, self.rdtype, self.delv, self.documented = dnssec, rdtype, delv, documented
+        self.daemon, self.genuine, self.config_error = daemon, genuine, config_error
+
+
+DOH = f'{{doh: "https://doh-a.test:{FORGER_DOH}/dns-query", bootstrap: [127.0.0.1]}}'
+
+
+def vendor_upstream(kind):
+    endpoint = f"http://127.0.0.1:{VENDOR_MITM}"
+    if kind == "alibaba-gcm" or kind == "alibaba-cbc":
+        mode = kind.split("-")[1]
+        return (f'{{alibaba: {{account_id: "100000", api: v2, endpoint: "{endpoint}", secret_file: {SECRETS}/alibaba.secret, '
+                f'aes_key_file: {SECRETS}/alibaba.aes, encryption: {mode}}}}}')
+    cipher = kind.split("-")[1]
+    return f'{{tencent: {{account_id: "12345", endpoint: "{endpoint}", encryption: {cipher}, key_file: {SECRETS}/tencent.key}}}}'
+
+
+def only(name, rdtype, build):
+    """A forge function that rewrites queries for `name` `rdtype` with `build(query)`."""
+    def forge(query):
+        question = query.question[0]
+        if question.name == dns.name.from_text(name) and question.rdtype == dns.rdatatype.from_text(rdtype):
+            return build(query)
+        return None
+    return forge
+
+
+def several(*forges):
+    def forge(query):
+        for each in forges:
+            result = each(query)
+            if result is not None:
+                return result
+        return None
+    return forge
+
+
+def genuine_with(query, name, rdtype, edit):
+    """BIND's genuine answer to `name` `rdtype`, edited, as a reply to `query`."""
+    genuine = ask_bind(name, rdtype)
+    answer = [renamed(rr, str(query.question[0].name)) if rr.name == dns.name.from_text(name) else rr for rr in genuine.answer]
+    response = reply_to(query, genuine.rcode(), answer, genuine.authority)
+    edit(response)
+    return response
+
+
+def set_addresses(response, owner, address):
+    for index, rrset in enumerate(response.answer):
+        if rrset.name == dns.name.from_text(owner) and rrset.rdtype == dns.rdatatype.A:
+            response.answer[index] = a_rrset(owner, address, ttl=rrset.ttl)
+
+
+def strip_signatures(response):
+    response.answer = [rr for rr in response.answer if rr.rdtype != dns.rdatatype.RRSIG]
+    response.authority = [rr for rr in response.authority if rr.rdtype not in (dns.rdatatype.RRSIG, dns.rdatatype.NSEC, dns.rdatatype.NSEC3)]
+
+
+def rrsig_labels(response, labels):
+    for index, rrset in enumerate(response.answer):
+        if rrset.rdtype == dns.rdatatype.RRSIG:
+            edited = dns.rrset.RRset(rrset.name, rrset.rdclass, rrset.rdtype, rrset.covers)
+            for rdata in rrset:
+                edited.add(rdata.replace(labels=labels), rrset.ttl)
+            response.answer[index] = edited
+
+
+def wire_edit(build):
+    """A forge function returning raw bytes made from the genuine answer's wire."""
+    return build
+
+
+def dns_wire_rows():
+    """A lying trusted upstream (it holds the DoH certificate): what its answers are checked for."""
+    name = "www.hd.test"
+
+    def genuine(query):
+        response = ask_bind(name, "A", dnssec=False)
+        response.id = query.id
+        return response
+
+    def other_name(query):
+        response = reply_to(query, answer=[a_rrset("evil.hd.test", FORGED)])
+        response.question = [dns.rrset.RRset(dns.name.from_text("evil.hd.test"), dns.rdataclass.IN, dns.rdatatype.A)]
+        return response
+
+    def wrong_id(query):
+        response = reply_to(query, answer=[a_rrset(name, FORGED)])
+        response.id = (query.id + 0x1234) & 0xffff
+        return response
+
+    def not_a_response(query):
+        wire = bytearray(reply_to(query, answer=[a_rrset(name, FORGED)]).to_wire())
+        wire[2] &= 0x7f  # QR cleared
+        return bytes(wire)
+
+    def pointer_loop(query):
+        wire = bytearray(reply_to(query).to_wire())
+        wire[7] = 1  # ANCOUNT 1: a record whose owner points at itself
+        at = len(wire)
+        wire += struct.pack("!H", 0xc000 | at) + struct.pack("!HHIH", 1, 1, 300, 4) + socket.inet_aton(FORGED)
+        return bytes(wire)
+
+    def truncated(query):
+        wire = reply_to(query, answer=[a_rrset(name, FORGED, "127.0.0.67")]).to_wire()
+        return wire[:-3]
+
+    def trailing(query):
+        return reply_to(query, answer=[a_rrset(name, FORGED)]).to_wire() + b"\0" * 16
+
+    def oversized(query):
+        return reply_to(query, answer=[a_rrset(name, FORGED)]).to_wire() + b"\0" * 70000
+
+    def other_family(query):
+        return reply_to(query, answer=[a_rrset(name, "::ffff:127.0.0.66", rdtype=dns.rdatatype.AAAA)])
+
+    def redirect(_wire):
+        return 302, "text/plain", b""
+
+    def html(_wire):
+        return 200, "text/html", b"<html>" + FORGED.encode() + b"</html>"
+
+    rows = [
+        Row("doh-other-name", "an answer for another name", DOH, name, {"mismatched_response"}, forge=only(name, "A", other_name)),
+        Row("doh-wrong-id", "another query's answer (ID)", DOH, name, {"mismatched_response"}, forge=only(name, "A", wrong_id)),
+        Row("doh-not-a-response", "a query echoed back (QR clear)", DOH, name, {"mismatched_response", "malformed_response"},
+            forge=only(name, "A", not_a_response)),
+        Row("doh-pointer-loop", "a compression loop", DOH, name, {"malformed_response"}, forge=only(name, "A", pointer_loop)),
+        Row("doh-truncated", "a cut answer", DOH, name, {"malformed_response"}, forge=only(name, "A", truncated)),
+        Row("doh-trailing", "padding after the message", DOH, name, {"malformed_response"}, forge=only(name, "A", trailing)),
+        Row("doh-oversized", "an answer over 64 KiB", DOH, name, {"response_too_large"}, forge=only(name, "A", oversized)),
+        Row("doh-other-family", "an AAAA in an A answer", DOH, name, {"nodata"}, forge=only(name, "A", other_family)),
+        Row("doh-redirect", "a redirect to another resolver", DOH, name, {"http_status"}, doh_body=redirect),
+        Row("doh-html", "a captive portal's page", DOH, name, {"bad_content_type"}, doh_body=html),
+        Row("tls-other-name", "a certificate for another name (test CA)", f'{{doh: "https://doh-a.test:{IMPOSTOR_NAME}/dns-query", bootstrap: [127.0.0.1]}}',
+            name, {"tls_failed"}, forge=only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)]))),
+        Row("tls-other-ca", "a certificate from another CA", f'{{doh: "https://doh-a.test:{IMPOSTOR_CA}/dns-query", bootstrap: [127.0.0.1]}}',
+            name, {"tls_failed"}, forge=only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)]))),
+        Row("doh-plain-http", "a downgrade to plain HTTP", f'{{doh: "http://doh-a.test:{FORGER_DOH}/dns-query", bootstrap: [127.0.0.1]}}',
+            name, set(), forge=only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)])), config_error=True, daemon=False),
+    ]
+    del genuine
+    return rows
+
+
+def dnssec_rows():
+    """Forged but well-formed DNSSEC answers built from the signed tree's genuine data."""
+    def nxdomain_with(name, proof_from):
+        def build(query):
+            return reply_to(query, dns.rcode.NXDOMAIN, authority=ask_bind(proof_from, "A").authority)
+        return only(name, "A", build)
+
+    def wildcard_replay(query):
+        expansion = ask_bind("x.wild.sig.test", "A")
+        answer = [renamed(rr, "real.wild.sig.test") for rr in expansion.answer]
+        return reply_to(query, answer=answer, authority=ask_bind("zzzz.rsa.sig.test", "A").authority)
+
+    def another_names_rrset(query):
+        genuine = ask_bind("forged.sig.test", "A")
+        return reply_to(query, answer=[renamed(rr, "www.sig.test") for rr in genuine.answer])
+
+    def spliced(query):
+        alias = ask_bind("alias.sig.test", "A")
+        cname = rrsets(alias.answer, "alias.sig.test")
+        www = ask_bind("www.sig.test", "A")
+        # www.rsa.sig.test's address swapped, signed by sig.test's signature over www.sig.test.
+        forged = [a_rrset("www.rsa.sig.test", FORGED)] + [renamed(rr, "www.rsa.sig.test") for rr in rrsets(www.answer, rdtype=dns.rdatatype.RRSIG)]
+        return reply_to(query, answer=cname + forged)
+
+    def ds_from_n3(query):
+        n3 = ask_bind("n3.sig.test", "DS")
+        return reply_to(query, answer=[renamed(rr, "rsa.sig.test") for rr in n3.answer])
+
+    def ds_denied_by_apex(query):
+        apex = ask_bind("rsa.sig.test", "NSEC")
+        return reply_to(query, authority=apex.answer + rrsets(ask_bind("rsa.sig.test", "SOA").answer))
+
+    def dnskey_from_n3(query):
+        n3 = ask_bind("n3.sig.test", "DNSKEY")
+        return reply_to(query, answer=[renamed(rr, "rsa.sig.test") for rr in n3.answer])
+
+    def unsigned_rsa(query):
+        return reply_to(query, answer=[a_rrset("www.rsa.sig.test", FORGED)])
+
+    def nsec3_sibling(query):
+        return reply_to(query, dns.rcode.NXDOMAIN, authority=ask_bind("nx.n3.sig.test", "A").authority)
+
+    rows = [
+        Row("nsec-wraparound", "another zone's wrap-around NSEC as NXDOMAIN", DOH, "www.sig.test", {"dnssec_bogus"},
+            forge=nxdomain_with("www.sig.test", "zzzz.rsa.sig.test"), forged=(), dnssec="nxdomain"),
+        Row("nsec3-sibling", "a sibling zone's NSEC3 as NXDOMAIN", DOH, "www.rsa.sig.test", {"dnssec_bogus"},
+            forge=only("www.rsa.sig.test", "A", nsec3_sibling), forged=(), dnssec="nxdomain"),
+        Row("nxdomain-unproven", "NXDOMAIN without a proof", DOH, "www.sig.test", {"dnssec_bogus"},
+            forge=only("www.sig.test", "A", lambda q: reply_to(q, dns.rcode.NXDOMAIN)), forged=(), dnssec="nxdomain"),
+        Row("wildcard-replay", "a genuine wildcard replayed for an existing name", DOH, "real.wild.sig.test", {"dnssec_bogus"},
+            forge=only("real.wild.sig.test", "A", wildcard_replay), forged=("192.0.2.19",), dnssec="answer"),
+        Row("address-flipped", "an address changed under a kept RRSIG (bit flips)", DOH, "www.sig.test", {"dnssec_bogus"},
+            forge=only("www.sig.test", "A", lambda q: genuine_with(q, "www.sig.test", "A", lambda r: set_addresses(r, "www.sig.test", FORGED))),
+            dnssec="answer"),
+        Row("rrsig-stripped", "signatures stripped (downgrade to unsigned)", DOH, "www.sig.test", {"dnssec_bogus"},
+            forge=only("www.sig.test", "A", lambda q: genuine_with(
+                q, "www.sig.test", "A", lambda r: (set_addresses(r, "www.sig.test", FORGED), strip_signatures(r)))),
+            dnssec="answer"),
+        Row("rrset-of-another-name", "another name's signed RRset replayed", DOH, "www.sig.test", {"dnssec_bogus"},
+            forge=only("www.sig.test", "A", another_names_rrset), forged=("127.0.0.77",), dnssec="answer"),
+        Row("rrsig-labels-lie", "an RRSIG whose labels claim a wildcard", DOH, "www.sig.test", {"dnssec_bogus"},
+            forge=only("www.sig.test", "A", lambda q: genuine_with(
+                q, "www.sig.test", "A", lambda r: (rrsig_labels(r, 2), set_addresses(r, "www.sig.test", FORGED)))),
+            dnssec="answer"),
+        Row("cname-spliced", "a CNAME chain spliced into another zone", DOH, "alias.sig.test", {"dnssec_bogus"},
+            forge=only("alias.sig.test", "A", spliced), dnssec="answer"),
+        Row("ds-of-another-zone", "a DS set from another zone", DOH, "www.rsa.sig.test", {"dnssec_bogus"},
+            forge=several(only("rsa.sig.test", "DS", ds_from_n3), only("www.rsa.sig.test", "A", unsigned_rsa)), dnssec="answer"),
+        Row("ds-denied-by-child", "the child's apex NSEC denying its DS (insecure by forgery)", DOH, "www.rsa.sig.test", {"dnssec_bogus"},
+            forge=several(only("rsa.sig.test", "DS", ds_denied_by_apex), only("www.rsa.sig.test", "A", unsigned_rsa)), dnssec="answer"),
+        Row("dnskey-of-another-zone", "a DNSKEY set from another zone", DOH, "www.rsa.sig.test", {"dnssec_bogus"},
+            forge=several(only("rsa.sig.test", "DNSKEY", dnskey_from_n3), only("www.rsa.sig.test", "A", unsigned_rsa)), dnssec="answer"),
+        Row("expired-signature", "an old answer whose signatures expired (replay)", DOH, "www.expired.sig.test", {"dnssec_bogus"},
+            forged=("192.0.2.61",), dnssec="answer"),
+    ]
+    return rows
+
+
+def vendor_rows():
+    """A man in the middle of plain-HTTP vendor APIs, without the account's keys."""
+    captured = {}
+
+    def capture(kind, host):
+        """A genuine response for `host` through the MITM (it passes everything on this row)."""
+        return captured.get((kind, host))
+
+    def alibaba_plain(path, status, body):
+        names = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+        answers = [{"dn": "www.hd.test", "v4": {"ips": [FORGED], "ttl": 60}, "v6": {"ips": [], "ttl": 60}}]
+        return 200, json.dumps({"code": "success", "mode": 0, "data": {"cip": "127.0.0.1", "answers": answers}}).encode()
+
+    def alibaba_mode(mode):
+        def rewrite(path, status, body):
+            try:
+                reply = json.loads(body)
+            except Exception:
+                return status, body
+            reply["mode"] = mode
+            return status, json.dumps(reply).encode()
+        return rewrite
+
+    def alibaba_data(edit):
+        def rewrite(path, status, body):
+            try:
+                reply = json.loads(body)
+                data = bytearray(base64.b64decode(reply["data"]))
+            except Exception:
+                return status, body
+            reply["data"] = base64.b64encode(bytes(edit(data))).decode()
+            return status, json.dumps(reply).encode()
+        return rewrite
+
+    def flip(at):
+        def edit(data):
+            data[at if at >= 0 else len(data) + at] ^= 0x01
+            return data
+        return edit
+
+    def replay(kind):
+        def rewrite(path, status, body):
+            return 200, captured[(kind, "loopback.hd.test")]
+        return rewrite
+
+    def tencent_text(text):
+        return lambda path, status, body: (200, text)
+
+    def tencent_iv_flip(path, status, body):
+        # AES-CBC: the IV XORs the first plaintext block. "www.hd.test.:198" → "www.hd.test.:127".
+        blob = bytearray(bytes.fromhex(body.decode()))
+        for offset, (old, new) in enumerate(zip(b"198", b"127")):
+            blob[13 + offset] ^= old ^ new
+        return 200, blob.hex().encode()
+
+    def tencent_flip(path, status, body):
+        blob = bytearray(bytes.fromhex(body.decode()))
+        blob[len(blob) // 2] ^= 0x01
+        return 200, blob.hex().encode()
+
+    name = "www.hd.test"
+    rows = []
+    for kind in ("alibaba-gcm", "alibaba-cbc"):
+        upstream = vendor_upstream(kind)
+        rows += [
+            Row(f"{kind}-plaintext", "a downgrade to plaintext (mode 0)", upstream, name, {"malformed_response"}, vendor=alibaba_plain),
+            Row(f"{kind}-other-mode", "the other cipher's mode number", upstream, name, {"malformed_response"},
+                vendor=alibaba_mode(1 if kind == "alibaba-gcm" else 2)),
+            Row(f"{kind}-bit-flip", "a bit flipped in the ciphertext", upstream, name, {"malformed_response"},
+                vendor=alibaba_data(flip(-20 if kind == "alibaba-gcm" else 20)), forged=()),
+            Row(f"{kind}-truncated", "the ciphertext cut", upstream, name, {"malformed_response"},
+                vendor=alibaba_data(lambda d: d[:-5]), forged=()),
+            Row(f"{kind}-replayed", "another name's sealed answer replayed", upstream, name, {"mismatched_response"},
+                vendor=replay(kind), forged=("127.0.0.1",)),
+        ]
+    for kind in ("tencent-des", "tencent-aes"):
+        upstream = vendor_upstream(kind)
+        rows += [
+            Row(f"{kind}-empty", "an empty (unsealed) 'no record' body", upstream, name, {"unauthenticated_answer"},
+                vendor=tencent_text(b""), forged=()),
+            Row(f"{kind}-plaintext", "a plaintext answer", upstream, name, {"malformed_response"},
+                vendor=tencent_text(f"www.hd.test.:{FORGED},60".encode())),
+            Row(f"{kind}-replayed", "another name's sealed answer replayed", upstream, name, {"mismatched_response"},
+                vendor=replay(kind), forged=("127.0.0.1",)),
+        ]
+    rows.append(Row("tencent-des-bit-flip", "a bit flipped in a DES block", vendor_upstream("tencent-des"), name,
+                    {"malformed_response", "mismatched_response"}, vendor=tencent_flip, forged=()))
+    rows.append(Row("tencent-aes-iv-flip", "the IV flipped to rewrite the address (CBC has no integrity)", vendor_upstream("tencent-aes"), name,
+                    set(), vendor=tencent_iv_flip, forged=("127.18.0.10",),
+                    documented="Tencent AES-CBC over http:// is malleable: the README's threat table says 'yes'"))
+
+    def prepare():
+        """Captures each mode's genuine sealed answer for loopback.hd.test (127.0.0.1): the replay."""
+        for kind in ("alibaba-gcm", "alibaba-cbc", "tencent-des", "tencent-aes"):
+            seen = {}
+
+            def record(path, status, body, seen=seen):
+                seen["body"] = body
+                return status, body
+            FORGER.row = Row("capture", "", vendor_upstream(kind), "loopback.hd.test", set(), vendor=record)
+            lookup(FORGER.row, "loopback.hd.test", "a")
+            captured[(kind, "loopback.hd.test")] = seen.get("body", b"")
+        FORGER.row = None
+    return rows, prepare
+
+
+# --- Paths -----------------------------------------------------------------------------------
+
+def config_text(row, directory, daemon=False):
+    text = f"""upstreams:
+  - {row.upstream}
+ca_file: {CA}
+allow_private: true
+system_dns: ["127.0.0.1:18055"]
+cache: {{min_ttl: 1, negative_ttl: 1}}
+"""
+    if row.dnssec:
+        text += f"dnssec: require\ntrust_anchors: {ANCHORS}\n"
+    if daemon:
+        text += f"""listen: "127.0.0.1:{DAEMON_HTTP}"
+dns_listen: "127.0.0.1:{DAEMON_DNS}"
+proxy_listen: "127.0.0.1:{DAEMON_PROXY}"
+proxy: {{connect_ports: [{TRAP_PORT}], allow_private_destinations: true}}
+tls: {{cert: {ENV}/ca/daemon.test.pem, key: {ENV}/ca/daemon.test.key}}
+"""
+    path = os.path.join(directory, "daemon.yaml" if daemon else "lookup.yaml")
+    with open(path, "w") as file:
+        file.write(text)
+    return path
+
+
+def lookup(row, host, rdtype):
+    directory = tempfile.mkdtemp(prefix="forgery-")
+    try:
+        config = config_text(row, directory)
+        result = subprocess.run([BINARY, "lookup", "--config", config, "--json", "--timeout", "4", "--type", rdtype, host],
+                                capture_output=True, text=True, timeout=30)
+        line = result.stdout.strip().splitlines()[0] if result.stdout.strip() else "{}"
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            parsed = {}
+        return result.returncode, parsed, result.stderr
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def fetch_dials(row, host, trap):
+    """`resolve fetch` of the name: the interceptor must not dial a forged address."""
+    before = trap.connections
+    directory = tempfile.mkdtemp(prefix="forgery-fetch-")
+    try:
+        config = config_text(row, directory)
+        subprocess.run([BINARY, "fetch", "--config", config, "--timeout", "4", "--max-time", "5", f"https://{host}:{TRAP_PORT}/"],
+                       capture_output=True, text=True, timeout=30)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return trap.connections - before
+
+
+class Daemon:
+    def __init__(self, row):
+        self.directory = tempfile.mkdtemp(prefix="forgery-daemon-")
+        config = config_text(row, self.directory, daemon=True)
+        self.log = open(os.path.join(self.directory, "log"), "w+")
+        self.process = subprocess.Popen([BINARY, "daemon", "--config", config, "--log-level", "info"], stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("the daemon exited: " + self.text())
+            text = self.text()
+            if "dns stub listening" in text and "proxy listening" in text and "[ResolverDaemon] listening" in text:
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the daemon did not come up: " + self.text())
+
+    def text(self):
+        self.log.flush()
+        with open(self.log.name) as file:
+            return file.read()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def stub(self, host, tcp=False):
+        query = dns.message.make_query(host, "A", want_dnssec=True)
+        try:
+            if tcp:
+                response = dns.query.tcp(query, "127.0.0.1", port=DAEMON_DNS, timeout=8)
+            else:
+                response = dns.query.udp(query, "127.0.0.1", port=DAEMON_DNS, timeout=8)
+        except Exception as error:
+            return {"rcode": f"no answer ({type(error).__name__})", "addresses": set(), "ad": False}
+        addresses = {r.address for rrset in response.answer if rrset.rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA) for r in rrset}
+        return {"rcode": dns.rcode.to_text(response.rcode()), "addresses": addresses, "ad": bool(response.flags & dns.flags.AD)}
+
+    def doh(self, host):
+        query = dns.message.make_query(host, "A", want_dnssec=True)
+        query.id = 0
+        context = ssl.create_default_context(cafile=CA)
+        connection = http.client.HTTPSConnection("127.0.0.1", DAEMON_HTTP, context=context, timeout=10)
+        try:
+            connection.request("POST", "/dns-query", body=query.to_wire(),
+                               headers={"Host": "daemon.test", "Content-Type": "application/dns-message", "Accept": "application/dns-message"})
+            response = connection.getresponse()
+            body = response.read()
+        except Exception as error:
+            return {"rcode": f"no answer ({type(error).__name__})", "addresses": set(), "ad": False}
+        finally:
+            connection.close()
+        if response.status != 200:
+            return {"rcode": f"HTTP {response.status}", "addresses": set(), "ad": False}
+        message = dns.message.from_wire(body)
+        addresses = {r.address for rrset in message.answer if rrset.rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA) for r in rrset}
+        return {"rcode": dns.rcode.to_text(message.rcode()), "addresses": addresses, "ad": bool(message.flags & dns.flags.AD)}
+
+    def resolve_api(self, host):
+        context = ssl.create_default_context(cafile=CA)
+        connection = http.client.HTTPSConnection("127.0.0.1", DAEMON_HTTP, context=context, timeout=10)
+        try:
+            connection.request("GET", f"/v1/resolve?host={host}&type=a", headers={"Host": "daemon.test"})
+            response = connection.getresponse()
+            return json.loads(response.read() or b"{}")
+        except Exception:
+            return {}
+        finally:
+            connection.close()
+
+    def connect(self, host, trap):
+        before = trap.connections
+        try:
+            sock = socket.create_connection(("127.0.0.1", DAEMON_PROXY), timeout=10)
+            sock.sendall(f"CONNECT {host}:{TRAP_PORT} HTTP/1.1\r\nHost: {host}:{TRAP_PORT}\r\n\r\n".encode())
+            status = sock.recv(200).split(b"\r\n")[0].decode(errors="replace")
+            sock.close()
+        except OSError as error:
+            status = f"error {error}"
+        time.sleep(0.05)
+        return trap.connections - before, status
+
+
+def delv_verdict(host, rdtype="A"):
+    anchors = os.path.join(tempfile.gettempdir(), "forgery-anchors.conf")
+    with open(ANCHORS) as file:
+        fields = file.read().split()
+    # sig.test. IN DS tag alg digest-type digest
+    with open(anchors, "w") as file:
+        file.write(f'trust-anchors {{\n "{fields[0]}" static-ds {fields[3]} {fields[4]} {fields[5]} "{fields[6]}";\n}};\n')
+    result = subprocess.run(["delv", "@127.0.0.1", "-p", str(FORGER_DNS), "-a", anchors, f"+root={fields[0].rstrip('.')}", host, rdtype],
+                            capture_output=True, text=True, timeout=30)
+    out = result.stdout + result.stderr
+    if "fully validated" in out and "resolution failed" not in out:
+        return "secure"
+    if "negative response, fully validated" in out:
+        return "secure"
+    if "unsigned answer" in out or "insecure" in out:
+        return "insecure"
+    return "bogus"
+
+
+# --- The run ---------------------------------------------------------------------------------
+
+def run_row(row, trap, table, failures):
+    FORGER.row = row
+    cells = []
+
+    def fail(what):
+        failures.append(f"{row.name}: {what}")
+        cells.append(f"FAIL {what}")
+
+    # The library.
+    status, result, stderr = lookup(row, row.host, row.rdtype)
+    returned = {a.get("ip") for a in result.get("addresses", [])}
+    code = (result.get("error") or {}).get("code")
+    if row.config_error:
+        if status == 2 and not returned:
+            cells.append("lookup: refused at configuration")
+        else:
+            fail(f"lookup accepted the configuration (exit {status})")
+        table.append((row, cells, None))
+        return
+    if row.documented:
+        cells.append(f"lookup: {'forged address accepted' if returned & row.forged else 'refused ' + str(code)} (documented)")
+    elif returned & row.forged:
+        fail(f"lookup returned {sorted(returned & row.forged)}")
+    elif row.dnssec == "nxdomain" and code == "nxdomain":
+        fail("lookup took the forged NXDOMAIN")
+    elif row.codes and code not in row.codes:
+        fail(f"lookup refused with {code!r}, expected {sorted(row.codes)}")
+    else:
+        cells.append(f"lookup: {code or 'answer ' + ','.join(sorted(returned))}")
+
+    # The interceptor: never dials a forged address.
+    if FORGED in row.forged:
+        dialled = fetch_dials(row, row.host, trap)
+        if dialled and not row.documented:
+            fail(f"resolve fetch dialled the forged address {dialled} times")
+        else:
+            cells.append("fetch: not dialled")
+
+    # The daemon: stub (UDP, TCP), DoH, /v1/resolve, proxy; then honest again: nothing cached.
+    if row.daemon and not row.documented:
+        daemon = Daemon(row)
+        try:
+            answers = {"udp": daemon.stub(row.host), "tcp": daemon.stub(row.host, tcp=True), "doh": daemon.doh(row.host)}
+            for path, answer in answers.items():
+                if answer["addresses"] & row.forged:
+                    fail(f"{path} served {sorted(answer['addresses'] & row.forged)}")
+                elif row.dnssec == "nxdomain" and answer["rcode"] == "NXDOMAIN":
+                    fail(f"{path} served the forged NXDOMAIN (AD {answer['ad']})")
+                elif answer["rcode"] == "NOERROR" and answer["addresses"] and row.codes:
+                    fail(f"{path} answered {sorted(answer['addresses'])}")
+            cells.append("stub/DoH: " + ", ".join(sorted({a["rcode"] for a in answers.values()})))
+            api = daemon.resolve_api(row.host)
+            api_returned = {a.get("ip") for a in api.get("addresses", [])}
+            if api_returned & row.forged:
+                fail(f"/v1/resolve returned {sorted(api_returned & row.forged)}")
+            else:
+                cells.append(f"/v1/resolve: {(api.get('error') or {}).get('code', 'answer')}")
+            if FORGED in row.forged:
+                dialled, proxy_status = daemon.connect(row.host, trap)
+                if dialled:
+                    fail(f"the proxy dialled the forged address ({proxy_status})")
+                else:
+                    cells.append(f"proxy: {proxy_status.split(' ', 1)[-1][:3]}")
+            # Honest again: a forged answer that was cached would come back now.
+            FORGER.row = None
+            time.sleep(1.1)  # the negative TTL (1 s) of whatever failure was cached
+            again = daemon.stub(row.host, tcp=True)
+            if again["addresses"] & row.forged:
+                fail(f"the forged {sorted(again['addresses'] & row.forged)} was cached")
+            else:
+                cells.append(f"then honest: {again['rcode']} {','.join(sorted(again['addresses']))}")
+        finally:
+            daemon.stop()
+            FORGER.row = row
+
+    # The peer validator, on the same forged input.
+    peer = None
+    if row.dnssec:
+        peer = delv_verdict(row.host)
+        if peer == "bogus" and any(c.startswith("lookup: answer") for c in cells):
+            fail("delv says bogus, we did not")
+    table.append((row, cells, peer))
+    FORGER.row = None
+
+
+def main():
+    global BINARY
+    BINARY = os.path.abspath(sys.argv[1])
+    wanted = set(sys.argv[2:])
+    start_forger()
+    trap = Trap(FORGED, TRAP_PORT)
+    trap_iv = Trap("127.18.0.10", TRAP_PORT)
+    vendor, prepare = vendor_rows()
+    rows = dns_wire_rows() + dnssec_rows() + vendor
+    if wanted:
+        rows = [row for row in rows if row.name in wanted]
+    if any(row.vendor for row in rows):
+        prepare()
+    table, failures = [], []
+    started = time.time()
+    for row in rows:
+        try:
+            run_row(row, trap if "127.18.0.10" not in row.forged else trap_iv, table, failures)
+        except Exception as error:  # a row that cannot run is a failure, with its reason
+            failures.append(f"{row.name}: {type(error).__name__}: {error}")
+            table.append((row, [f"FAIL {type(error).__name__}: {error}"], None))
+            FORGER.row = None
+    print("\nThe forgery matrix (class × path → what happened)\n")
+    width = max(len(row.name) for row, _, _ in table)
+    for row, cells, peer in table:
+        verdict = "FAIL" if any(c.startswith("FAIL") for c in cells) else ("KNOWN" if row.documented else "ok")
+        peer_text = f" | delv: {peer}" if peer else ""
+        print(f"{verdict:5} {row.name:{width}}  {row.klass}\n      " + " | ".join(cells) + peer_text)
+        if row.documented:
+            print(f"      documented: {row.documented}")
+    dnssec = [(row, peer) for row, _, peer in table if row.dnssec]
+    if dnssec:
+        print("\nDifferential DNSSEC verdicts (ours under require / delv on the same forged answers)")
+        for row, peer in dnssec:
+            ours = next((c for c in dict((r.name, cs) for r, cs, _ in table)[row.name] if c.startswith("lookup")), "")
+            print(f"  {row.name:{width}}  ours: {ours.split(': ', 1)[-1]:24} delv: {peer}")
+    print(f"\n{len(table)} rows in {time.time() - started:.0f} s")
+    for failure in failures:
+        print("FAILED " + failure)
+    failed_rows = len({f.split(':')[0] for f in failures})
+    print(f"forgery: {len(table) - failed_rows} passed, {failed_rows} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
