@@ -352,12 +352,14 @@ package final class Daemon: Sendable {
         }
         let limits = connectionLimits(config, descriptors: Int(limit.rlim_cur))
         if limits != (config.daemon.limits.maxConnections, config.daemon.proxy.maxConnections) {
-            logger.warning(
-                "connection limits lowered to fit the descriptor limit",
-                metadata: [
-                    "max_connections": "\(config.daemon.limits.maxConnections) → \(limits.perListener)",
-                    "proxy.max_connections": "\(config.daemon.proxy.maxConnections) → \(limits.proxyTunnels)", "nofile": "\(limit.rlim_cur)",
-                ])
+            var metadata: Logger.Metadata = [
+                "configured": "\(config.daemon.limits.maxConnections)", "used": "\(limits.perListener)", "nofile": "\(limit.rlim_cur)",
+            ]
+            if config.daemon.proxyListen != nil {
+                metadata["proxy_configured"] = "\(config.daemon.proxy.maxConnections)"
+                metadata["proxy_used"] = "\(limits.proxyTunnels)"
+            }
+            logger.warning("limits.max_connections lowered to fit the descriptor limit", metadata: metadata)
         }
         return limits
     }
@@ -372,7 +374,8 @@ package final class Daemon: Sendable {
         let available = max(64, descriptors - 128)
         let demand = perListener * listeners + proxyCost
         guard demand > available else { return (perListener, tunnels) }
-        return (max(16, perListener * available / demand), max(16, tunnels * available / demand))
+        let lowered = max(16, perListener * available / demand)
+        return (lowered, config.daemon.proxyListen == nil ? tunnels : max(16, tunnels * available / demand))
     }
 
     /// `IPv4:port` or `[IPv6]:port`.
