@@ -920,6 +920,29 @@ class UpstreamFaults(unittest.TestCase):
         finally:
             daemon.stop()
 
+    def test_an_answer_of_4000_addresses_is_served_bounded_and_the_daemon_lives(self):
+        # redteam-3 F5: the re-encoded answer outgrew 65,535 bytes and the stub's TCP length trapped
+        # (SIGILL). Now the records that do not fit are left out, over TCP and DoH alike.
+        self.start_upstream(mode="big")
+        daemon = Daemon(18635, 18636, upstream=f"https://doh-a.test:{self.port}/dns-query", extra="timeout: 3")
+        try:
+            name = ".".join(["a" * 60] * 3) + ".big.test"
+            query = dns.message.make_query(name, "A", use_edns=0, payload=1232)
+            udp = dns.query.udp(query, "127.0.0.1", port=18636, timeout=5)
+            self.assertTrue(udp.flags & dns.flags.TC, f"over UDP: TC, ask again over TCP: {udp}")
+            tcp = dns.query.tcp(query, "127.0.0.1", port=18636, timeout=5)
+            self.assertEqual(tcp.rcode(), dns.rcode.NOERROR)
+            addresses = sum(len(rrset) for rrset in tcp.answer if rrset.rdtype == dns.rdatatype.A)
+            self.assertGreater(addresses, 3000, "as many as fit")
+            self.assertLessEqual(len(tcp.to_wire()), 65535)
+            self.assertIsNone(daemon.process.poll(), "the daemon lives")
+            status, _ = self.get(18635, f"/v1/resolve?host={name}&type=a")
+            self.assertEqual(status, 200)
+            self.assertEqual(legit_udp(18636, name)[0], dns.rcode.NOERROR, "and keeps answering")
+            self.assertEqual(daemon.stop()[0], 0)
+        finally:
+            daemon.stop()
+
     def test_sighup_under_load_and_an_unwritable_cache(self):
         readonly = tempfile.mkdtemp(prefix="adversarial-ro-")
         os.chmod(readonly, 0o555)

@@ -2,10 +2,11 @@
 """A trusted upstream that can be made to misbehave: an RFC 8484 server over HTTPS (HTTP/1.1) on
 loopback, answering every A/AAAA question from a fixed zone, for the daemon's fault tests.
 
-    fake_doh.py --port P --cert C --key K [--mode ok|garbage|slow|huge|status500] [--ttl N]
+    fake_doh.py --port P --cert C --key K [--mode ok|garbage|slow|huge|status500|big] [--ttl N]
 
 Modes: ok answers (A 198.18.9.1, AAAA 2001:2::9:1, TTL --ttl); garbage sends bytes that are no DNS
-message; slow waits 30 s before answering; huge sends a 10 MB body; status500 answers HTTP 500.
+message; slow waits 30 s before answering; huge sends a 10 MB body; status500 answers HTTP 500; big answers
+a CNAME to a long name and ~4,000 addresses, a message of nearly 65,535 bytes.
 The mode can be changed while running: POST /mode with the new mode as the body. Loopback only.
 """
 import argparse
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 
+import dns.exception
 import dns.message
 import dns.rrset
 
@@ -80,6 +82,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if mode == "slow":
             time.sleep(30)
+        if mode == "big":
+            return self.reply(200, big_answer(wire))
         self.reply(200, answer(wire))
 
     def do_GET(self):
@@ -95,6 +99,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 state["mode"] = body.decode().strip()
             return self.reply(200, b"ok\n", "text/plain")
         self.handle_query(body)
+
+
+def big_answer(wire):
+    """redteam-3 F5: a CNAME to a 253-character name (compressed here, written out in full by a
+    re-encoding server) and as many A records as fit in 65,535 bytes: ~4,000."""
+    query = dns.message.from_wire(wire)
+    response = dns.message.make_response(query)
+    target = ".".join(["b" * 60] * 4) + ".big.test."
+    response.answer.append(dns.rrset.from_text(query.question[0].name, 300, "IN", "CNAME", target))
+    count = 4090
+    while True:
+        addresses = dns.rrset.from_text(target, 300, "IN", "A", *(f"198.18.{i // 256}.{i % 256}" for i in range(count)))
+        response.answer[1:] = [addresses]
+        try:
+            return response.to_wire(max_size=65535)
+        except dns.exception.TooBig:
+            count -= 8
 
 
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
