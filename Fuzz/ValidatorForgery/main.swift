@@ -266,41 +266,24 @@ struct ValidatorForgeryFuzzer {
             print("  truth \(question.name) \(question.type): \(verdict.status.name) \(verdict.rcode) \(verdict.rrset.count) records")
         }
 
+        let run = Run(truth: truth, pool: pool, names: names, targets: targets, validator: validator, now: now)
         var counterexamples: [String] = []
         var secure = 0
-        func check(iteration: Int, seed: UInt64) async {
-            var random = Random(seed: seed, iteration: iteration)
-            let target = random.pick(targets)
-            let (forged, log) = forge(target: target, truth: truth, pool: pool, names: names, random: &random)
-            let (status, rrset) = await validator.validateAnswer(forged, name: target.name, type: target.type, now: now)
-            guard status == .secure else { return }
-            secure += 1
-            let genuine = truth.verdicts[target]!
-            let problem: String?
-            if !rrset.isEmpty {
-                let proven = Set(rrset.map(RecordData.init))
-                let signedSomewhere = truth.genuineRRsets[target, default: []].contains(proven)
-                problem =
-                    (genuine.status == .secure && proven == genuine.rrset) || signedSomewhere
-                    ? nil : "a secure RRset that is not the genuine one: \(proven.map { "\($0.name) \($0.type) \($0.data)" })"
-            } else {
-                problem =
-                    genuine.status == .secure && genuine.rrset.isEmpty && genuine.rcode == forged.responseCode
-                    ? nil : "a secure denial that is not the genuine one (\(forged.responseCode), genuinely \(genuine.rcode))"
-            }
-            if let problem {
-                counterexamples.append("\(seed):\(iteration) \(target.name) \(target.type): \(problem); mutations: \(log.joined(separator: ", "))")
-            }
-        }
         let started = ContinuousClock.now
         var executions = 0
         if !options.replay.isEmpty {
-            for (seed, iteration) in options.replay { await check(iteration: iteration, seed: seed) }
+            for (seed, iteration) in options.replay {
+                let outcome = await run.check(iteration: iteration, seed: seed)
+                if outcome.secure { secure += 1 }
+                if let counterexample = outcome.counterexample { counterexamples.append(counterexample) }
+            }
             executions = options.replay.count
         } else {
             let deadline = started + .seconds(options.seconds)
             while executions < options.runs, executions % 1024 != 0 || ContinuousClock.now < deadline {
-                await check(iteration: executions, seed: options.seed)
+                let outcome = await run.check(iteration: executions, seed: options.seed)
+                if outcome.secure { secure += 1 }
+                if let counterexample = outcome.counterexample { counterexamples.append(counterexample) }
                 executions += 1
                 if executions % 500_000 == 0 {
                     print("  \(executions) executions, \(secure) secure, \(counterexamples.count) counterexamples, \(ContinuousClock.now - started)")
@@ -311,6 +294,39 @@ struct ValidatorForgeryFuzzer {
         print("executions: \(executions) in \(elapsed) (seed \(options.seed)); secure: \(secure); counterexamples: \(counterexamples.count)")
         for counterexample in counterexamples.prefix(50) { print("COUNTEREXAMPLE " + counterexample) }
         exit(counterexamples.isEmpty ? 0 : 1)
+    }
+}
+
+/// What one input needs: the truth, the pool to forge from, and the validator.
+struct Run {
+    let truth: Truth
+    let pool: [[DNSMessage.Record]]
+    let names: [DomainName]
+    let targets: [Key]
+    let validator: DNSSECValidator
+    let now: UInt32
+
+    /// One input: whether it validated secure, and the counterexample when that was wrong.
+    func check(iteration: Int, seed: UInt64) async -> (secure: Bool, counterexample: String?) {
+        var random = Random(seed: seed, iteration: iteration)
+        let target = random.pick(targets)
+        let (forged, log) = forge(target: target, truth: truth, pool: pool, names: names, random: &random)
+        let (status, rrset) = await validator.validateAnswer(forged, name: target.name, type: target.type, now: now)
+        guard status == .secure else { return (false, nil) }
+        let genuine = truth.verdicts[target]!
+        let problem: String?
+        if !rrset.isEmpty {
+            let proven = Set(rrset.map(RecordData.init))
+            let signedSomewhere = truth.genuineRRsets[target, default: []].contains(proven)
+            problem =
+                (genuine.status == .secure && proven == genuine.rrset) || signedSomewhere
+                ? nil : "a secure RRset that is not the genuine one: \(proven.map { "\($0.name) \($0.type) \($0.data)" })"
+        } else {
+            problem =
+                genuine.status == .secure && genuine.rrset.isEmpty && genuine.rcode == forged.responseCode
+                ? nil : "a secure denial that is not the genuine one (\(forged.responseCode), genuinely \(genuine.rcode))"
+        }
+        return (true, problem.map { "\(seed):\(iteration) \(target.name) \(target.type): \($0); mutations: \(log.joined(separator: ", "))" })
     }
 }
 
