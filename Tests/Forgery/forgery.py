@@ -322,11 +322,11 @@ class Row:
     that proves a gap the README's threat table names (the forged address is expected to pass)."""
 
     def __init__(self, name, klass, upstream, host, codes, forge=None, doh_body=None, vendor=None, forged=(FORGED,),
-                 dnssec=None, rdtype="a", delv=None, documented=None, daemon=True, genuine=None, config_error=False):
+                 dnssec=None, rdtype="a", delv=None, documented=None, daemon=True, genuine=None, config_error=False, custom=None):
         self.name, self.klass, self.upstream, self.host, self.codes = name, klass, upstream, host, codes
         self.forge, self.doh_body, self.vendor, self.forged = forge, doh_body, vendor, set(forged)
         self.dnssec, self.rdtype, self.delv, self.documented = dnssec, rdtype, delv, documented
-        self.daemon, self.genuine, self.config_error = daemon, genuine, config_error
+        self.daemon, self.genuine, self.config_error, self.custom = daemon, genuine, config_error, custom
 
 
 DOH = f'{{doh: "https://doh-a.test:{FORGER_DOH}/dns-query", bootstrap: [127.0.0.1]}}'
@@ -391,19 +391,9 @@ def rrsig_labels(response, labels):
             response.answer[index] = edited
 
 
-def wire_edit(build):
-    """A forge function returning raw bytes made from the genuine answer's wire."""
-    return build
-
-
 def dns_wire_rows():
     """A lying trusted upstream (it holds the DoH certificate): what its answers are checked for."""
     name = "www.hd.test"
-
-    def genuine(query):
-        response = ask_bind(name, "A", dnssec=False)
-        response.id = query.id
-        return response
 
     def other_name(query):
         response = reply_to(query, answer=[a_rrset("evil.hd.test", FORGED)])
@@ -465,7 +455,6 @@ def dns_wire_rows():
         Row("doh-plain-http", "a downgrade to plain HTTP", f'{{doh: "http://doh-a.test:{FORGER_DOH}/dns-query", bootstrap: [127.0.0.1]}}',
             name, set(), forge=only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)])), config_error=True, daemon=False),
     ]
-    del genuine
     return rows
 
 
@@ -511,7 +500,29 @@ def dnssec_rows():
     def nsec3_sibling(query):
         return reply_to(query, dns.rcode.NXDOMAIN, authority=ask_bind("nx.n3.sig.test", "A").authority)
 
+    def forged_txt_with_ad(query):
+        response = reply_to(query, answer=[dns.rrset.from_text(dns.name.from_text("www.sig.test"), 300, "IN", "TXT", '"forged"')])
+        response.flags |= dns.flags.AD
+        return response
+
+    def ad_passthrough(row, trap, cells, fail):
+        """A forwarded type (TXT) with the upstream's AD set: the daemon validates only A/AAAA, so its
+        AD must not vouch for what it forwarded."""
+        daemon = Daemon(row)
+        try:
+            query = dns.message.make_query("www.sig.test", "TXT", want_dnssec=True)
+            for path, response in (("udp", dns.query.udp(query, "127.0.0.1", port=DAEMON_DNS, timeout=8)),
+                                   ("tcp", dns.query.tcp(query, "127.0.0.1", port=DAEMON_DNS, timeout=8))):
+                if response.flags & dns.flags.AD:
+                    fail(f"{path}: the forwarded TXT went out with AD")
+                else:
+                    cells.append(f"{path}: {dns.rcode.to_text(response.rcode())} without AD")
+        finally:
+            daemon.stop()
+
     rows = [
+        Row("ad-passthrough", "the upstream's AD on a forwarded type", DOH, "www.sig.test", set(),
+            forge=only("www.sig.test", "TXT", forged_txt_with_ad), forged=(), dnssec="forwarded", custom=ad_passthrough),
         Row("nsec-wraparound", "another zone's wrap-around NSEC as NXDOMAIN", DOH, "www.sig.test", {"dnssec_bogus"},
             forge=nxdomain_with("www.sig.test", "zzzz.rsa.sig.test"), forged=(), dnssec="nxdomain"),
         Row("nsec3-sibling", "a sibling zone's NSEC3 as NXDOMAIN", DOH, "www.rsa.sig.test", {"dnssec_bogus"},
@@ -825,6 +836,12 @@ def run_row(row, trap, table, failures):
         failures.append(f"{row.name}: {what}")
         cells.append(f"FAIL {what}")
 
+    if row.custom:
+        row.custom(row, trap, cells, fail)
+        table.append((row, cells, None))
+        FORGER.row = None
+        return
+
     # The library.
     status, result, stderr = lookup(row, row.host, row.rdtype)
     returned = {a.get("ip") for a in result.get("addresses", [])}
@@ -932,7 +949,7 @@ def main():
         print(f"{verdict:5} {row.name:{width}}  {row.klass}\n      " + " | ".join(cells) + peer_text)
         if row.documented:
             print(f"      documented: {row.documented}")
-    dnssec = [(row, peer) for row, _, peer in table if row.dnssec]
+    dnssec = [(row, peer) for row, _, peer in table if row.dnssec and peer]
     if dnssec:
         print("\nDifferential DNSSEC verdicts (ours under require / delv on the same forged answers)")
         for row, peer in dnssec:

@@ -6,7 +6,8 @@ import HTTPDNS
 /// A and AAAA come from the engine (remaining TTL, a CNAME to the canonical name); NXDOMAIN and
 /// NODATA as such; upstream failures SERVFAIL (REFUSED when the upstream refused). Other types, and
 /// names that are valid DNS but not host names (`a+b.example`), are forwarded as they are to the
-/// trusted DoH upstreams and returned unchanged but for the ID and the question's letter case.
+/// trusted DoH upstreams and returned unchanged but for the ID, the question's letter case and —
+/// with DNSSEC validation on — the AD bit, which only what this daemon validated may carry.
 enum DNSResponder {
     typealias Answer = DNSAnswers.Answer
 
@@ -48,6 +49,10 @@ enum DNSResponder {
         do {
             var response = try await resolver.forward(query.wire)
             DNSResponseWriter.restoreQuestion(&response, from: query)
+            // With validation on, AD is this daemon's word for what it proved (RFC 6840 §5.8):
+            // forwarded data was not validated here, so the upstream's AD — which a lying upstream
+            // sets at will — is not passed on.
+            if resolver.configuration.dnssec.policy != .off, response.count > 3 { response[3] &= ~0x20 }
             return Answer(bytes: response, minTTL: DNSAnswers.minTTL(of: response))
         } catch {
             return Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.serverFailure.rawValue).finish(), minTTL: 0)
