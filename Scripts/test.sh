@@ -37,6 +37,8 @@ if [ $# -eq 0 ]; then
     /usr/bin/python3 -W ignore Tests/Adversarial/adversarial.py "$(swift build --show-bin-path)/resolve"
     # The forgery matrix: an on-path forger against every answer path, DNSSEC rows checked with delv.
     /usr/bin/python3 -W ignore Tests/Forgery/forgery.py "$(swift build --show-bin-path)/resolve"
+    # Differential conformance: the stub and DoH against BIND 9.18 over a generated query corpus.
+    /usr/bin/python3 -W ignore Tests/Conformance/differential.py "$(swift build --show-bin-path)/resolve"
     # A short run of the validator's forgery fuzzer (the long ones: Scripts/fuzz-validator.sh).
     "$(swift build --show-bin-path)/ValidatorForgeryFuzzer" --doh "https://doh-a.test:$DOH_PORT/dns-query" --ca "$root/.testenv/ca/ca.pem" \
         --anchors "$root/.testenv/sig.test.anchors" --runs 20000 --seconds 60 --seed "$(date +%s)"

@@ -151,6 +151,14 @@ write_zone() {
         echo 'forged 300 IN A 127.0.0.4'
         echo 'hd.test. 300 IN MX 10 mx.hd.test.'
         for i in $(seq 1 40); do echo "big 300 IN A 198.18.3.$i"; done
+        # For the differential conformance corpus: a TXT of more than 255 bytes (two strings) and an SRV.
+        echo "long 300 IN TXT \"$(printf 'a%.0s' $(seq 1 200))\" \"$(printf 'b%.0s' $(seq 1 200))\""
+        echo '_sip._tcp 300 IN SRV 10 5 5060 www.hd.test.'
+        # 100 addresses (~1,650 bytes): more than 1,232 bytes, less than BIND's 4,096 over UDP.
+        for i in $(seq 1 100); do echo "wide 300 IN A 198.18.4.$i"; done
+        echo 'chain1 300 IN CNAME chain2.hd.test.'
+        echo 'chain2 300 IN CNAME chain3.hd.test.'
+        echo 'chain3 300 IN CNAME www.hd.test.'
     } >"$file"
 }
 
@@ -158,6 +166,7 @@ write_named_conf() { # dir doh-port dns-port listen-v6 cert sig-zone-dir
     local dir=$1 doh_port=$2 dns_port=$3 doh_v6=$4 cert=$5 sig_dir=$6
     mkdir -p "$dir"
     write_zone "$dir/hd.test.zone"
+    printf '$TTL 300\n@ IN SOA ns.hd.test. admin.hd.test. 1 3600 600 86400 60\n@ IN NS ns.hd.test.\n10 IN PTR www.hd.test.\n' >"$dir/reverse.zone"
     write_signed_zones "$dir"
     cat >"$dir/named.conf" <<EOF
 tls local-tls { cert-file "$ca_dir/$cert.pem"; key-file "$ca_dir/$cert.key"; };
@@ -178,6 +187,7 @@ options {
 };
 logging { channel default_log { file "$dir/named.log" versions 1 size 5m; severity info; }; category default { default_log; }; };
 zone "hd.test" { type primary; file "$dir/hd.test.zone"; };
+zone "0.18.198.in-addr.arpa" { type primary; file "$dir/reverse.zone"; };
 # Signed zones (DNSSEC): BIND signs them at start (inline signing, its own keys per instance), one
 # per algorithm family, for the validator's interoperability tests.
 dnssec-policy "rsa" { keys { csk lifetime unlimited algorithm rsasha256 2048; }; };
