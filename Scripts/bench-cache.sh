@@ -18,6 +18,8 @@ seconds=${1:-3}
 zipf_seconds=${2:-60}
 
 need_build_packages
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 grep -Eq '^hosts:[[:space:]]+files' /etc/nsswitch.conf || { echo "nsswitch does not consult /etc/hosts first; refusing (getaddrinfo could leave the machine)" >&2; exit 1; }
 grep -Eq '^127\.0\.0\.1[[:space:]]+localhost' /etc/hosts || { echo "/etc/hosts has no 127.0.0.1 localhost; refusing" >&2; exit 1; }
 

@@ -29,6 +29,8 @@ unbound_port=18445
 
 need_build_packages
 need_packages dnsperf nghttp2-client unbound curl python3
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 swift build -c release --product resolve 2>&1 | grep -E "error|warning: " || true
 bin="$(swift build -c release --show-bin-path)/resolve"
 use_testenv

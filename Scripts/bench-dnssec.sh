@@ -22,6 +22,8 @@ samples=${2:-20}
 
 need_build_packages
 need_packages bind9-dnsutils unbound python3-dnspython
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 swift build -c release --product DNSSECBenchmark --product resolve 2>&1 | grep -E "error|warning: " || true
 bin="$(swift build -c release --show-bin-path)"
 use_testenv

@@ -15,6 +15,8 @@ repeats=${1:-3}
 
 need_build_packages
 need_packages dnsperf
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 swift build -c release --product DoHBenchmark 2>&1 | grep -E "error|warning: " || true
 bench="$(swift build -c release --show-bin-path)/DoHBenchmark"
 trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT

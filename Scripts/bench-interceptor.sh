@@ -21,6 +21,8 @@ count=${1:-1000}
 rounds=${2:-3}
 
 need_build_packages
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 swift build -c release --product InterceptorBenchmark 2>&1 | grep -E "error|warning: " || true
 bench="$(swift build -c release --show-bin-path)/InterceptorBenchmark"
 use_testenv

@@ -39,6 +39,8 @@ hop_address=127.0.0.20 # the forwarder listens there on the origin's port
 
 need_build_packages
 need_packages tinyproxy haproxy curl util-linux python3-requests chromium libnss3-tools
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 # RESOLVE_BIN=path measures another build of `resolve` (an A/B against an earlier commit).
 if [ -n "${RESOLVE_BIN:-}" ]; then
     bin=$RESOLVE_BIN

@@ -17,6 +17,8 @@ cd "$root"
 repeats=${1:-5}
 
 need_build_packages
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 swift build -c release --product VendorBenchmark 2>&1 | grep -E "error|warning: " || true
 bench="$(swift build -c release --show-bin-path)/VendorBenchmark"
 trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT

@@ -9,6 +9,8 @@ cd "$root"
 
 need_build_packages
 need_packages bind9-dnsutils knot-dnsutils curl   # the real clients that query the daemon below
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 echo "== building resolve (release)"
 swift build -c release --product resolve 2>&1 | grep -E "error|warning: |Compiling resolve|Build complete" || true
 bin="$(swift build -c release --show-bin-path)/resolve"

@@ -17,6 +17,8 @@ seconds=${2:-7200}
 seed=${3:-1}
 
 need_build_packages
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 swift build -c release --product ValidatorForgeryFuzzer 2>&1 | grep -E "error|warning: " || true
 bin="$(swift build -c release --show-bin-path)"
 use_testenv

@@ -28,6 +28,43 @@ need_build_packages() {
     command -v swift >/dev/null || { echo "swift is not on PATH (Swift 6.x toolchain required)" >&2; exit 2; }
 }
 
+# The test environment's packages. Scripts that isolate the network install them first, while the
+# package registries can still be reached (Scripts/testenv.sh start installs them too).
+need_testenv_packages() {
+    need_packages bind9 bind9-dnsutils unbound dnsmasq-base nginx-light openssl python3 python3-cryptography python3-dnspython \
+        iproute2 util-linux
+}
+
+# Runs the rest of the calling script in a network namespace of its own with only loopback up, so
+# that nothing it starts — servers, tests, a mistaken dial — can send a packet off this machine,
+# whatever an address in the test data says (198.18.0.0/15, 192.0.2.0/24 route off-machine here).
+# Call it once every package is installed (apt needs the network):
+#     isolate_network "${BASH_SOURCE[0]}" "$@"
+# As root: unshare --net; otherwise a user namespace as well (unshare -rn). HTTPDNS_NETNS=off runs
+# without isolation, and says so.
+isolate_network() {
+    local script=$1
+    shift
+    case "${HTTPDNS_NETNS:-}" in
+        inside)
+            if (exec 3<>/dev/tcp/198.18.0.1/9) 2>/dev/null; then
+                echo "isolate_network: 198.18.0.1 is reachable inside the namespace; refusing to go on" >&2
+                exit 1
+            fi
+            echo "network: isolated (a namespace with only loopback; dialling 198.18.0.1: Network is unreachable)" >&2
+            return 0
+            ;;
+        off)
+            echo "warning: HTTPDNS_NETNS=off: running without network isolation" >&2
+            return 0
+            ;;
+    esac
+    local flags=(--net)
+    [ "$(id -u)" -ne 0 ] && flags=(--user --map-root-user --net)
+    # shellcheck disable=SC2016  # expanded by the inner shell
+    exec unshare "${flags[@]}" -- env HTTPDNS_NETNS=inside bash -c 'ip link set lo up || exit 1; exec bash "$0" "$@"' "$script" "$@"
+}
+
 wait_for_port() { # host port [seconds]
     local host=$1 port=$2 deadline=$((SECONDS + ${3:-10}))
     while ! (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; do
@@ -51,7 +88,9 @@ stop_pidfile() { # pidfile
 # Starts the loopback test environment unless it is already running, and stops it again on exit
 # only if this script started it (benchmarks can run alongside a developer's own environment).
 use_testenv() {
-    if bash "$root/Scripts/testenv.sh" status >/dev/null 2>&1; then return; fi
+    # Running means answering here: inside a network namespace, an environment started outside it
+    # (its pidfiles say running) is on another loopback.
+    if bash "$root/Scripts/testenv.sh" status >/dev/null 2>&1 && (exec 3<>"/dev/tcp/127.0.0.1/$DOH_PORT") 2>/dev/null; then return; fi
     bash "$root/Scripts/testenv.sh" start >/dev/null
     on_exit 'bash "$root/Scripts/testenv.sh" stop >/dev/null 2>&1 || true'
 }

@@ -7,13 +7,16 @@ cd "$root"
 . Scripts/lib.sh
 
 need_build_packages
-# The code's layout is swift-format's (the toolchain's own), with the project's .swift-format.
-swift-format lint --strict --recursive --parallel Sources Tests Benchmarks Fuzz Package.swift
 # The real clients the daemon's tests query it with: dig, kdig (DoH over HTTP/2), curl (--doh-url),
 # and for the adversarial suite Debian's python3-h2 (hyperframe, hpack) and python3-dnspython.
 need_packages bind9-dnsutils knot-dnsutils curl python3-h2 python3-dnspython iproute2
 # The proxy's browser test: headless Chromium, with the test CA in an NSS database (certutil).
 need_packages chromium libnss3-tools
+need_testenv_packages
+# Everything from here on runs in a network namespace with only loopback: no packet can leave.
+isolate_network "${BASH_SOURCE[0]}" "$@"
+# The code's layout is swift-format's (the toolchain's own), with the project's .swift-format.
+swift-format lint --strict --recursive --parallel Sources Tests Benchmarks Fuzz Package.swift
 trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 bash Scripts/testenv.sh start
 # Swift 6 mode with complete checking: a warning in our own code fails the run (dependencies' are theirs).

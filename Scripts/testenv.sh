@@ -590,7 +590,7 @@ start_vendor_fake() {
 }
 
 start() {
-    need_packages bind9 bind9-dnsutils unbound dnsmasq-base nginx-light openssl python3 python3-cryptography python3-dnspython
+    need_testenv_packages
     stop >/dev/null 2>&1 || true
     mkdir -p "$env_dir"
     make_ca
