@@ -231,7 +231,19 @@ class DoHHandler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("dns", [""])[0]
+        url = urllib.parse.urlsplit(self.path)
+        if url.path == "/resolve":  # the JSON API: the row answers, or the genuine answer from BIND
+            parameters = urllib.parse.parse_qs(url.query)
+            name, rdtype = parameters.get("name", [""])[0], parameters.get("type", ["A"])[0]
+            row = FORGER.row
+            body = row.json_body(name, rdtype) if row is not None and row.json_body else json_answer(name, rdtype)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/dns-json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        query = urllib.parse.parse_qs(url.query).get("dns", [""])[0]
         try:
             wire = base64.urlsafe_b64decode(query + "=" * (-len(query) % 4))
         except Exception:
@@ -241,6 +253,18 @@ class DoHHandler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         self._answer(self.rfile.read(length))
+
+
+def json_answer(name, rdtype, answers=None, question=None):
+    """A JSON API body (application/dns-json): BIND's answer, or the given records."""
+    if answers is None:
+        genuine = ask_bind(name, rdtype, dnssec=False)
+        answers = [{"name": rr.name.to_text(), "type": rr.rdtype, "TTL": rr.ttl, "data": rd.to_text()} for rr in genuine.answer for rd in rr]
+        status = genuine.rcode()
+    else:
+        status = 0
+    numeric = dns.rdatatype.from_text(rdtype) if not str(rdtype).isdigit() else int(rdtype)
+    return json.dumps({"Status": status, "Question": [{"name": question or name, "type": numeric}], "Answer": answers}).encode()
 
 
 class VendorMITM(http.server.BaseHTTPRequestHandler):
@@ -322,11 +346,13 @@ class Row:
     that proves a gap the README's threat table names (the forged address is expected to pass)."""
 
     def __init__(self, name, klass, upstream, host, codes, forge=None, doh_body=None, vendor=None, forged=(FORGED,),
-                 dnssec=None, rdtype="a", delv=None, documented=None, daemon=True, genuine=None, config_error=False, custom=None):
+                 dnssec=None, rdtype="a", delv=None, documented=None, daemon=True, genuine=None, config_error=False, custom=None,
+                 json_body=None):
         self.name, self.klass, self.upstream, self.host, self.codes = name, klass, upstream, host, codes
         self.forge, self.doh_body, self.vendor, self.forged = forge, doh_body, vendor, set(forged)
         self.dnssec, self.rdtype, self.delv, self.documented = dnssec, rdtype, delv, documented
         self.daemon, self.genuine, self.config_error, self.custom = daemon, genuine, config_error, custom
+        self.json_body = json_body
 
 
 DOH = f'{{doh: "https://doh-a.test:{FORGER_DOH}/dns-query", bootstrap: [127.0.0.1]}}'
@@ -452,6 +478,12 @@ def dns_wire_rows():
             name, {"tls_failed"}, forge=only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)]))),
         Row("tls-other-ca", "a certificate from another CA", f'{{doh: "https://doh-a.test:{IMPOSTOR_CA}/dns-query", bootstrap: [127.0.0.1]}}',
             name, {"tls_failed"}, forge=only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)]))),
+        Row("json-other-name", "a JSON API answer for another name", f'{{json: "https://doh-a.test:{FORGER_DOH}/resolve", bootstrap: [127.0.0.1]}}',
+            name, {"mismatched_response"}, json_body=lambda n, t: json_answer(
+                n, t, answers=[{"name": "evil.hd.test.", "type": 1, "TTL": 300, "data": FORGED}], question="evil.hd.test.")),
+        Row("json-tls-other-name", "a JSON API server with another name's certificate",
+            f'{{json: "https://json.test:{IMPOSTOR_NAME}/resolve", bootstrap: [127.0.0.1]}}', name, {"tls_failed"},
+            json_body=lambda n, t: json_answer(n, t, answers=[{"name": n, "type": 1, "TTL": 300, "data": FORGED}])),
         Row("doh-plain-http", "a downgrade to plain HTTP", f'{{doh: "http://doh-a.test:{FORGER_DOH}/dns-query", bootstrap: [127.0.0.1]}}',
             name, set(), forge=only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)])), config_error=True, daemon=False),
     ]
@@ -643,6 +675,21 @@ def vendor_rows():
             Row(f"{kind}-replayed", "another name's sealed answer replayed", upstream, name, {"mismatched_response"},
                 vendor=replay(kind), forged=("127.0.0.1",)),
         ]
+    # Over HTTPS the vendor APIs are what TLS makes them: an impostor without the certificate for
+    # the service's name gets nowhere, whatever it would answer.
+    impostor = f"https://127.0.0.1:{IMPOSTOR_NAME}"
+    for kind, upstream in (
+        ("alibaba-legacy", f'{{alibaba: {{account_id: "100000", api: legacy, endpoint: "{impostor}", tls_name: vendor.test, '
+                           f'secret_file: {SECRETS}/alibaba.secret}}}}'),
+        ("tencent-token", f'{{tencent: {{endpoint: "{impostor}", tls_name: vendor.test, token_file: {SECRETS}/tencent.token}}}}'),
+        ("baidu", f'{{baidu: {{account_id: "123456", endpoint: "{impostor}", tls_name: vendor.test, secret_file: {SECRETS}/baidu.secret}}}}'),
+    ):
+        rows.append(Row(f"{kind}-tls-impostor", "an HTTPS impostor with another name's certificate", upstream, name, {"tls_failed"}))
+    # Without encryption over plain HTTP (allow_plain_http) the answer is anyone's: the README says so.
+    plain = (f'{{alibaba: {{account_id: "100001", api: v2, endpoint: "http://127.0.0.1:{VENDOR_MITM}", encryption: none, '
+             f'allow_plain_http: true}}}}')
+    rows.append(Row("alibaba-plain-http", "a forged plaintext answer where allow_plain_http accepts one", plain, name, set(),
+                    vendor=alibaba_plain, documented="any API over HTTP without encryption: the README's threat table says 'yes'"))
     rows.append(Row("tencent-des-bit-flip", "a bit flipped in a DES block", vendor_upstream("tencent-des"), name,
                     {"malformed_response", "mismatched_response"}, vendor=tencent_flip, forged=()))
     rows.append(Row("tencent-aes-iv-flip", "the IV flipped to rewrite the address (CBC has no integrity)", vendor_upstream("tencent-aes"), name,
@@ -870,7 +917,7 @@ def run_row(row, trap, table, failures):
         if dialled and not row.documented:
             fail(f"resolve fetch dialled the forged address {dialled} times")
         else:
-            cells.append("fetch: not dialled")
+            cells.append(f"fetch: dialled the forged address {dialled} times (documented)" if dialled else "fetch: not dialled")
 
     # The daemon: stub (UDP, TCP), DoH, /v1/resolve, proxy; then honest again: nothing cached.
     if row.daemon and not row.documented:
