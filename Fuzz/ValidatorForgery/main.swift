@@ -293,6 +293,7 @@ struct ValidatorForgeryFuzzer {
         let elapsed = ContinuousClock.now - started
         print("executions: \(executions) in \(elapsed) (seed \(options.seed)); secure: \(secure); counterexamples: \(counterexamples.count)")
         for counterexample in counterexamples.prefix(50) { print("COUNTEREXAMPLE " + counterexample) }
+        print("fuzz: \(executions - counterexamples.count) passed, \(counterexamples.count) failed")
         exit(counterexamples.isEmpty ? 0 : 1)
     }
 }
