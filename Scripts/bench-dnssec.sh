@@ -24,7 +24,7 @@ need_build_packages
 need_packages bind9-dnsutils unbound python3-dnspython
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-swift build -c release --product DNSSECBenchmark --product resolve 2>&1 | grep -E "error|warning: " || true
+for product in DNSSECBenchmark resolve; do swift build -c release --product "$product" 2>&1 | grep -E "error|warning: " || true; done
 bin="$(swift build -c release --show-bin-path)"
 use_testenv
 anchors="$root/.testenv/sig.test.anchors"
