@@ -153,7 +153,8 @@ let package = Package(
         .executableTarget(name: "VendorBenchmark", dependencies: ["HTTPDNS", "DNSCore", "CurlSupport"], path: "Benchmarks/VendorBenchmark"),
         .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "CCares"], path: "Benchmarks/CacheBenchmark"),
         // The DNSSEC validator's structure-aware forgery fuzzer (Scripts/fuzz-validator.sh).
-        .executableTarget(name: "ValidatorForgeryFuzzer", dependencies: ["HTTPDNS", "DNSSEC", "DNSCore"], path: "Fuzz/ValidatorForgery"),
+        .executableTarget(
+            name: "ValidatorForgeryFuzzer", dependencies: ["HTTPDNS", "DNSSEC", "DNSCore", "TestSupport"], path: "Fuzz/ValidatorForgery"),
         .executableTarget(name: "DNSSECBenchmark", dependencies: ["HTTPDNS", "DNSSEC", "DNSCore"], path: "Benchmarks/DNSSECBenchmark"),
         .executableTarget(
             name: "InterceptorBenchmark", dependencies: ["DNSInterceptor", "HTTPDNS", "CCurl"],

@@ -18,6 +18,7 @@ import DNSSEC
 import Foundation
 import HTTPDNS
 import Synchronization
+import TestSupport
 
 struct Options {
     var doh = ""
@@ -53,17 +54,14 @@ struct Options {
     }
 }
 
-/// SplitMix64: small, fast, and the same sequence for the same seed everywhere.
+/// The project's SplitMix64 (TestSupport), seeded from the seed and the iteration: the same input
+/// for the same pair everywhere.
 struct Random {
-    var state: UInt64
-    init(seed: UInt64, iteration: Int) { state = seed &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(iteration) &* 0xBF58_476D_1CE4_E5B9 }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
+    var generator: SplitMix64
+    init(seed: UInt64, iteration: Int) {
+        generator = SplitMix64(state: seed &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(iteration) &* 0xBF58_476D_1CE4_E5B9)
     }
+    mutating func next() -> UInt64 { generator.next() }
     mutating func below(_ bound: Int) -> Int { bound <= 1 ? 0 : Int(next() % UInt64(bound)) }
     mutating func pick<T>(_ items: [T]) -> T { items[below(items.count)] }
     mutating func chance(_ percent: Int) -> Bool { below(100) < percent }

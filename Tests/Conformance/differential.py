@@ -36,6 +36,9 @@ import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Fakes"))
+from resolve_daemon import ResolveDaemon  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CA = os.path.join(ROOT, ".testenv/ca/ca.pem")
 BIND = ("127.0.0.1", 18053)
@@ -84,33 +87,8 @@ tls: {{cert: {ROOT}/.testenv/ca/daemon.test.pem, key: {ROOT}/.testenv/ca/daemon.
 """
 
 
-class Daemon:
-    def __init__(self, binary):
-        self.directory = tempfile.mkdtemp(prefix="differential-")
-        path = os.path.join(self.directory, "daemon.yaml")
-        with open(path, "w") as file:
-            file.write(daemon_config(self.directory))
-        self.log = open(os.path.join(self.directory, "log"), "w+")
-        self.process = subprocess.Popen([binary, "daemon", "--config", path, "--log-level", "info"], stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            self.log.flush()
-            with open(self.log.name) as file:
-                text = file.read()
-            if "dns stub listening" in text and "[ResolverDaemon] listening" in text:
-                return
-            if self.process.poll() is not None:
-                raise RuntimeError("the daemon exited: " + text)
-            time.sleep(0.1)
-        raise RuntimeError("the daemon did not come up")
-
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        shutil.rmtree(self.directory, ignore_errors=True)
+def start_daemon(binary):
+    return ResolveDaemon(binary, daemon_config, prefix="differential-")
 
 
 # --- The corpus ------------------------------------------------------------------------------
@@ -349,7 +327,7 @@ def main():
     binary = os.path.abspath(sys.argv[1])
     rng = random.Random(20261126)
     cases = corpus(rng)
-    daemon = Daemon(binary)
+    daemon = start_daemon(binary)
     passed = documented = 0
     failures = []
     seen_differences = {}

@@ -42,6 +42,9 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Fakes"))
+from resolve_daemon import ResolveDaemon  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = os.path.join(ROOT, ".testenv")
 CA = os.path.join(ENV, "ca/ca.pem")
@@ -713,7 +716,7 @@ def vendor_rows():
 
 # --- Paths -----------------------------------------------------------------------------------
 
-def config_text(row, directory, daemon=False):
+def config_body(row, daemon=False):
     text = f"""upstreams:
   - {row.upstream}
 ca_file: {CA}
@@ -730,9 +733,13 @@ proxy_listen: "127.0.0.1:{DAEMON_PROXY}"
 proxy: {{connect_ports: [{TRAP_PORT}], allow_private_destinations: true}}
 tls: {{cert: {ENV}/ca/daemon.test.pem, key: {ENV}/ca/daemon.test.key}}
 """
-    path = os.path.join(directory, "daemon.yaml" if daemon else "lookup.yaml")
+    return text
+
+
+def config_text(row, directory):
+    path = os.path.join(directory, "lookup.yaml")
     with open(path, "w") as file:
-        file.write(text)
+        file.write(config_body(row))
     return path
 
 
@@ -765,37 +772,10 @@ def fetch_dials(row, host, trap):
     return trap.connections - before
 
 
-class Daemon:
+class Daemon(ResolveDaemon):
     def __init__(self, row):
-        self.directory = tempfile.mkdtemp(prefix="forgery-daemon-")
-        config = config_text(row, self.directory, daemon=True)
-        self.log = open(os.path.join(self.directory, "log"), "w+")
-        self.process = subprocess.Popen([BINARY, "daemon", "--config", config, "--log-level", "info"], stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError("the daemon exited: " + self.text())
-            text = self.text()
-            if "dns stub listening" in text and "proxy listening" in text and "[ResolverDaemon] listening" in text:
-                return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("the daemon did not come up: " + self.text())
-
-    def text(self):
-        self.log.flush()
-        with open(self.log.name) as file:
-            return file.read()
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        super().__init__(BINARY, lambda directory: config_body(row, daemon=True), prefix="forgery-daemon-",
+                         listeners=("dns stub listening", "proxy listening", "[ResolverDaemon] listening"))
 
     def stub(self, host, tcp=False):
         query = dns.message.make_query(host, "A", want_dnssec=True)
