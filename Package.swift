@@ -32,6 +32,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         // Tests only: the README's AsyncHTTPClient recipe (its `dnsOverride`) is run against the origins.
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        // `swift package generate-documentation`: the DocC catalogs of the library products (Scripts/test.sh).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // System libraries. shim.h holds only static inline wrappers for variadic C calls.
@@ -76,7 +78,7 @@ let package = Package(
         .target(
             name: "HTTPDNS",
             dependencies: [
-                "DNSCore", "DNSSEC", "CurlSupport", "SystemResolver",
+                "DNSCore", "DNSSEC", "CurlSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -89,7 +91,7 @@ let package = Package(
 
         // The interceptor: HTTP client, URLProtocol and request rewriter, all on CurlSupport.
         // The only target that links FoundationNetworking.
-        .target(name: "DNSInterceptor", dependencies: ["HTTPDNS", "AddressProbing", "CurlSupport"]),
+        .target(name: "DNSInterceptor", dependencies: ["HTTPDNS", "DNSCore", "AddressProbing", "CurlSupport"]),
 
         // A SwiftNIO `Resolver` over HTTPDNS: the only library product besides the daemon that links NIO.
         .target(
@@ -182,7 +184,7 @@ let package = Package(
         .testTarget(
             name: "HTTPDNSTests",
             dependencies: [
-                "HTTPDNS", "CurlSupport", "DNSCore", "TestSupport",
+                "HTTPDNS", "CurlSupport", "DNSCore", "SystemResolver", "TestSupport",
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
         .testTarget(

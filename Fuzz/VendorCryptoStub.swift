@@ -1,4 +1,4 @@
-// The fuzz build's stand-in for Sources/HTTPDNS/Vendor/VendorCrypto.swift, which needs swift-crypto:
+// The fuzz build's stand-in for Sources/HTTPDNS/CommercialAPIs/VendorCrypto.swift, which needs swift-crypto:
 // the decoders under test only open AES data, and here every AES open fails as a wrong key would.
 // DES (pure Swift, VendorCipherText.swift) is the real one.
 package enum VendorCrypto {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DNSSEC validation benchmarks (issue 17), against named peers in the same run:
+# DNSSEC validation benchmarks, against named peers in the same run:
 #
 #   Scripts/bench-dnssec.sh [RUNS] [SAMPLES]      defaults 3 and 20
 #

@@ -28,8 +28,8 @@ codec="Sources/DNSCore/DoHWire.swift Sources/DNSCore/AddressAnswer.swift Sources
        Sources/DNSCore/ResolverClock.swift Sources/DNSCore/ServiceBinding.swift Sources/DNSCore/DNSSECStatus.swift"
 daemon="Sources/ResolverDaemon/DNS/DNSQuery.swift Sources/ResolverDaemon/DNS/DNSResponseWriter.swift
         Sources/ResolverDaemon/DNS/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
-vendor="Sources/HTTPDNS/Vendor/VendorWire.swift Sources/HTTPDNS/Vendor/AlibabaWire.swift Sources/HTTPDNS/Vendor/TencentWire.swift
-        Sources/HTTPDNS/Vendor/VendorCipherText.swift Fuzz/VendorCryptoStub.swift"
+vendor="Sources/HTTPDNS/CommercialAPIs/VendorWire.swift Sources/HTTPDNS/CommercialAPIs/AlibabaWire.swift Sources/HTTPDNS/CommercialAPIs/TencentWire.swift
+        Sources/HTTPDNS/CommercialAPIs/VendorCipherText.swift Fuzz/VendorCryptoStub.swift"
 status=0
 for target in "${targets[@]}"; do
     case "$target" in

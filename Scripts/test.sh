@@ -21,28 +21,31 @@ trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 bash Scripts/testenv.sh start
 # Swift 6 mode with complete checking: a warning in our own code fails the run (dependencies' are theirs).
 build_log="$(mktemp)"
-swift build --build-tests 2>&1 | tee "$build_log"
+swift build "${SWIFT_DEBUG_FLAGS[@]}" --build-tests 2>&1 | tee "$build_log"
 if grep -E "^$root/(Sources|Tests|Fuzz)/[^:]+:[0-9]+:[0-9]+: warning:" "$build_log"; then
     echo "test.sh: the build warns in our own code (above)" >&2
     exit 1
 fi
 rm -f "$build_log"
-# A package that depends on this one by path compiles the README's library examples against every
+# The DocC documentation of every library product, DocC's warnings as errors.
+bash Scripts/docs.sh
+# A package that depends on this one by path compiles the library examples of the README and docs/ against every
 # documented product: documented-but-unusable API fails here.
 swift build --package-path Tests/ExternalPackage --scratch-path .build-external
 # One test at a time: run in parallel on 2 cores, the CPU-bound property tests (bit flips, HTTP/2
 # mutations, codec round trips) held the cooperative pool at the start of the run and timed tests
 # (a 400 ms query timeout, a 500 ms probe) measured 5-7 s of starvation instead of their timeouts,
 # in about every second run. Serial: ~100 s instead of ~40 s, and the timings measure the code.
-swift test --skip-build --no-parallel "$@"
+swift test "${SWIFT_DEBUG_FLAGS[@]}" --skip-build --no-parallel "$@"
 # The adversarial suite: hostile clients and failing upstreams against a running daemon.
 if [ $# -eq 0 ]; then
-    /usr/bin/python3 -W ignore Tests/Adversarial/adversarial.py "$(swift build --show-bin-path)/resolve"
+    bin="$(swift build "${SWIFT_DEBUG_FLAGS[@]}" --show-bin-path)"
+    /usr/bin/python3 -W ignore Tests/Adversarial/adversarial.py "$bin/resolve"
     # The forgery matrix: an on-path forger against every answer path, DNSSEC rows checked with delv.
-    /usr/bin/python3 -W ignore Tests/Forgery/forgery.py "$(swift build --show-bin-path)/resolve"
+    /usr/bin/python3 -W ignore Tests/Forgery/forgery.py "$bin/resolve"
     # Differential conformance: the stub and DoH against BIND 9.18 over a generated query corpus.
-    /usr/bin/python3 -W ignore Tests/Conformance/differential.py "$(swift build --show-bin-path)/resolve"
+    /usr/bin/python3 -W ignore Tests/Conformance/differential.py "$bin/resolve"
     # A short run of the validator's forgery fuzzer (the long ones: Scripts/fuzz-validator.sh).
-    "$(swift build --show-bin-path)/ValidatorForgeryFuzzer" --doh "https://doh-a.test:$DOH_PORT/dns-query" --ca "$root/.testenv/ca/ca.pem" \
+    "$bin/ValidatorForgeryFuzzer" --doh "https://doh-a.test:$DOH_PORT/dns-query" --ca "$root/.testenv/ca/ca.pem" \
         --anchors "$root/.testenv/sig.test.anchors" --runs 20000 --seconds 60 --seed "$(date +%s)"
 fi

@@ -50,9 +50,11 @@ public actor AddressRanker {
     private var inFlight: [Key: Task<RankedAddress, Never>] = [:]
 
     /// - Parameters:
+    ///   - resolver: where a host's addresses come from (an `HTTPDNSResolver`, or a fake in tests).
     ///   - prober: how an address is measured; default TCP connect within 1 s (TLS proves more
     ///     and costs a handshake: `ConnectionProber(mode: .tls)`).
     ///   - memory: how long a measurement is reused. Default 60 s.
+    ///   - clock: the clock measurements age by (a manual one in tests).
     public init(
         resolver: any HostResolving, prober: any AddressProbing = ConnectionProber(mode: .tcp, timeout: .seconds(1)),
         memory: Duration = .seconds(60), clock: any ResolverClock = MonotonicClock()

@@ -72,7 +72,7 @@ extension DNSMessage {
         throw DNSError(.malformedResponse, "CNAME chain for \(question.name) is longer than \(Self.maxCNAMEChain)")
     }
 
-    /// ``addressAnswer(for:id:)`` with every failure as a ``DNSError``: the form transports use.
+    /// `addressAnswer(for:id:)` with every failure as a ``DNSError``: the form transports use.
     public func answer(to question: Question, id: UInt16) throws(DNSError) -> AddressAnswer {
         do {
             return try addressAnswer(for: question, id: id)

@@ -1,6 +1,6 @@
 /// A DNS message (RFC 1035 §4.1): decoded with every bound checked, encoded without compression.
 ///
-/// Decoding never traps: every defect is a specific ``WireError``. Names are case-folded as they are
+/// Decoding never traps: every defect is a specific error that says what was wrong. Names are case-folded as they are
 /// read, so comparisons are DNS's case-insensitive ones.
 public struct DNSMessage: Sendable, Hashable {
     /// What a query asks: a name, a record type and a class (IN unless said otherwise).
@@ -122,7 +122,12 @@ extension DNSMessage {
     /// Encodes a recursive query for `name`/`type` with an EDNS(0) OPT record padded to a multiple
     /// of 128 octets (RFC 8467).
     ///
-    /// - Parameter id: 0 for DoH, where it keeps HTTP caches effective (RFC 8484 §4.1).
+    /// - Parameters:
+    ///   - name: the name asked.
+    ///   - type: the record type asked.
+    ///   - id: 0 for DoH, where it keeps HTTP caches effective (RFC 8484 §4.1).
+    ///   - padded: whether the OPT record carries the padding option.
+    /// - Returns: the query's wire form.
     public static func query(name: DomainName, type: RecordType, id: UInt16 = 0, padded: Bool = true) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(128)

@@ -39,7 +39,9 @@ package final class ResolutionMemo: Sendable {
     private let shardLimit: Int
     private let generation = Atomic<UInt64>(0)
 
-    /// - Parameter capacity: items kept at most; a full shard is emptied (hot names come back at once).
+    /// - Parameters:
+    ///   - capacity: items kept at most; a full shard is emptied (hot names come back at once).
+    ///   - shardCount: how many locks the items are spread over.
     package init(capacity: Int = 32_768, shardCount: Int = 8) {
         shards = (0..<shardCount).map { _ in Shard() }
         shardLimit = max(1, capacity / shardCount)

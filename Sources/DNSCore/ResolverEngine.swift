@@ -33,8 +33,10 @@ package final class ResolverEngine: Sendable {
 
     /// - Parameters:
     ///   - upstreams: trusted resolvers, in order of preference.
+    ///   - options: timeouts, TTL clamps, strategy, serve-stale and the rest (``ResolverOptions``).
     ///   - fallback: the system's DNS, used only under ``ResolverOptions/Fallback/system``.
     ///   - clock: monotonic time for TTLs, stale windows and circuit breakers.
+    ///   - spawner: where background work (prefetch, refreshes) runs; tests drain it instead of sleeping.
     ///   - metrics: where the counters and timers of ``ResolverMetrics`` go; by default the factory
     ///     the application bootstrapped (`MetricsSystem.factory`). The engine never bootstraps one.
     ///   - logger: upstream failures (debug), circuit-breaker changes (warning, notice) and serve-stale

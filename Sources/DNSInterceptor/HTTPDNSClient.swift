@@ -8,7 +8,7 @@ import HTTPDNS
 import FoundationNetworking
 #endif
 
-/// An HTTP client whose host names are resolved through ``HTTPDNSResolver`` and never the system's DNS.
+/// An HTTP client whose host names are resolved through ``/HTTPDNS/HTTPDNSResolver`` and never the system's DNS.
 ///
 /// The URL keeps its host name; only the socket goes to the resolved addresses (`Pinning`:
 /// libcurl's `CURLOPT_CONNECT_TO` to a name standing for them), so TLS SNI, the `Host` header and certificate validation all use the

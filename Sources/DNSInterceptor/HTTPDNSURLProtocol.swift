@@ -9,7 +9,7 @@ import FoundationNetworking
 #endif
 
 /// Puts URLSession's requests on ``HTTPDNSClient``: names resolved through HTTPDNS, TLS and `Host`
-/// kept on the name. Set it up with ``Foundation/URLSessionConfiguration/useHTTPDNS(_:policy:)``.
+/// kept on the name. Set it up with `Foundation/URLSessionConfiguration/useHTTPDNS(_:policy:)`.
 ///
 /// On Linux (swift-corelibs-foundation) a URLProtocol meets behaviour Apple's Foundation does not
 /// have; this class handles each case:
@@ -47,7 +47,7 @@ public final class HTTPDNSURLProtocol: URLProtocol {
     private static let loads = Atomic<Int>(0)
 
     /// Makes `client` and `policy` the ones every session listing this class uses. Called by
-    /// ``Foundation/URLSessionConfiguration/useHTTPDNS(_:policy:)``; one per process, the last wins.
+    /// `Foundation/URLSessionConfiguration/useHTTPDNS(_:policy:)`; one per process, the last wins.
     public static func install(_ client: HTTPDNSClient, policy: HTTPDNSInterceptionPolicy = .init()) {
         let hosts = Set(client.resolver.configuration.upstreams.map { $0.host.lowercased() })
         installation.withLock { $0 = Installation(client: client, policy: policy, resolverHosts: hosts) }
@@ -57,7 +57,7 @@ public final class HTTPDNSURLProtocol: URLProtocol {
     /// reaches `URLSession.shared` only, and only when called before anything in the process has
     /// used `URLSession.shared` (corelibs settles shared's protocols at its first use; after that
     /// its requests keep going to the built-in protocol and system DNS). Sessions made from a
-    /// configuration need ``Foundation/URLSessionConfiguration/useHTTPDNS(_:policy:)``; prefer that.
+    /// configuration need `Foundation/URLSessionConfiguration/useHTTPDNS(_:policy:)`; prefer that.
     public static func registerForSharedSession(_ client: HTTPDNSClient, policy: HTTPDNSInterceptionPolicy = .init()) {
         install(client, policy: policy)
         _ = URLProtocol.registerClass(HTTPDNSURLProtocol.self)

@@ -53,7 +53,7 @@ extension HTTPDNSResolver {
     }
 
     /// Resolves `url`'s host through the trusted resolvers and says how to reach it by address.
-    /// - Throws: ``DNSError`` when the host cannot be resolved or the URL is not http(s) with a
+    /// - Throws: ``/DNSCore/DNSError`` when the host cannot be resolved or the URL is not http(s) with a
     ///   host name (IP literals need no rewriting).
     public func rewrite(_ url: URL) async throws(DNSError) -> RewrittenRequest {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",

@@ -239,9 +239,16 @@ public struct DNSSECValidator: Sendable {
     /// (and, for a wildcard expansion, the exact name is proven absent); insecure when it lies in
     /// a zone proven unsigned.
     ///
-    /// - Parameter cut: for what proves a zone cut (DS, or its denial), the cut's name: only a
-    ///   signer strictly above it counts. The child's own key cannot vouch for its DS, and trying
-    ///   would make the chain depend on itself.
+    /// - Parameters:
+    ///   - records: the RRset.
+    ///   - signatures: the RRSIGs that came with it.
+    ///   - response: the message it came in (for a wildcard expansion's denial).
+    ///   - session: the validation's budget and the zones proven so far.
+    ///   - cut: for what proves a zone cut (DS, or its denial), the cut's name: only a
+    ///     signer strictly above it counts. The child's own key cannot vouch for its DS, and trying
+    ///     would make the chain depend on itself.
+    /// - Returns: the RRset's status when a signature verifies, or when it is unsigned in a zone proven unsigned.
+    /// - Throws: ``DNSSECFailure`` when no signature verifies or a bound is hit (the caller names it bogus or indeterminate).
     private func status(
         of records: [DNSMessage.Record], signatures: [RRSIG], in response: DNSMessage, session: inout Session, signedAbove cut: DomainName? = nil
     ) async throws

@@ -78,7 +78,8 @@ public enum Denial {
         try checkIterations(parameters)
         guard parameters.hashAlgorithm == 1 else { throw .unproven("NSEC3 hash algorithm \(parameters.hashAlgorithm) is not SHA-1") }
         func hash(_ name: DomainName) -> [UInt8] { NSEC3Record.hash(name, salt: parameters.salt, iterations: parameters.iterations) }
-        if let match = sameZone.first(where: { $0.matches(hash(name)) }) {
+        let nameHash = hash(name)
+        if let match = sameZone.first(where: { $0.matches(nameHash) }) {
             try checkSide(of: match.types, at: name, for: type)
             try checkAbsent(type, in: match.types, at: name)
             return .noData(delegation: match.isDelegation)
@@ -89,21 +90,24 @@ public enum Denial {
         var labels = total - 1
         while labels >= zoneLabels {
             let candidate = DomainName(uncheckedWire: DNSSECVerifier.suffix(of: name.wire, labels: labels))
-            if let encloser = sameZone.first(where: { $0.matches(hash(candidate)) }) {
+            let candidateHash = hash(candidate)
+            if let encloser = sameZone.first(where: { $0.matches(candidateHash) }) {
                 if encloser.isDelegation || encloser.types.contains(RecordType.dname.rawValue) {
                     throw .unproven("the closest encloser \(candidate) of \(name) is a delegation or DNAME: the proof is not the zone's to give")
                 }
                 let nextCloser = DomainName(uncheckedWire: DNSSECVerifier.suffix(of: name.wire, labels: labels + 1))
-                guard let covering = sameZone.first(where: { $0.covers(hash(nextCloser)) }) else {
+                let nextCloserHash = hash(nextCloser)
+                guard let covering = sameZone.first(where: { $0.covers(nextCloserHash) }) else {
                     throw .unproven("no NSEC3 covers the next closer name \(nextCloser)")
                 }
                 if covering.optOut { return .optOut }
                 let wildcard = DomainName(uncheckedWire: [1, UInt8(ascii: "*")] + candidate.wire)
-                if let wildcardMatch = sameZone.first(where: { $0.matches(hash(wildcard)) }) {
+                let wildcardHash = hash(wildcard)
+                if let wildcardMatch = sameZone.first(where: { $0.matches(wildcardHash) }) {
                     try checkAbsent(type, in: wildcardMatch.types, at: wildcard)
                     return .noData(delegation: false)
                 }
-                guard sameZone.contains(where: { $0.covers(hash(wildcard)) }) else {
+                guard sameZone.contains(where: { $0.covers(wildcardHash) }) else {
                     throw .unproven("no NSEC3 denies the wildcard \(wildcard) that could answer \(name)")
                 }
                 return .nameError

@@ -43,7 +43,7 @@ public struct UpstreamEndpoint: Sendable, Hashable {
     /// Names per batch request (vendor services; 1 for DoH and JSON, which ask one name at a time).
     public var batchSize = 1
 
-    /// - Throws: ``DNSError`` (``DNSError/Code/invalidConfiguration``) for a URL that is not
+    /// - Throws: ``/DNSCore/DNSError`` (``/DNSCore/DNSError/Code/invalidConfiguration``) for a URL that is not
     ///   `https://host[:port]/path`.
     public init(
         _ kind: Kind, url: String, bootstrap: [IPAddress] = [],
@@ -121,7 +121,7 @@ public struct UpstreamEndpoint: Sendable, Hashable {
     /// Whether the host is an IP literal, reachable without bootstrap.
     public var hostIsLiteral: Bool { IPAddress(host) != nil }
 
-    /// Whether the endpoint is reached over plain HTTP (a vendor API mode; see the README's notes).
+    /// Whether the endpoint is reached over plain HTTP (a vendor API mode; see docs/commercial-apis.md).
     public var isPlainHTTP: Bool { url.lowercased().hasPrefix("http:") }
 }
 

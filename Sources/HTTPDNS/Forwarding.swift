@@ -13,9 +13,9 @@ extension HTTPDNSResolver {
     /// to the next one. The upstream's RCODE
     /// (SERVFAIL, REFUSED…) is an answer and is returned. JSON upstreams cannot carry a message and
     /// are skipped. Nothing is cached.
-    /// - Throws: ``DNSError``: `malformed_response`/`mismatched_response` or the transport's code
+    /// - Throws: ``/DNSCore/DNSError``: `malformed_response`/`mismatched_response` or the transport's code
     ///   when every upstream failed (each attempt listed), `invalid_configuration` without a DoH
-    ///   upstream, `invalid_name` when `query` is not a query with one question.
+    ///   upstream, `invalid_query` when `query` is not a query with one question.
     public func forward(_ query: [UInt8]) async throws(DNSError) -> [UInt8] {
         let question: DNSMessage.Question
         do {

@@ -14,10 +14,10 @@ import Synchronization
 /// let resolution = try await resolver.resolve("api.example.test")
 /// ```
 ///
-/// Answers are cached by TTL (clamped to ``ResolverOptions/minTTL``...``ResolverOptions/maxTTL``),
-/// served stale within ``ResolverOptions/staleWindow`` while a refresh runs (RFC 8767), refreshed
+/// Answers are cached by TTL (clamped to ``/DNSCore/ResolverOptions/minTTL``...``/DNSCore/ResolverOptions/maxTTL``),
+/// served stale within ``/DNSCore/ResolverOptions/staleWindow`` while a refresh runs (RFC 8767), refreshed
 /// early on hits in the last 10 % of their TTL, and concurrent lookups of one name share one query.
-/// A and AAAA are asked in parallel. Upstreams are tried per ``ResolverOptions/strategy``: a failing
+/// A and AAAA are asked in parallel. Upstreams are tried per ``/DNSCore/ResolverOptions/strategy``: a failing
 /// upstream hands over at once, a slow one after its share of the remaining budget.
 public final class HTTPDNSResolver: HostResolving, Sendable {
     public let configuration: HTTPDNSConfiguration
@@ -30,7 +30,7 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
 
     public var options: HTTPDNSOptions { engine.options }
 
-    /// The resolver's clock: what ``Resolution/expiresAt`` is measured in
+    /// The resolver's clock: what ``/DNSCore/Resolution/expiresAt`` is measured in
     /// (`resolution.expiresAt - resolver.clock.now` is the time an answer has left).
     public var clock: any ResolverClock { engine.clock }
 
@@ -42,10 +42,10 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     ///   - options: cache TTL bounds, stale serving, prefetch, timeouts, strategy, fallback policy.
     ///   - fallback: the system's DNS (`SystemResolver`), used only when `options.fallback` is `.system`.
     ///   - clock: what TTLs, deadlines, budgets and sleeps are measured with (a test passes its own).
-    ///   - metrics: where the engine's counters and timers go (`httpdns_*`, listed in the README);
+    ///   - metrics: where the engine's counters and timers go (`httpdns_*`, listed in docs/library.md);
     ///     by default the application's bootstrapped `MetricsSystem.factory`.
     ///   - logger: where upstream failures and circuit-breaker changes are logged; silent by default.
-    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` when an upstream cannot be
+    /// - Throws: ``/DNSCore/DNSError`` with ``/DNSCore/DNSError/Code/invalidConfiguration`` when an upstream cannot be
     ///   reached without DNS or the CA file is unreadable.
     public convenience init(
         configuration: HTTPDNSConfiguration, options: HTTPDNSOptions = .init(),
@@ -99,9 +99,9 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
 
     /// Resolves `host` to addresses.
     ///
-    /// IP literals come back as they are (source ``Resolution/Source/literal``). Answers in special
-    /// ranges are dropped unless ``ResolverOptions/allowPrivate``.
-    /// - Throws: ``DNSError``: `invalid_name`, `nxdomain`, `nodata`, `rejected_private`, or the
+    /// IP literals come back as they are (source ``/DNSCore/Resolution/Source/literal``). Answers in special
+    /// ranges are dropped unless ``/DNSCore/ResolverOptions/allowPrivate``.
+    /// - Throws: ``/DNSCore/DNSError``: `invalid_name`, `nxdomain`, `nodata`, `rejected_private`, or the
     ///   upstreams' failures (one code when they agree, `upstream_failed` when not, each listed).
     public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
         guard dnssecPolicy != .off else { return try await engine.resolve(host, type: type) }
@@ -203,7 +203,7 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     }
 
     /// Writes the cache to `path` atomically (a temporary file in the same directory, then rename).
-    /// - Throws: ``DNSError`` with ``DNSError/Code/cacheWriteFailed`` when the file cannot be written.
+    /// - Throws: ``/DNSCore/DNSError`` with ``/DNSCore/DNSError/Code/cacheWriteFailed`` when the file cannot be written.
     public func saveCache(to path: String) throws(DNSError) {
         let bytes = engine.snapshot(wallMilliseconds: Self.wallMilliseconds())
         let temporary = path + ".tmp-\(getpid())"

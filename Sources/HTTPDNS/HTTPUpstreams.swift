@@ -43,7 +43,7 @@ struct DoHUpstream: DNSUpstream {
 
 /// A resolver speaking the JSON API (`application/dns-json`), as Cloudflare and Google serve it.
 ///
-/// The JSON is turned into a ``DNSMessage`` and checked by the same code as wire answers: the
+/// The JSON is turned into a ``/DNSCore/DNSMessage`` and checked by the same code as wire answers: the
 /// question must be echoed, the CNAME chain is followed inside the answer, and records for other
 /// names are ignored.
 struct JSONUpstream: DNSUpstream {
@@ -201,7 +201,7 @@ struct HTTPTransport: Sendable {
         return response
     }
 
-    /// Sends `request` as it is, with libcurl's failures as ``DNSError``s.
+    /// Sends `request` as it is, with libcurl's failures as ``/DNSCore/DNSError``s.
     func send(_ request: CurlRequest) async throws(DNSError) -> CurlResponse {
         do {
             return try await engine.perform(request)

@@ -8,7 +8,7 @@ extension HTTPDNSResolver {
     /// let answer = try await resolver.serviceBindings(for: "www.example.test")
     /// for record in answer.records where !record.isAlias { print(record.alpn, record.port ?? 443) }
     /// ```
-    /// - Throws: ``DNSError``: `nxdomain`, `nodata` (the name has no such record), `server_failure`,
+    /// - Throws: ``/DNSCore/DNSError``: `nxdomain`, `nodata` (the name has no such record), `server_failure`,
     ///   `refused`, `malformed_response` (a record whose data does not decode), `invalid_name`
     ///   (also for an IP literal), or what ``forward(_:)`` throws.
     public func serviceBindings(for host: String, type: RecordType = .https) async throws(DNSError) -> ServiceBindingAnswer {

@@ -39,7 +39,7 @@ public final class HTTPDNSNIOResolver: Resolver, Sendable {
         self.eventLoop = eventLoop
     }
 
-    /// Over any ``HostResolving`` (a test's fake, or a wrapper that adds policy).
+    /// Over any ``/DNSCore/HostResolving`` (a test's fake, or a wrapper that adds policy).
     public init(resolving resolver: any HostResolving, on eventLoop: any EventLoop) {
         self.resolver = resolver
         self.cachedResolver = resolver as? HTTPDNSResolver

@@ -49,12 +49,12 @@ public struct TrustedAnswers: AnswerSource {
     }
 }
 
-/// The system side: one plain-DNS upstream (c-ares' ``SystemResolver``), each address type asked
+/// The system side: one plain-DNS upstream (c-ares' ``/SystemResolver/SystemResolver``), each address type asked
 /// at once.
 public struct PlainDNSAnswers: AnswerSource {
     public let upstream: any DNSUpstream
     public let timeout: Duration
-    /// When set (and the upstream is a ``SystemResolver``), the system's answers are asked with DO
+    /// When set (and the upstream is a ``/SystemResolver/SystemResolver``), the system's answers are asked with DO
     /// and validated by this resolver's DNSSEC settings, the chain fetched from its trusted
     /// upstreams: a forged answer in a signed zone is then named bogus, with the reason.
     public var validator: HTTPDNSResolver?

@@ -17,22 +17,22 @@ import Yams
 /// fallback: none
 /// cache: {min_ttl: 60, max_ttl: 86400}
 /// ```
-public struct ConfigFile: Sendable {
+package struct ConfigFile: Sendable {
     /// What every command reads: the trusted upstreams, the resolver's options, the plain-DNS side
     /// and the cache file.
-    public var lookup: LookupSettings
+    package var lookup: LookupSettings
     /// What only `resolve daemon` reads: its listeners, watched hosts, limits and readiness.
-    public var daemon = DaemonSettings()
+    package var daemon = DaemonSettings()
 
     /// Settings made in code rather than read from a file (`resolve proxy` from its flags).
-    public init(lookup: LookupSettings, daemon: DaemonSettings = DaemonSettings()) {
+    package init(lookup: LookupSettings, daemon: DaemonSettings = DaemonSettings()) {
         self.lookup = lookup
         self.daemon = daemon
     }
 
     /// Reads and validates `path`.
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` naming the line and key.
-    public static func load(_ path: String) throws(DNSError) -> ConfigFile {
+    package static func load(_ path: String) throws(DNSError) -> ConfigFile {
         let text: String
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
@@ -44,7 +44,7 @@ public struct ConfigFile: Sendable {
     }
 
     /// Parses configuration text; `file` names it in errors, `directory` anchors relative paths.
-    public static func parse(_ text: String, file: String = "config", directory: String = ".") throws(DNSError) -> ConfigFile {
+    package static func parse(_ text: String, file: String = "config", directory: String = ".") throws(DNSError) -> ConfigFile {
         let root: Node?
         do {
             root = try Yams.compose(yaml: text)
@@ -70,14 +70,14 @@ public struct ConfigFile: Sendable {
 
 /// The settings of a lookup, shared by every command: `upstreams`, `ca_file`, the resolver options
 /// (`timeout`, `strategy`, `fallback`, `cache.*` TTLs, ...), `system_dns`, `preresolve` and `cache.persist`.
-public struct LookupSettings: Sendable {
-    public var configuration: HTTPDNSConfiguration
-    public var options: HTTPDNSOptions
+package struct LookupSettings: Sendable {
+    package var configuration: HTTPDNSConfiguration
+    package var options: HTTPDNSOptions
     /// Plain DNS servers (`IP[:port]`) for fallback and comparison; empty means /etc/resolv.conf.
-    public var systemDNS: [String] = []
+    package var systemDNS: [String] = []
     /// Where the cache is persisted, if anywhere.
-    public var persistPath: String?
-    public init(configuration: HTTPDNSConfiguration, options: HTTPDNSOptions, systemDNS: [String] = [], persistPath: String? = nil) {
+    package var persistPath: String?
+    package init(configuration: HTTPDNSConfiguration, options: HTTPDNSOptions, systemDNS: [String] = [], persistPath: String? = nil) {
         self.configuration = configuration
         self.options = options
         self.systemDNS = systemDNS
@@ -85,7 +85,7 @@ public struct LookupSettings: Sendable {
     }
 
     /// Names resolved at start-up (``HTTPDNSConfiguration/preresolve``).
-    public var preresolve: [String] {
+    package var preresolve: [String] {
         get { configuration.preresolve }
         set { configuration.preresolve = newValue }
     }
@@ -94,98 +94,98 @@ public struct LookupSettings: Sendable {
 /// The settings only `resolve daemon` reads: `listen`, `dns_listen`, `tls`, `watch`, `auth_token`,
 /// `protect_dns_query`, `limits`, `readiness` and `cache.persist_interval`. A lookup command given
 /// the same file ignores them.
-public struct DaemonSettings: Sendable {
+package struct DaemonSettings: Sendable {
     /// A watched host of the daemon.
-    public struct Watch: Sendable, Hashable {
-        public var host: String
-        public var port: Int
-        public var interval: Duration
+    package struct Watch: Sendable, Hashable {
+        package var host: String
+        package var port: Int
+        package var interval: Duration
         /// Also compare the host's HTTPS records (RFC 9460) on both sides, as `resolve compare
         /// --https-records` does. Default false.
-        public var httpsRecords = false
+        package var httpsRecords = false
     }
 
     /// How often the daemon snapshots the cache to ``LookupSettings/persistPath``. Default 300 s;
     /// it is also written on shutdown.
-    public var persistInterval: Duration = .seconds(300)
+    package var persistInterval: Duration = .seconds(300)
     /// The HTTP listener, `host:port`. Default `127.0.0.1:8053`.
-    public var listen = "127.0.0.1:8053"
+    package var listen = "127.0.0.1:8053"
     /// The optional plain-DNS stub.
-    public var dnsListen: String?
-    public var watch: [Watch] = []
+    package var dnsListen: String?
+    package var watch: [Watch] = []
     /// HTTPS: a PEM certificate chain and its key. With it the listener speaks TLS with HTTP/2 and
     /// HTTP/1.1 offered by ALPN; without it, plain HTTP/1.1.
-    public var tls: TLSFiles?
+    package var tls: TLSFiles?
     /// When set, every daemon endpoint but `/healthz` (and `/dns-query` unless
     /// ``protectDNSQuery``) requires `Authorization: Bearer <token>`.
-    public var authToken: String?
-    public var protectDNSQuery = false
-    public var limits = Limits()
-    public var readiness = Readiness()
+    package var authToken: String?
+    package var protectDNSQuery = false
+    package var limits = Limits()
+    package var readiness = Readiness()
     /// The local HTTP(S) forward proxy's listener, `host:port`, or nil for none.
-    public var proxyListen: String?
+    package var proxyListen: String?
     /// The proxy's policy (`proxy:`).
-    public var proxy = Proxy()
+    package var proxy = Proxy()
 
-    public init() {}
+    package init() {}
 
     /// The forward proxy's policy: which targets, who may use it, what a connection may cost.
-    public struct Proxy: Sendable, Hashable {
+    package struct Proxy: Sendable, Hashable {
         /// Ports CONNECT may reach. Default 443 only: not an open relay. Plain `http://` requests
         /// may go to these and 80.
-        public var connectPorts: [Int] = [443]
+        package var connectPorts: [Int] = [443]
         /// Host patterns (`example.com` = the name and names under it, `*.example.com` = names
         /// under it only); empty = every host the deny list lets through.
-        public var allow: [String] = []
-        public var deny: [String] = []
+        package var allow: [String] = []
+        package var deny: [String] = []
         /// Whether private, loopback and link-local destinations may be reached (no SSRF into the
         /// host's network by default).
-        public var allowPrivateDestinations = false
+        package var allowPrivateDestinations = false
         /// `user:password` lines (Proxy-Authorization: Basic), or nil for no authentication.
-        public var users: [String: String]?
-        public var maxConnections = 1_024
-        public var connectTimeout: Duration = .seconds(10)
-        public var idleTimeout: Duration = .seconds(300)
-        public var maxHeaderBytes = 16_384
-        public init() {}
+        package var users: [String: String]?
+        package var maxConnections = 1_024
+        package var connectTimeout: Duration = .seconds(10)
+        package var idleTimeout: Duration = .seconds(300)
+        package var maxHeaderBytes = 16_384
+        package init() {}
     }
 
     /// Paths of the daemon's certificate chain and private key (PEM).
-    public struct TLSFiles: Sendable, Hashable {
-        public var certificate: String
-        public var key: String
+    package struct TLSFiles: Sendable, Hashable {
+        package var certificate: String
+        package var key: String
     }
 
     /// What one request to the daemon may cost.
-    public struct Limits: Sendable, Hashable {
+    package struct Limits: Sendable, Hashable {
         /// The largest request body (a DoH POST); larger gets 413. At most 65,535 (RFC 8484 §6).
-        public var maxBodyBytes = 65_535
+        package var maxBodyBytes = 65_535
         /// The longest request target (path and query); longer gets 414. A GET carries a 65,535-byte
         /// message base64url-encoded in 87,384 characters, so the default admits the largest
         /// ordinary queries (a few hundred bytes) with room and still bounds what a client can send.
-        public var maxURLLength = 8_192
+        package var maxURLLength = 8_192
         /// Requests handled at once; more get 503 with `Retry-After: 1` at once rather than queueing.
-        public var maxConcurrentRequests = 1_024
+        package var maxConcurrentRequests = 1_024
         /// Connections open at once on each listener (HTTP, and the DNS stub's TCP); more are closed
         /// as soon as they are accepted.
-        public var maxConnections = 1_024
+        package var maxConnections = 1_024
         /// How long a connection may take to finish its TLS handshake and send a complete request
         /// head, and a request to deliver its whole body. Default 10 s.
-        public var requestTimeout: Duration = .seconds(10)
+        package var requestTimeout: Duration = .seconds(10)
         /// How long a connection may stay open with no request in progress. Default 120 s.
-        public var idleTimeout: Duration = .seconds(120)
-        public init() {}
+        package var idleTimeout: Duration = .seconds(120)
+        package init() {}
     }
 
     /// How the daemon keeps `/readyz` true to its upstreams while it answers from the cache.
-    public struct Readiness: Sendable, Hashable {
+    package struct Readiness: Sendable, Hashable {
         /// The name sent to an upstream that has had no exchange for an interval (type A), or nil:
         /// the first watched host, else the first pre-resolved name, else the root's NS.
-        public var probe: String?
+        package var probe: String?
         /// How often idle upstreams are probed. Default 10 s; an upstream counts as reachable for
         /// three intervals after it last responded.
-        public var interval: Duration = .seconds(10)
-        public init() {}
+        package var interval: Duration = .seconds(10)
+        package init() {}
     }
 }
 

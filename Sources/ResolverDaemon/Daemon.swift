@@ -160,11 +160,13 @@ package final class Daemon: Sendable {
 
     /// Loads and checks the config file.
     /// - Parameters:
+    ///   - configPath: the YAML file, read now and again on every SIGHUP.
     ///   - metrics: where every metric goes (the engine's and the daemon's).
     ///   - exposition: the Prometheus text `/metrics` serves.
+    ///   - logger: where the daemon logs (the command's level and format).
     ///   - signals: what stops the daemon gracefully (none in tests, which call ``shutdown()``).
-    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration``.
     ///   - adjust: what the command changes in the file's settings, at start and on every reload.
+    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration``.
     package convenience init(
         configPath: String, metrics: any MetricsFactory, exposition: @escaping @Sendable () -> [UInt8], logger: Logger,
         signals: [UnixSignal] = [.sigterm, .sigint], adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }

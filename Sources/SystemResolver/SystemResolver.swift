@@ -7,7 +7,7 @@ import Synchronization
 ///
 /// c-ares 1.18 has no event thread and its channel is not thread-safe, so one thread per resolver
 /// owns the channel and drives it with `ares_getsock`/`poll`/`ares_process_fd`; lookups are handed
-/// over through a queue and a wake-up pipe. Responses are decoded and validated by ``DNSMessage``,
+/// over through a queue and a wake-up pipe. Responses are decoded and validated by ``/DNSCore/DNSMessage``,
 /// so TTLs, CNAME chains and the question echo are checked as for trusted answers.
 ///
 /// ```swift
@@ -34,9 +34,12 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
         var running = true
     }
 
-    /// - Parameter servers: `IP`, `IP:port` or `[IPv6]:port`; empty means the system's
-    ///   /etc/resolv.conf (never in tests: that server is off-machine).
-    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration`` for an unusable server list.
+    /// - Parameters:
+    ///   - servers: `IP`, `IP:port` or `[IPv6]:port`; empty means the system's
+    ///     /etc/resolv.conf (never in tests: that server is off-machine).
+    ///   - attemptTimeout: how long one attempt at one server waits for its answer.
+    ///   - tries: attempts per server before the next one is asked.
+    /// - Throws: ``/DNSCore/DNSError`` with ``/DNSCore/DNSError/Code/invalidConfiguration`` for an unusable server list.
     public init(servers: [String] = [], attemptTimeout: Duration = .milliseconds(1500), tries: Int = 2) throws(DNSError) {
         _ = Self.libraryInit
         var options = ares_options()

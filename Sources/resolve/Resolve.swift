@@ -228,7 +228,7 @@ struct LookupOptions: ParsableArguments {
         for upstream in upstreams where upstream.isPlainHTTP {
             warn(
                 "\(upstream.url) is plain HTTP: the \(upstream.vendorDescription) hides the names asked but is weaker than TLS "
-                    + "(no server authentication; see the README's vendor notes)")
+                    + "(no server authentication; see docs/commercial-apis.md)")
         }
         var dnssecSettings = file?.configuration.dnssec ?? DNSSECSettings()
         if dnssec != nil { dnssecSettings.policy = try dnssecPolicy }

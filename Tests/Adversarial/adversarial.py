@@ -921,7 +921,7 @@ class UpstreamFaults(unittest.TestCase):
             daemon.stop()
 
     def test_an_answer_of_4000_addresses_is_served_bounded_and_the_daemon_lives(self):
-        # redteam-3 F5: the re-encoded answer outgrew 65,535 bytes and the stub's TCP length trapped
+        # docs/threat-model.md F5: the re-encoded answer outgrew 65,535 bytes and the stub's TCP length trapped
         # (SIGILL). Now the records that do not fit are left out, over TCP and DoH alike.
         self.start_upstream(mode="big")
         daemon = Daemon(18635, 18636, upstream=f"https://doh-a.test:{self.port}/dns-query", extra="timeout: 3")

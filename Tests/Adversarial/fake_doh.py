@@ -102,7 +102,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 def big_answer(wire):
-    """redteam-3 F5: a CNAME to a 253-character name (compressed here, written out in full by a
+    """docs/threat-model.md F5: a CNAME to a 253-character name (compressed here, written out in full by a
     re-encoding server) and as many A records as fit in 65,535 bytes: ~4,000."""
     query = dns.message.from_wire(wire)
     response = dns.message.make_response(query)

@@ -66,7 +66,7 @@ import Testing
         ("255.255.255.255", "reserved"), ("::1", "loopback"), ("::", "unspecified"), ("fd00::1", "unique-local"),
         ("fe80::1", "link-local"), ("ff02::1", "multicast"), ("2001:db8::1", "documentation"), ("3fff::1", "documentation"),
         ("::ffff:10.0.0.1", "IPv4-mapped private"), ("64:ff9b::7f00:1", "NAT64 loopback"),
-        // redteam-3 F17: dialled over IPv6, they reach an IPv4 address behind a gateway.
+        // docs/threat-model.md F17: dialled over IPv6, they reach an IPv4 address behind a gateway.
         ("::7f00:1", "IPv4-compatible"), ("::10.0.0.1", "IPv4-compatible"), ("::8.8.8.8", "IPv4-compatible"),
         ("::ffff:0:7f00:1", "IPv4-translated loopback"), ("64:ff9b:1::7f00:1", "NAT64 local-use"), ("64:ff9b:1:ffff::1", "NAT64 local-use"),
         ("2002:7f00:1::1", "6to4 loopback"), ("2002:c0a8:101::1", "6to4 private"), ("2002:a9fe:0101::", "6to4 link-local"),

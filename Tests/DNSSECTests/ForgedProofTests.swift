@@ -10,7 +10,7 @@ import Testing
 /// (Scripts/testenv.sh `sign_tree`, asked of BIND with DO and CD): what an upstream that lies, or an
 /// on-path forger of the system's DNS, holds without any zone's key. None may validate `secure`.
 ///
-/// Every case here was `secure` before the fix it names (redteam-3 F7, F13): the wrap-around NSEC
+/// Every case here was `secure` before the fix it names (docs/threat-model.md F7, F13): the wrap-around NSEC
 /// of another zone, a parent's NSEC at a cut for the child's data, a child's apex NSEC for DS, a
 /// genuine wildcard replayed for an existing name, another zone's NSEC3 chain for an expansion,
 /// and an extra address beside a genuine signed RRset.

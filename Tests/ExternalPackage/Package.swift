@@ -1,7 +1,7 @@
 // swift-tools-version: 6.1
-// A package that depends on swift-httpdns by path, as a user's would, and compiles the README's
-// library examples against every product the README documents. Built by Scripts/test.sh, so that
-// API the README shows but a dependent package cannot use (not a product, not public) fails the tests.
+// A package that depends on swift-httpdns by path, as a user's would, and compiles the library
+// examples of the README and docs/ against every library product. Built by Scripts/test.sh, so that
+// API the documentation shows but a dependent package cannot use (not a product, not public) fails the tests.
 import PackageDescription
 
 let package = Package(
@@ -16,6 +16,7 @@ let package = Package(
             dependencies: [
                 .product(name: "HTTPDNS", package: "swift-httpdns"),
                 .product(name: "DNSCore", package: "swift-httpdns"),
+                .product(name: "DNSSEC", package: "swift-httpdns"),
                 .product(name: "DNSInterceptor", package: "swift-httpdns"),
                 .product(name: "SystemResolver", package: "swift-httpdns"),
                 .product(name: "AddressProbing", package: "swift-httpdns"),

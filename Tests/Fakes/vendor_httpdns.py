@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Loopback fakes of the commercial HTTPDNS APIs (Alibaba legacy and v2, Tencent DNSPod D+, Baidu v4),
-written from ../shared/research/vendor-apis.md independently of the Swift client: they check signatures
+written from docs/commercial-apis.md ("Wire notes") independently of the Swift client: they check signatures
 and expiries, decrypt requests, answer from BIND's zone (asked over plain DNS on loopback), and encrypt
 answers, so a misunderstanding of the spec on one side shows up as a failure.
 

@@ -346,7 +346,7 @@ class Row:
 
     `forge(query)` rewrites DNS answers (DoH and plain DNS); `doh_body(wire)` replaces the whole
     HTTP answer; `vendor(path, status, body)` rewrites a vendor response. `documented` marks a row
-    that proves a gap the README's threat table names (the forged address is expected to pass)."""
+    that proves a gap docs/commercial-apis.md's attack table names (the forged address is expected to pass)."""
 
     def __init__(self, name, klass, upstream, host, codes, forge=None, doh_body=None, vendor=None, forged=(FORGED,),
                  dnssec=None, rdtype="a", delv=None, documented=None, daemon=True, genuine=None, config_error=False, custom=None,
@@ -688,16 +688,16 @@ def vendor_rows():
         ("baidu", f'{{baidu: {{account_id: "123456", endpoint: "{impostor}", tls_name: vendor.test, secret_file: {SECRETS}/baidu.secret}}}}'),
     ):
         rows.append(Row(f"{kind}-tls-impostor", "an HTTPS impostor with another name's certificate", upstream, name, {"tls_failed"}))
-    # Without encryption over plain HTTP (allow_plain_http) the answer is anyone's: the README says so.
+    # Without encryption over plain HTTP (allow_plain_http) the answer is anyone's: docs/commercial-apis.md says so.
     plain = (f'{{alibaba: {{account_id: "100001", api: v2, endpoint: "http://127.0.0.1:{VENDOR_MITM}", encryption: none, '
              f'allow_plain_http: true}}}}')
     rows.append(Row("alibaba-plain-http", "a forged plaintext answer where allow_plain_http accepts one", plain, name, set(),
-                    vendor=alibaba_plain, documented="any API over HTTP without encryption: the README's threat table says 'yes'"))
+                    vendor=alibaba_plain, documented="any API over HTTP without encryption: docs/commercial-apis.md's attack table says 'yes'"))
     rows.append(Row("tencent-des-bit-flip", "a bit flipped in a DES block", vendor_upstream("tencent-des"), name,
                     {"malformed_response", "mismatched_response"}, vendor=tencent_flip, forged=()))
     rows.append(Row("tencent-aes-iv-flip", "the IV flipped to rewrite the address (CBC has no integrity)", vendor_upstream("tencent-aes"), name,
                     set(), vendor=tencent_iv_flip, forged=("127.18.0.10",),
-                    documented="Tencent AES-CBC over http:// is malleable: the README's threat table says 'yes'"))
+                    documented="Tencent AES-CBC over http:// is malleable: docs/commercial-apis.md's attack table says 'yes'"))
 
     def prepare():
         """Captures each mode's genuine sealed answer for loopback.hd.test (127.0.0.1): the replay."""

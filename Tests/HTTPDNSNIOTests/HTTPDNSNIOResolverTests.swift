@@ -139,7 +139,7 @@ import Testing
     }
 }
 
-/// The README's AsyncHTTPClient recipe, run: AsyncHTTPClient has no resolver hook, only a static
+/// The AsyncHTTPClient recipe of docs/interceptor.md, run: AsyncHTTPClient has no resolver hook, only a static
 /// `dnsOverride` map; HTTPDNS fills it, and TLS still checks the name.
 @Suite(.serialized) struct AsyncHTTPClientRecipeTests {
     typealias Env = TestEnvironment
@@ -151,7 +151,7 @@ import Testing
         let resolver = try HTTPDNSResolver(
             configuration: .init(upstreams: [try .doh(Env.dohA, bootstrap: ["127.0.0.1"])], caFile: Env.caFile), options: options)
 
-        // The recipe (README "SwiftNIO clients"):
+        // The recipe (docs/interceptor.md "SwiftNIO clients"):
         var configuration = HTTPClient.Configuration()
         configuration.dnsOverride = await resolver.addressOverrides(for: ["bank.hd.test"], type: .a)
         var tls = TLSConfiguration.makeClientConfiguration()

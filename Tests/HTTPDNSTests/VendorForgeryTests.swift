@@ -6,7 +6,7 @@ import Testing
 
 /// What an on-path forger without the account's keys can send in place of a vendor's answer, over
 /// http:// where nothing else authenticates the server: each is refused with a specific code, never
-/// an answer (redteam-3 F6, F16).
+/// an answer (docs/threat-model.md F6, F16).
 @Suite struct VendorForgeryTests {
     static let key = Hex.decode("00112233445566778899aabbccddeeff")!
     static let forgedIP = "44.55.66.77"

@@ -7,7 +7,7 @@ import Testing
 @testable import HTTPDNS
 
 /// Every vendor API mode against the loopback fakes of Scripts/testenv.sh (Python, written from the
-/// research file independently of this client): signatures and expiries checked, requests decrypted,
+/// wire notes of docs/commercial-apis.md, independently of this client): signatures and expiries checked, requests decrypted,
 /// answers from BIND's zone, encrypted back. TLS verified with the test CA.
 @Suite(.serialized) struct VendorIntegrationTests {
     typealias Env = TestEnvironment

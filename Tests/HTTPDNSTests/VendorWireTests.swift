@@ -5,7 +5,7 @@ import Testing
 @testable import HTTPDNS
 
 /// The vendor APIs' signing, encryption and answer formats, pinned to every vector of
-/// `../shared/research/vendor-apis.md` (published ones and the self-computed ones, marked there).
+/// docs/commercial-apis.md ("Wire notes": published ones and our own, marked there).
 @Suite struct VendorWireTests {
     static let iv16: @Sendable (Int) -> [UInt8] = { count in (0..<count).map { UInt8($0) } }
 

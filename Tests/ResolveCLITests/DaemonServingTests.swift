@@ -232,7 +232,7 @@ extension DaemonSuites {
             #expect(txt.stdout == "\"hd-test-txt\"\n", "\(txt.stdout)\(txt.stderr)")
             let absent = try await dig(["nope.hd.test", "A"])
             #expect(absent.stdout.contains("status: NXDOMAIN"), "\(absent.stdout)")
-            // redteam-3 F18: every UDP query over 64 bytes came out cut and was answered FORMERR.
+            // docs/threat-model.md F18: every UDP query over 64 bytes came out cut and was answered FORMERR.
             // dig's default query (EDNS, a cookie) for a long name, and one padded to 468 bytes.
             let long = try await dig(["a-thirty-character-label-here.and-another-long-label.www.hd.test", "A"])
             #expect(long.stdout.contains("status: NXDOMAIN"), "\(long.stdout)")

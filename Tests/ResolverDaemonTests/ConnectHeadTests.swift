@@ -47,7 +47,7 @@ import Testing
     }
 
     /// A head trickled in byte by byte is scanned from where the last scan stopped: the same
-    /// answers as scanning it whole, and each byte looked at a bounded number of times (redteam-3
+    /// answers as scanning it whole, and each byte looked at a bounded number of times (docs/threat-model.md
     /// F11: 17 KB heads cost 0.25 s of relay CPU each with the rescan).
     @Test func aTrickledHeadIsScannedOnceNotOverAndOver() {
         let filler = (0..<300).map { "X-Filler-\($0): " + String(repeating: "v", count: 40) + "\r\n" }.joined()

@@ -153,7 +153,7 @@ enum Wire {
         #expect(message.additionals.first?.recordClass == 1232)
     }
 
-    /// redteam-3 F5: 4,078 addresses behind a CNAME made a response over 65,535 bytes, and the
+    /// docs/threat-model.md F5: 4,078 addresses behind a CNAME made a response over 65,535 bytes, and the
     /// stub's TCP length trapped. Records that do not fit are left out; the OPT always fits.
     @Test func aResponseNeverOutgrowsADNSMessage() throws {
         let longName = (0..<3).map { _ in String(repeating: "a", count: 62) }.joined(separator: ".") + ".test"

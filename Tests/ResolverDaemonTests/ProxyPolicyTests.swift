@@ -55,7 +55,7 @@ import Testing
         #expect(ProxyPolicy(settings: settings).dialable(addresses).count == addresses.count)
     }
 
-    /// redteam-3 F8: an allow list of names admitted every IP literal (`CONNECT 127.0.0.4:18480`).
+    /// docs/threat-model.md F8: an allow list of names admitted every IP literal (`CONNECT 127.0.0.4:18480`).
     @Test func allowAndDenyListsApplyToIPLiterals() throws {
         var settings = DaemonSettings.Proxy()
         settings.connectPorts = [443]
@@ -76,7 +76,7 @@ import Testing
         #expect(denying.refusal(for: try #require(ProxyTarget(host: "127.0.0.5", port: 443)), plainHTTP: false) == nil, "empty allow: all else")
     }
 
-    /// redteam-3 F9: `Connection: content-length` took a GET's framing away, and its body reached
+    /// docs/threat-model.md F9: `Connection: content-length` took a GET's framing away, and its body reached
     /// the origin as a second request.
     @Test func aConnectionHeaderCannotTakeTheFramingAway() {
         let smuggling = HTTPHeaders([("Host", "a.test"), ("Content-Length", "40"), ("Connection", "Content-Length")])
@@ -89,7 +89,7 @@ import Testing
         #expect(kept["content-length"] == ["40"])
     }
 
-    /// redteam-3 F10: the proxy's tunnels (up to 6 descriptors each) took 1,023 of 1,024 descriptors,
+    /// docs/threat-model.md F10: the proxy's tunnels (up to 6 descriptors each) took 1,023 of 1,024 descriptors,
     /// outside the budget that sized HTTP and the DNS stub. Now all three share it.
     @Test func tunnelsAreCountedInTheDescriptorBudget() throws {
         let base = "upstreams: [{doh: \"https://192.0.2.1/dns-query\"}]\ndns_listen: \"127.0.0.1:5353\"\n"

@@ -21,7 +21,7 @@ struct DNSQuery: Sendable {
         /// Shorter than a header, or a response (QR set): no reply at all, so the stub can never be
         /// made to reflect traffic at a third party.
         case unanswerable(String)
-        /// Malformed: FORMERR (RFC 1035 §4.1.1). `header` is the query's ID and flags when known.
+        /// Malformed: FORMERR (RFC 1035 §4.1.1), with the query's `id` and `flags` when known.
         case formatError(String, id: UInt16, flags: UInt16)
         /// An opcode other than QUERY: NOTIMP. The question is echoed when it parsed.
         case notImplemented(opcode: UInt8, id: UInt16, flags: UInt16)
@@ -210,7 +210,9 @@ private struct QueryReader {
     }
 
     /// Reads an additional record; returns the EDNS it carries when it is an OPT record.
-    /// - Parameter opt: an OPT record was already seen (a second one is FORMERR, RFC 6891 §6.1.1).
+    /// - Parameter seen: an OPT record was already seen (a second one is FORMERR, RFC 6891 §6.1.1).
+    /// - Returns: the OPT record's EDNS, or nil for any other record.
+    /// - Throws: ``Failure`` for a record that runs past the message, or a second or misplaced OPT.
     mutating func record(opt seen: Bool) throws(Failure) -> DNSQuery.EDNS? {
         let ownerIsRoot = try skipName()
         let type = try read16()

@@ -96,6 +96,7 @@ struct DNSResponseWriter {
 
     /// The finished message: answer count filled in, and the OPT record when the query had EDNS.
     /// - Parameter extendedRcode: the upper 8 bits of a 12-bit RCODE (1 for BADVERS).
+    /// - Returns: the message's wire form.
     consuming func finish(extendedRcode: UInt8 = 0) -> [UInt8] {
         var out = bytes
         bytes = []

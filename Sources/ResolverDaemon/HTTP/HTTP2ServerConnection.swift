@@ -87,7 +87,7 @@ struct HTTP2ServerConnection {
     private(set) var openedAnyStream = false
     /// When the connection last had no stream open (nil while some are).
     private var idleSince: NIODeadline?
-    /// The inbound connection window as NIOHTTP2 last reported it.
+    /// The inbound connection window as the frame layer (`HTTP2Session`) last reported it.
     private var connectionWindow = Configuration.initialWindow
     /// Body bytes held in streams that have not finished.
     private var heldBodyBytes = 0

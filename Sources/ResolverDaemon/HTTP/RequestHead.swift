@@ -19,7 +19,8 @@ struct RequestHead: Sendable {
         var reason: String
     }
 
-    /// Checks the header block of a request. Trailers (`isTrailers`) may hold no pseudo-header.
+    /// Checks the header block of a request (RFC 9113 §8.2-§8.3): pseudo-headers first and each once,
+    /// lowercase names, no connection-specific fields, one valid `content-length`.
     static func validate(_ headers: HPACKHeaders) throws(Malformed) -> RequestHead {
         var method: String?, scheme: String?, path: String?, authority: String?
         var regular = false

@@ -16,9 +16,12 @@ enum ConnectHead: Equatable {
     private static let method = Array("CONNECT ".utf8)
     private static let cr: UInt8 = 13, lf: UInt8 = 10, space: UInt8 = 32, tab: UInt8 = 9, colon: UInt8 = 58
 
-    /// - Parameter searchFrom: how many bytes an earlier scan of the same head already found
-    ///   no end in; the search for CRLF CRLF starts there, so a head trickled in byte by byte costs
-    ///   linear time, not quadratic.
+    /// - Parameters:
+    ///   - bytes: what the client has sent so far.
+    ///   - searchFrom: how many bytes an earlier scan of the same head already found
+    ///     no end in; the search for CRLF CRLF starts there, so a head trickled in byte by byte costs
+    ///     linear time, not quadratic.
+    /// - Returns: what the bytes are so far: a complete CONNECT head, one still arriving, or something else.
     static func scan(_ bytes: [UInt8], searchFrom: Int = 0) -> ConnectHead {
         let prefix = min(bytes.count, method.count)
         guard bytes[..<prefix].elementsEqual(method[..<prefix]) else { return .other }

@@ -1,4 +1,4 @@
-// README "Hijack detection and IP ranking".
+// docs/library.md "Hijack detection and IP ranking".
 import AddressProbing  // ConnectionProber, AddressRanker
 import DNSInterceptor
 import HTTPDNS

@@ -1,4 +1,4 @@
-// README "Intercepting HTTP requests": the client, the rewriter and URLSession.
+// docs/interceptor.md "Three ways": the client, the rewriter and URLSession.
 import DNSInterceptor
 import Foundation
 import HTTPDNS

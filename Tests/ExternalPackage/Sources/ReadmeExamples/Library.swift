@@ -1,4 +1,4 @@
-// README "Library": each block as it is printed there, inside a function so that it compiles
+// docs/library.md "Resolving": each block as it is printed there, inside a function so that it compiles
 // (the names it assumes, like `bigFileURL`, are parameters). Nothing here runs against a network.
 import HTTPDNS
 

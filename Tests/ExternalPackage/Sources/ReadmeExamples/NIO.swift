@@ -1,4 +1,4 @@
-// README "SwiftNIO clients": the example as it is printed there.
+// docs/interceptor.md "SwiftNIO clients": the example as it is printed there.
 import HTTPDNS
 import HTTPDNSNIO
 import NIOCore

@@ -2,5 +2,5 @@
 import HTTPDNS
 
 if CommandLine.arguments.contains("--run-nothing") {
-    print(library, vendor, cache, interceptor, hijackDetection, connectThroughHTTPDNS)
+    print(library, vendor, cache, interceptor, hijackDetection, connectThroughHTTPDNS, quickStart, dnssecFromTheLibrary)
 }

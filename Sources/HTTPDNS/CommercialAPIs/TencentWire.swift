@@ -1,7 +1,7 @@
 import DNSCore
 import Foundation
 
-/// Tencent Cloud HTTPDNS (DNSPod D+), `/d` (vendor-apis.md §2): `dn` and the answer encrypted with
+/// Tencent Cloud HTTPDNS (DNSPod D+), `/d` (docs/commercial-apis.md): `dn` and the answer encrypted with
 /// DES-ECB or AES-CBC under the account's key, or plain over HTTPS with a token.
 ///
 /// Requests always carry `ttl=1`, `clientip=1` and `query=1`, so every answer line names its domain
@@ -165,7 +165,7 @@ package struct TencentWire: VendorWireFormat {
     }
 }
 
-/// Baidu AI Cloud HTTPDNS, `/v4/resolve` (vendor-apis.md §3): MD5 over `dn-secret-t`, ≤ 10 names.
+/// Baidu AI Cloud HTTPDNS, `/v4/resolve` (docs/commercial-apis.md): MD5 over `dn-secret-t`, ≤ 10 names.
 ///
 /// The values of `type` were not in the documents read; `ipv4`, `ipv6` and `dual` are what this
 /// client sends, and the answer is read per family whatever the server chose to include.

@@ -4,7 +4,7 @@ import DNSCore
 import Foundation
 
 /// The primitives the vendor APIs sign and encrypt with, each as the vendor's documents and SDKs
-/// use it (`../shared/research/vendor-apis.md`). Failures are ``VendorCryptoError``s that say what
+/// use it (docs/commercial-apis.md, "Wire notes"). Failures are ``VendorCryptoError``s that say what
 /// was wrong with the input, never what the key is.
 package enum VendorCrypto {
     /// Lowercase hex of MD5 over the UTF-8 of `text`: the legacy Alibaba and Baidu signatures.

@@ -10,7 +10,7 @@ import Foundation
 ///     endpoint: "https://203.107.1.1", bootstrap: ["203.107.1.97", "203.107.1.100"])
 /// ```
 ///
-/// What an on-path attacker can do to each mode is in the README ("Commercial HTTPDNS services").
+/// What an on-path attacker can do to each mode is in docs/commercial-apis.md.
 public enum VendorAPI: Sendable, Hashable {
     /// Alibaba Cloud EMAS HTTPDNS, legacy API (`/{account}/d`, `/sign_d`, batch `/resolve`): with a
     /// secret, requests are signed (MD5 over `host-secret-expiry`).
@@ -36,7 +36,7 @@ public enum VendorAPI: Sendable, Hashable {
     }
 
     /// Whether the query and the answer are encrypted by the API itself, so that plain HTTP does
-    /// not show the names asked (it still shows the account and the answer's size; see the README).
+    /// not show the names asked (it still shows the account and the answer's size; see docs/commercial-apis.md).
     public var encryptsPayload: Bool {
         switch self {
         case .alibabaV2(_, _, .cbc), .alibabaV2(_, _, .gcm), .tencent: return true
@@ -99,7 +99,7 @@ public struct VendorSecret: Sendable, Hashable, CustomStringConvertible, CustomD
     }
 
     /// The secret in `path` (surrounding whitespace and the final newline are ignored).
-    /// - Throws: ``DNSError`` (`invalid_configuration`) naming the file, never its content.
+    /// - Throws: ``/DNSCore/DNSError`` (`invalid_configuration`) naming the file, never its content.
     public init(file path: String) throws(DNSError) {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw DNSError(.invalidConfiguration, "cannot read the secret file '\(path)'")
@@ -141,8 +141,9 @@ extension UpstreamEndpoint {
     ///     connection's source address, as the vendor sees it.
     ///   - batchSize: names per batch request, at most the API's limit (``VendorAPI/batchLimit``).
     ///   - allowPlainHTTP: accept `http://` for an API mode that sends names and answers in the clear.
-    /// - Throws: ``DNSError`` (`invalid_configuration`) for a bad URL, a key of the wrong length, a
+    /// - Throws: ``/DNSCore/DNSError`` (`invalid_configuration`) for a bad URL, a key of the wrong length, a
     ///   batch size over the limit, or plain HTTP without encryption or `allowPlainHTTP`.
+    /// - Returns: the upstream, ready for ``HTTPDNSConfiguration/init(upstreams:caFile:preresolve:dnssec:)``.
     public static func vendor(
         _ api: VendorAPI, endpoint: String, bootstrap: [String] = [], tlsName: String? = nil,
         clientIP: String? = nil, batchSize: Int? = nil, allowPlainHTTP: Bool = false

@@ -2,7 +2,7 @@ import DNSCore
 import Foundation
 
 /// Alibaba Cloud EMAS HTTPDNS error codes (`{"code":"…"}`) and what each means for a retry
-/// (vendor-apis.md §1.4: the v2 doc's table and the Android SDK's handling).
+/// (docs/commercial-apis.md: the v2 doc's table and the Android SDK's handling).
 enum AlibabaErrors {
     static func fault(status: Int, code: String?) -> VendorFault {
         let vendor = "alibaba"

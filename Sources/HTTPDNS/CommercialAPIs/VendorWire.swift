@@ -86,7 +86,7 @@ package struct VendorFault: Error, Sendable {
 }
 
 /// One vendor API's request and response formats, without I/O: what the upstream sends and how it
-/// reads the reply. Each conformer is tested against the research file's vectors.
+/// reads the reply. Each conformer is tested against the vectors of docs/commercial-apis.md.
 package protocol VendorWireFormat: Sendable {
     /// The request path (without the query), which names the API in results and errors.
     var path: String { get }

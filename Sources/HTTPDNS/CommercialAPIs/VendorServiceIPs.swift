@@ -1,4 +1,4 @@
-/// The vendors' published service IPs (vendor-apis.md §1.6, §2.1, §3), so that `region: cn` needs
+/// The vendors' published service IPs (docs/commercial-apis.md, "Wire notes"), so that `region: cn` needs
 /// no endpoint. These reach the public internet: the tests check them offline only, never contact them.
 public struct VendorServiceIPs: Sendable, Hashable {
     /// The IPs, first one first; the rest are failover targets.
