@@ -20,14 +20,12 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
-        // The daemon only (ResolverDaemon): router, lifecycle, Prometheus exposition, HTTP/1.1 and HTTP/2.
-        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: []),
+        // The daemon only (ResolverDaemon): lifecycle, Prometheus exposition, HTTP/1.1 and HTTP/2.
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
-        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         // The commercial HTTPDNS APIs' signing and encryption (MD5, HMAC-SHA256, AES-CBC/GCM).
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         // Tests only: the README's AsyncHTTPClient recipe (its `dnsOverride`) is run against the origins.
@@ -106,13 +104,12 @@ let package = Package(
         .target(name: "HijackDetection", dependencies: ["DNSCore", "HTTPDNS", "AddressProbing", "SystemResolver"]),
 
         // The daemon: listeners (HTTP/1.1, HTTP/2, DNS stub), watch list, health checks, HTTP API,
-        // DoH endpoint, metrics. The only target with SwiftNIO / Hummingbird.
+        // DoH endpoint, metrics. The only target with a SwiftNIO server.
         .target(
             name: "ResolverDaemon",
             dependencies: [
                 "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
                 .target(name: "CRelay", condition: .when(platforms: [.linux])),
-                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -120,7 +117,6 @@ let package = Package(
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -201,7 +197,6 @@ let package = Package(
             name: "ResolverDaemonTests",
             dependencies: [
                 "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport", "CurlSupport",
-                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

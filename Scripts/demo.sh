@@ -18,8 +18,8 @@ mkdir -p .testenv
 bash Scripts/testenv.sh start >.testenv/demo-start.log 2>&1 &
 testenv_pid=$!
 # A debug build of the one product the demo runs, with the tests' flags (Scripts/lib.sh), so the test
-# command reuses it. The first build compiles SwiftNIO, Hummingbird and two copies of BoringSSL:
-# ~4.5 minutes on 2 cores; every later run starts at once.
+# command reuses it. The first build compiles SwiftNIO and two copies of BoringSSL: about four
+# minutes on 2 cores; every later run starts at once.
 echo "== building resolve (debug; the first build takes a few minutes, later ones seconds)"
 started=$SECONDS
 swift build "${SWIFT_DEBUG_FLAGS[@]}" --product resolve 2>&1 | grep -E "error|warning: |Compiling resolve|Build of product" || true

@@ -10,7 +10,7 @@ set +a
 
 # The debug build's flags, one set for the demo and the tests, so whichever runs first builds for the
 # other. No index store (nothing here reads it) and no debug information (two copies of BoringSSL,
-# SwiftNIO, Hummingbird): a build of `resolve` from a fresh clone took 296 s with SwiftPM's defaults
+# SwiftNIO): a build of `resolve` from a fresh clone took 296 s with SwiftPM's defaults
 # and 263 s with these, on 2 cores. Backtraces still name functions (from the symbol table), without
 # line numbers; build without these flags to debug.
 SWIFT_DEBUG_FLAGS=(--disable-index-store -Xcc -g0 -Xswiftc -gnone)

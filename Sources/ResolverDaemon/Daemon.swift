@@ -4,7 +4,6 @@ import DNSCore
 import Foundation
 import HTTPDNS
 import HijackDetection
-import Hummingbird
 import Logging
 import NIOCore
 import NIOSSL
@@ -236,9 +235,7 @@ package final class Daemon: Sendable {
         let (host, port) = try Self.listenAddress(config.daemon.listen)
 
         let (maxConnections, maxTunnels) = Self.connectionLimits(config, logger: logger)
-        let router = Router()
-        Routes.install(on: router, state: state, exposition: exposition)
-        let gateway = RequestGateway(state: state, router: router.buildResponder(), logger: logger)
+        let gateway = RequestGateway(state: state, exposition: exposition)
         var http = HTTPListener(
             host: host, port: port, sslContext: try Self.tlsContext(config), gateway: gateway,
             maxConnections: maxConnections, drainTimeout: Self.drainTimeout, logger: logger)

@@ -2,61 +2,78 @@ import DNSCore
 import Foundation
 import HTTPDNS
 import HijackDetection
-import Hummingbird
+import NIOCore
 import ResultFormatting
 
 /// The HTTP API of the contract: /healthz, /readyz, /metrics, /v1/resolve, /v1/status.
-/// (`/dns-query`, the policy and the metrics are the ``RequestGateway``'s.)
+/// (`/dns-query`, the policy and the metrics are the ``RequestGateway``'s; the policy has already
+/// refused unknown methods, so a request here is a GET.)
 enum Routes {
-    static func install(on router: Router<BasicRequestContext>, state: DaemonState, exposition: @escaping @Sendable () -> [UInt8]) {
-        router.get("/healthz") { _, _ in text(.ok, "ok\n") }
-
-        router.get("/readyz") { _, _ in
-            state.isReady
-                ? text(.ok, "ready\n")
-                : text(
-                    .serviceUnavailable,
-                    "no trusted upstream has responded in the last \(state.readyWindow.components.seconds) s without failing since\n")
+    /// The answer to a request for one of the API's paths (404 for any other).
+    static func answer(_ request: GatewayRequest, state: DaemonState, exposition: @Sendable () -> [UInt8]) async -> HTTPAnswer {
+        switch RequestPolicy.path(of: request.target) {
+        case "/healthz":
+            return text(200, "ok\n")
+        case "/readyz":
+            return state.isReady
+                ? text(200, "ready\n")
+                : text(503, "no trusted upstream has responded in the last \(state.readyWindow.components.seconds) s without failing since\n")
+        case "/metrics":
+            var body = ByteBuffer()
+            body.writeBytes(exposition())
+            return HTTPAnswer(status: 200, headers: [("content-type", "text/plain; version=0.0.4; charset=utf-8")], body: body)
+        case "/v1/resolve":
+            return await resolve(query(of: request.target), state: state)
+        case "/v1/status":
+            return json(200, statusJSON(state))
+        default:
+            return text(404, "not found\n")
         }
+    }
 
-        router.get("/metrics") { _, _ in
-            Response(
-                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                body: .init(byteBuffer: ByteBuffer(bytes: exposition())))
+    private static func resolve(_ parameters: [(name: String, value: String)], state: DaemonState) async -> HTTPAnswer {
+        func parameter(_ name: String) -> String? { parameters.first { $0.name == name }?.value }
+        guard let host = parameter("host"), !host.isEmpty else {
+            return json(400, error("invalid_request", "give ?host=NAME"))
         }
-
-        router.get("/v1/resolve") { request, _ in
-            guard let host = request.uri.queryParameters.get("host"), !host.isEmpty else {
-                return json(.badRequest, error("invalid_request", "give ?host=NAME"))
-            }
-            let typeText = (request.uri.queryParameters.get("type") ?? "both").lowercased()
-            let resolver = state.current.resolver
-            do throws(DNSError) {
-                switch typeText {
-                case "https", "svcb":
-                    let answer = try await resolver.serviceBindings(for: host, type: typeText == "https" ? .https : .svcb)
-                    return json(.ok, ServiceBindingOutput.json(answer))
-                default:
-                    guard let type = AddressQuery(rawValue: typeText) else {
-                        return json(.badRequest, error("invalid_request", "type must be a, aaaa, both, https or svcb, not '\(typeText)'"))
-                    }
-                    let resolution = try await resolver.resolve(host, type: type)
-                    return json(.ok, LookupOutput.json(resolution))
+        let typeText = (parameter("type") ?? "both").lowercased()
+        let resolver = state.current.resolver
+        do throws(DNSError) {
+            switch typeText {
+            case "https", "svcb":
+                let answer = try await resolver.serviceBindings(for: host, type: typeText == "https" ? .https : .svcb)
+                return json(200, ServiceBindingOutput.json(answer))
+            default:
+                guard let type = AddressQuery(rawValue: typeText) else {
+                    return json(400, error("invalid_request", "type must be a, aaaa, both, https or svcb, not '\(typeText)'"))
                 }
-            } catch {
-                let status: HTTPResponse.Status =
-                    switch error.code {
-                    case .invalidName: .badRequest
-                    case .nxdomain, .nodata, .rejectedPrivate: .notFound
-                    default: .badGateway
-                    }
-                return json(status, LookupOutput.json(host: host, error: error))
+                let resolution = try await resolver.resolve(host, type: type)
+                return json(200, LookupOutput.json(resolution))
             }
+        } catch {
+            let status =
+                switch error.code {
+                case .invalidName: 400
+                case .nxdomain, .nodata, .rejectedPrivate: 404
+                default: 502
+                }
+            return json(status, LookupOutput.json(host: host, error: error))
         }
+    }
 
-        router.get("/v1/status") { _, _ in
-            json(.ok, statusJSON(state))
+    /// The query parameters of a request target, percent-decoded (RFC 3986 §2.1; `+` stays `+`),
+    /// in order. A parameter that does not decode is left out.
+    static func query(of target: String) -> [(name: String, value: String)] {
+        guard let question = target.firstIndex(of: "?") else { return [] }
+        var parameters: [(name: String, value: String)] = []
+        for pair in target[target.index(after: question)...].split(separator: "&", omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = parts[0].removingPercentEncoding,
+                let value = parts.count == 2 ? parts[1].removingPercentEncoding : ""
+            else { continue }
+            parameters.append((name, value))
         }
+        return parameters
     }
 
     static func statusJSON(_ state: DaemonState) -> String {
@@ -113,12 +130,10 @@ enum Routes {
         return []
     }
 
-    static func text(_ status: HTTPResponse.Status, _ body: String) -> Response {
-        Response(status: status, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: body)))
-    }
+    static func text(_ status: Int, _ body: String) -> HTTPAnswer { .text(status, body) }
 
-    static func json(_ status: HTTPResponse.Status, _ body: String) -> Response {
-        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body + "\n")))
+    static func json(_ status: Int, _ body: String) -> HTTPAnswer {
+        HTTPAnswer(status: status, headers: [("content-type", "application/json")], body: ByteBuffer(string: body + "\n"))
     }
 
     static func error(_ code: String, _ message: String) -> String {

@@ -329,6 +329,50 @@ class HTTP2Attacks(AdversarialTestCase):
         self.assertLegitAnswered()
         self.assertBounded()
 
+    def test_made_you_reset_is_cut_off(self):
+        """MadeYouReset (CVE-2025-8671; docs/threat-model.md F1): streams the client makes the server
+        reset (WINDOW_UPDATE 0 on a stream) count as resets, so the connection ends with
+        ENHANCE_YOUR_CALM instead of opening streams without bound; RSS stays bounded."""
+        client = RawH2()
+        frames = []
+        for index in range(2000):
+            stream = 2 * index + 1
+            frames += [client.headers(stream, RawH2.request("/dns-query?dns=" + dns_param(query_wire(f"m{index}.bench.hd.test"))), end_stream=False),
+                       hf.WindowUpdateFrame(stream, window_increment=0)]
+        try:
+            client.send(*frames)
+        except OSError:
+            pass
+        frame = client.until(lambda f: isinstance(f, hf.GoAwayFrame), 10)
+        self.assertIsInstance(frame, hf.GoAwayFrame, "the connection ends")
+        self.assertEqual(frame.error_code, 11, "ENHANCE_YOUR_CALM")
+        client.close()
+        self.assertLegitAnswered()
+        self.assertBounded()
+
+    def test_h2spec_closed_stream_and_lower_stream_id_end_the_connection(self):
+        """h2spec http2/5.1 #12 and 5.1.1 #2: HEADERS on a closed stream is GOAWAY STREAM_CLOSED; a
+        stream identifier below one already used is GOAWAY PROTOCOL_ERROR, naming stream 5 as the last
+        one taken (RFC 9113 §5.4.1: the connection closes after a connection error, so an answer not
+        ready by then is not sent)."""
+        client = RawH2()
+        client.send(client.headers(1, RawH2.request("/healthz")))
+        status, _, _ = client.response(1)
+        self.assertEqual(status, 200)
+        client.send(client.headers(1, RawH2.request("/healthz")))
+        frame = client.until(lambda f: isinstance(f, (hf.GoAwayFrame, hf.RstStreamFrame)), 5)
+        self.assertIsInstance(frame, hf.GoAwayFrame)
+        self.assertEqual(frame.error_code, 5, "STREAM_CLOSED")
+        client.close()
+        client = RawH2()
+        client.send(client.headers(5, RawH2.request("/healthz")), client.headers(3, RawH2.request("/healthz")))
+        frame = client.until(lambda f: isinstance(f, (hf.GoAwayFrame, hf.RstStreamFrame)), 5)
+        self.assertIsInstance(frame, hf.GoAwayFrame)
+        self.assertEqual(frame.error_code, 1, "PROTOCOL_ERROR")
+        self.assertEqual(frame.last_stream_id, 5)
+        client.close()
+        self.assertLegitAnswered()
+
     def test_continuation_flood_is_refused(self):
         client = RawH2()
         first = client.headers(1, RawH2.request("/healthz"), end_headers=False)

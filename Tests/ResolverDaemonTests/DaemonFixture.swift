@@ -1,6 +1,5 @@
 import DNSCore
 import HTTPDNS
-import Hummingbird
 import Logging
 import MetricsTestKit
 import ResolverConfig
@@ -33,9 +32,7 @@ struct DaemonFixture {
             configuration: config.lookup.configuration, options: config.lookup.options, upstreams: [upstream], metrics: metrics)
         let runtime = Runtime(config, resolver: resolver, system: try SystemResolver(servers: config.lookup.systemDNS))
         state = DaemonState(runtime: runtime, configPath: "test.yaml", metrics: DaemonMetrics(factory: metrics), logger: Logger(label: "test"))
-        let router = Router()
-        Routes.install(on: router, state: state, exposition: { Array("# metrics\n".utf8) })
-        gateway = RequestGateway(state: state, router: router.buildResponder(), logger: Logger(label: "test"))
+        gateway = RequestGateway(state: state, exposition: { Array("# metrics\n".utf8) })
     }
 
     /// How many requests the metrics counted for this route, method and status.

@@ -49,6 +49,13 @@ import Testing
             return writes
         }
 
+        /// The frames of every write so far.
+        func written() async throws -> [H2Wire.Frame] {
+            var frames: [H2Wire.Frame] = []
+            for bytes in try await writes() { frames += wire.frames(bytes) }
+            return frames
+        }
+
         /// At least `count` frames, waiting for writes as needed.
         func frames(_ count: Int) async throws -> [H2Wire.Frame] {
             var frames: [H2Wire.Frame] = []
@@ -153,6 +160,67 @@ import Testing
         await connection.channel.testingEventLoop.advanceTime(by: .seconds(11))
         let frames = try await connection.frames(2)
         #expect(frames.response(1).status == "408")
+    }
+
+    /// Review F2: a client that sends many requests in one read and reads nothing back is answered
+    /// only until the channel is full; the rest of the read waits (no answer queued for it) and is
+    /// taken up when the channel drains.
+    @Test func aReadIsNotAnsweredPastAFullChannel() async throws {
+        let fixture = try DaemonFixture()
+        _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
+        let connection = try await Connection(fixture)
+        var bytes = ByteBuffer()
+        for index in 0..<20 {
+            let path = try Self.dohPath("www.hd.test", id: UInt16(index))
+            bytes.writeImmutableBuffer(connection.wire.headers(UInt32(2 * index + 1), Self.get(path), endStream: true))
+        }
+        connection.channel.isWritable = false
+        connection.channel.pipeline.fireChannelRead(bytes)
+        connection.channel.pipeline.fireChannelReadComplete()
+        var answered = try await connection.written().of(type: H2Wire.Kind.headers)
+        #expect(answered.count == 1, "one answer, then the channel was full")
+        connection.channel.isWritable = true
+        connection.channel.pipeline.fireChannelWritabilityChanged()
+        answered = try await connection.written().of(type: H2Wire.Kind.headers)
+        let expected: [UInt32] = (1..<20).map { UInt32(2 * $0 + 1) }
+        #expect(answered.map(\.stream) == expected, "the rest, once it drained")
+    }
+
+    /// Review F4: an answer that waits for a window the client keeps closed does not keep the
+    /// connection open, even while the client lets other answers through to look busy: after the
+    /// idle timeout, GOAWAY and close.
+    @Test func answersWaitingForAClosedWindowTimeOut() async throws {
+        let fixture = try DaemonFixture()
+        _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
+        var configuration = HTTP2ServerConnection.Configuration()
+        configuration.idleTimeout = .seconds(5)
+        let connection = try await Connection(fixture, configuration: configuration)
+        // INITIAL_WINDOW_SIZE 0: no DATA can go out.
+        var settings = ByteBuffer()
+        settings.writeInteger(UInt16(4))
+        settings.writeInteger(UInt32(0))
+        try await connection.send(H2Wire.frame(H2Wire.Kind.settings, flags: 0, stream: 0, settings))
+        try await connection.send(connection.wire.headers(1, Self.get(try Self.dohPath("www.hd.test", id: 1)), endStream: true))
+        let head = try await connection.frames(2)
+        #expect(head.map(\.type).contains(H2Wire.Kind.headers))
+        #expect(!head.contains { $0.type == H2Wire.Kind.data }, "no window for the body")
+        // Every second a new request whose window the client opens: answered, so never idle.
+        for second in 1...4 {
+            let stream = UInt32(2 * second + 1)
+            try await connection.send(connection.wire.headers(stream, Self.get("/healthz"), endStream: true))
+            try await connection.send(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: stream, H2Wire.word(1_000)))
+            await connection.channel.testingEventLoop.advanceTime(by: .seconds(1))
+        }
+        #expect(connection.channel.isActive, "within the timeout")
+        for second in 5...7 {
+            let stream = UInt32(2 * second + 1)
+            try? await connection.send(connection.wire.headers(stream, Self.get("/healthz"), endStream: true))
+            try? await connection.send(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: stream, H2Wire.word(1_000)))
+            await connection.channel.testingEventLoop.advanceTime(by: .seconds(1))
+        }
+        let end = try await connection.written()
+        #expect(end.of(type: H2Wire.Kind.goAway).count == 1, "\(end)")
+        try await connection.channel.closeFuture.get()
     }
 
     @Test func quiescingSendsGOAWAYAndClosesOnceAnswered() async throws {

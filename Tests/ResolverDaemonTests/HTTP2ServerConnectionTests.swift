@@ -107,6 +107,8 @@ import Testing
             ("relative path", [(":method", "GET"), (":scheme", "https"), (":path", "healthz")]),
             ("two content-lengths", base + [("content-length", "1"), ("content-length", "2")]),
             ("content-length not a number", base + [("content-length", "-1")]),
+            ("content-length with a sign (docs/threat-model.md F12)", base + [("content-length", "+5")]),
+            ("content-length with spaces", base + [("content-length", " 5")]),
             ("leading white space", base + [("x-a", " b")]),
         ]
         for (what, fields) in cases {

@@ -265,11 +265,8 @@ import Testing
         #expect(try harness.feed(H2Wire.data(7, ByteBuffer(repeating: 0, count: 100), endStream: true)).isEmpty)
         #expect(harness.output().isEmpty, "no second reset (STREAM_CLOSED)")
         #expect(Self.streams(try harness.feed(harness.request(11))) == [11], "the connection goes on")
-        // A stream this side did not reset still gets STREAM_CLOSED for DATA after its end.
         harness.session.respond(11, status: 204, headers: [], body: ByteBuffer())
         _ = harness.output()
-        _ = try harness.feed(H2Wire.data(11, ByteBuffer(string: "x"), endStream: false))
-        #expect(harness.output().map(\.errorCode) == [H2Wire.Code.streamClosed])
         // Trailers without END_STREAM after an early answer: the request is malformed, reset.
         _ = try harness.feed(harness.request(13, endStream: false))
         harness.session.respond(13, status: 413, headers: [], body: ByteBuffer(string: "too big\n"))
@@ -277,6 +274,125 @@ import Testing
         _ = try harness.feed(harness.wire.headers(13, HPACKHeaders([("x-trailer", "1")]), endStream: false))
         #expect(harness.output().map(\.errorCode) == [H2Wire.Code.protocolError])
         #expect(harness.session.openStreams == 0)
+        // A stream this side did not reset, closed by both ends: DATA there ends the connection.
+        #expect(harness.error(H2Wire.data(11, ByteBuffer(string: "x"), endStream: false))?.code == .streamClosed)
+    }
+
+    // MARK: h2spec's cases and the adversarial review's HTTP/2 findings (docs/threat-model.md)
+
+    /// h2spec http2/5.1 #12: HEADERS on a stream both ends closed is a connection error
+    /// STREAM_CLOSED (RFC 7540 §5.1; RFC 9113 §5.1.1 makes a reused identifier PROTOCOL_ERROR at
+    /// least). The answer of the stream was out before.
+    @Test func headersOnAClosedStreamEndTheConnection() throws {
+        var harness = try Harness()
+        _ = try harness.feed(harness.request(1))
+        harness.session.respond(1, status: 200, headers: [], body: ByteBuffer(string: "ok"))
+        #expect(harness.output().map(\.type) == [H2Wire.Kind.headers, H2Wire.Kind.data])
+        let error = harness.error(harness.request(1))
+        #expect(error?.code == .streamClosed, "\(String(describing: error))")
+    }
+
+    /// h2spec http2/5.1.1 #2: a stream identifier lower than one already used is a connection
+    /// error PROTOCOL_ERROR (RFC 9113 §5.1.1), whatever happened on the higher stream.
+    @Test func aStreamIdentifierBelowTheHighestEndsTheConnection() throws {
+        var harness = try Harness()
+        #expect(Self.streams(try harness.feed(harness.request(5))) == [5])
+        let error = harness.error(harness.request(3))
+        #expect(error?.code == .protocolError, "\(String(describing: error))")
+    }
+
+    /// Trailers the client sent before our reset reached it are still ignored, never a connection
+    /// error: the client could not know (libcurl's early 413).
+    @Test func framesInFlightOnAStreamWeResetStayHarmless() throws {
+        var harness = try Harness()
+        _ = try harness.feed(harness.request(1, endStream: false))
+        harness.session.respond(1, status: 408, headers: [], body: ByteBuffer(string: "late\n"), abortUnfinished: true)
+        _ = harness.output()
+        var late = H2Wire.data(1, ByteBuffer(string: "body"), endStream: false)
+        late.writeImmutableBuffer(harness.wire.headers(1, HPACKHeaders([("x-trailer", "1")]), endStream: true))
+        #expect(try harness.feed(late).isEmpty)
+        #expect(harness.output().isEmpty)
+        #expect(Self.streams(try harness.feed(harness.request(3))) == [3])
+    }
+
+    /// MadeYouReset (CVE-2025-8671; review F1): a WINDOW_UPDATE of 0 on a stream makes the server
+    /// reset it. The reset reaches the request layer (the stream's place is free, its request
+    /// forgotten), and resets the client provokes count like its own RST_STREAMs.
+    @Test func resetsTheClientProvokesAreReportedAndCounted() throws {
+        var harness = try Harness(limits: .init(maxResets: 5))
+        for index in 0..<5 {
+            let stream = UInt32(2 * index + 1)
+            _ = try harness.feed(harness.request(stream, endStream: false))
+            let events = try harness.feed(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: stream, H2Wire.word(0)))
+            guard case .reset(let id) = events.first, Int(id) == Int(stream) else {
+                Issue.record("stream \(stream): \(events)")
+                return
+            }
+            #expect(harness.output().map(\.errorCode) == [H2Wire.Code.protocolError])
+        }
+        #expect(harness.session.openStreams == 0)
+        _ = try harness.feed(harness.request(11, endStream: false))
+        let error = harness.error(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 11, H2Wire.word(0x7FFF_FFFF)))
+        #expect(error?.code == .enhanceYourCalm, "the sixth provoked reset: \(String(describing: error))")
+    }
+
+    /// Malformed requests the connection layer resets count too (review F3): past the limit the
+    /// next read ends the connection.
+    @Test func resetsForMalformedRequestsAreCounted() throws {
+        var harness = try Harness(limits: .init(maxResets: 3))
+        for index in 0..<4 {
+            let stream = UInt32(2 * index + 1)
+            _ = try harness.feed(harness.request(stream, endStream: false))
+            harness.session.reset(HTTP2StreamID(Int(stream)), .protocolError, now: harness.now)
+        }
+        #expect(harness.output().map(\.errorCode).count == 4)
+        #expect(harness.error(H2Wire.ping())?.code == .enhanceYourCalm)
+    }
+
+    /// The reset count is a sliding window: the oldest reset leaves it exactly `window` later,
+    /// not when a fixed period restarts (a burst across a period boundary is still a burst).
+    @Test func theResetWindowSlides() {
+        var count = SlidingWindowCount()
+        let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        let window = TimeAmount.seconds(30)
+        func record(_ second: Int64) -> Bool { count.record(start + .seconds(second), window: window, limit: 3) }
+        let first = [record(0), record(1), record(2)]
+        #expect(first == [true, true, true])
+        let fourth = record(29)
+        #expect(!fourth, "four within 30 s")
+        let afterFirst = record(30)
+        #expect(afterFirst, "the first left the window")
+        let again = record(30)
+        #expect(!again, "the second is still in it")
+        let later = record(31)
+        #expect(later)
+    }
+
+    /// Review F3: once the client acknowledged our SETTINGS it knows MAX_CONCURRENT_STREAMS, and a
+    /// stream over it ends the connection (as nghttp2 and NIOHTTP2 do) instead of costing one
+    /// REFUSED_STREAM after another.
+    @Test func aStreamOverTheLimitAfterOurSettingsWereAcknowledgedEndsTheConnection() throws {
+        var harness = try Harness(limits: .init(maxConcurrentStreams: 2))
+        _ = try harness.feed(H2Wire.frame(H2Wire.Kind.settings, flags: 1, stream: 0))
+        _ = try harness.feed(harness.request(1, endStream: false))
+        _ = try harness.feed(harness.request(3, endStream: false))
+        #expect(harness.error(harness.request(5))?.code == .protocolError)
+    }
+
+    /// Review F4: the session names the stream that has waited longest for the client's window;
+    /// the handler's send timeout watches it.
+    @Test func theSessionNamesTheStreamThatWaitedLongest() throws {
+        var harness = try Harness(settings: [(4, 10)])  // INITIAL_WINDOW_SIZE 10
+        _ = try harness.feed(harness.request(1))
+        _ = try harness.feed(harness.request(3))
+        harness.session.respond(1, status: 200, headers: [], body: ByteBuffer(repeating: 1, count: 25))
+        harness.session.respond(3, status: 200, headers: [], body: ByteBuffer(repeating: 1, count: 25))
+        _ = harness.output()
+        #expect(harness.session.longestWaitingStream == 1)
+        _ = try harness.feed(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 3, H2Wire.word(100)))
+        #expect(harness.session.longestWaitingStream == 1, "stream 3 went through; 1 still waits")
+        _ = try harness.feed(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 1, H2Wire.word(100)))
+        #expect(harness.session.longestWaitingStream == nil)
     }
 
     @Test func pingsAreAnsweredUntilTheyBecomeAFlood() throws {

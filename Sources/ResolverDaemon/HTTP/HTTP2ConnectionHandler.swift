@@ -13,8 +13,12 @@ import Glibc
 /// stream: a cached DoH answer is written in the same read that brought its query, and the answers
 /// of one read leave together.
 ///
-/// Reads are held while the channel is not writable: a client that sends requests and never reads
-/// the answers stops being read, so what it costs is bounded by the write buffer's high mark.
+/// A client that sends requests and never reads the answers stops being read: no frame is taken
+/// from a read while the channel is not writable (the rest of the read waits, as the DNS stub's TCP
+/// connections wait), and no new read is asked for, so what it costs is bounded by the write
+/// buffer's high mark and one read — not by every answer a large read asks for. Answers that wait
+/// for flow-control window make progress or the connection closes after the idle timeout (the
+/// send timeout).
 final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -35,6 +39,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// The start of a frame that has not fully arrived.
     private var partial: ByteBuffer?
     private var readHeld = false
+    /// The send timeout: the stream whose answer has waited longest for window, and since when.
+    private var stalled: (stream: UInt32, since: NIODeadline)?
 
     private var answersSinceFlush = 0
     /// Answers written in one read before they are flushed, without waiting for the read to end.
@@ -76,10 +82,17 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
             held.writeBuffer(&bytes)
             bytes = held
         }
+        process(&bytes, context)
+    }
+
+    /// Frames from `bytes` while the channel is writable; what is left (the rest of the read, or
+    /// the start of a frame) waits in `partial`.
+    private func process(_ bytes: inout ByteBuffer, _ context: ChannelHandlerContext) {
         do {
             while let event = try session.next(from: &bytes, now: self.now) {
                 handle(event)
                 if closing { return }
+                if !context.channel.isWritable { break }
             }
         } catch {
             connectionError(error)
@@ -106,6 +119,12 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
+        finishRead(context)
+        context.fireChannelReadComplete()
+    }
+
+    /// The end of a read: window updates for what the read consumed, then one flush.
+    private func finishRead(_ context: ChannelHandlerContext) {
         reading = false
         connection.inboundConnectionWindow(session.inboundWindow)
         for (stream, increment) in connection.readComplete() {
@@ -114,7 +133,6 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         flushOutput(context)
         answersSinceFlush = 0
         flushPending = false
-        context.fireChannelReadComplete()
     }
 
     func read(context: ChannelHandlerContext) {
@@ -126,9 +144,18 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable, readHeld {
-            readHeld = false
-            context.read()
+        if context.channel.isWritable, !closing {
+            // The frames a read left when the channel filled up come first, as one more read.
+            if var held = partial {
+                partial = nil
+                reading = true
+                process(&held, context)
+                if !closing { finishRead(context) }
+            }
+            if readHeld, context.channel.isWritable {
+                readHeld = false
+                context.read()
+            }
         }
         context.fireChannelWritabilityChanged()
     }
@@ -170,7 +197,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
             if let head = connection.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
             write(id, answer, abortUnfinished: reset)
         case let .reset(id, code):
-            session.reset(id, code)
+            session.reset(id, code, now: now)
             scheduleFlush()
         }
     }
@@ -255,6 +282,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     // MARK: Time and draining
 
     func tick(now: NIODeadline) {
+        if sendTimedOut(now) { return }
         let housekeeping = connection.tick(now: now)
         for (id, status, reason) in housekeeping.responses {
             let answer = HTTPAnswer.text(status, reason)
@@ -265,6 +293,26 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         if let last = housekeeping.goAway { sendGoAway(last) }
         if housekeeping.close || connection.isClosed { close() }
         if let context, !closing { flushOutput(context) }
+    }
+
+    /// An answer waiting for a window the client keeps closed: once one stream has waited the idle
+    /// timeout, GOAWAY and close, whatever other streams the client lets through meanwhile (a client
+    /// that holds answers holds nothing for longer than an idle one).
+    private func sendTimedOut(_ now: NIODeadline) -> Bool {
+        guard let waiting = session.longestWaitingStream else {
+            stalled = nil
+            return false
+        }
+        guard let stalled, stalled.stream == waiting else {
+            stalled = (waiting, now)
+            return false
+        }
+        guard now - stalled.since >= connection.configuration.idleTimeout else { return false }
+        gateway.metrics.connectionRejected(.http, reason: "timeout")
+        logger.debug("HTTP/2 send timeout", metadata: ["waited": "\(connection.configuration.idleTimeout)"])
+        session.goAway(.noError, reason: "answers waited for flow-control window too long")
+        close()
+        return true
     }
 
     /// SIGTERM, or the client's GOAWAY: GOAWAY with the last stream taken; close once those are

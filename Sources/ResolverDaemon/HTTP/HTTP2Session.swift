@@ -19,10 +19,22 @@ import NIOHTTP2
 ///   decoded header lists over ``Limits/maxHeaderListSize`` (HPACK state cannot be skipped, so
 ///   the connection ends);
 /// - more than ``Limits/maxCostlyFrames`` frames that cost work and make no progress (PING,
-///   SETTINGS, PRIORITY, empty DATA, frames on closed streams, unknown types) in
-///   ``Limits/window``, and more than ``Limits/maxResets`` RST_STREAMs in it (rapid reset,
-///   CVE-2023-44487);
-/// - a new stream over MAX_CONCURRENT_STREAMS is refused (RST_STREAM REFUSED_STREAM).
+///   SETTINGS, PRIORITY, empty DATA, unknown types, frames in flight on streams this side reset) in
+///   ``Limits/window``;
+/// - more than ``Limits/maxResets`` streams reset within any ``Limits/window`` (a sliding window):
+///   the client's RST_STREAMs (rapid reset, CVE-2023-44487) and every reset the client provokes —
+///   a malformed request, a WINDOW_UPDATE of 0 or past 2^31-1 on a stream, DATA beyond a stream's
+///   window, a stream refused (MadeYouReset, CVE-2025-8671);
+/// - a new stream over MAX_CONCURRENT_STREAMS once the client has acknowledged our SETTINGS (it
+///   knew the limit; before that, RST_STREAM REFUSED_STREAM, counted as a reset);
+/// - a frame that reuses a closed stream or a stream identifier lower than one already used
+///   (RFC 9113 §5.1, §5.1.1): HEADERS or DATA there is a connection error, STREAM_CLOSED for a stream
+///   that was open and closed, PROTOCOL_ERROR for one never opened. Frames still in flight on a
+///   stream this side reset are ignored instead (the client could not know yet).
+///
+/// Answers wait for flow-control window at most as long as a connection may be idle: the session
+/// names the stream that has waited longest (``longestWaitingStream``), and the handler closes the
+/// connection when that one has waited that long — however many other streams the client lets through.
 struct HTTP2Session {
     struct Limits: Sendable, Equatable {
         var maxConcurrentStreams = 100
@@ -107,7 +119,15 @@ struct HTTP2Session {
     /// size update to 0 (RFC 7541 §4.2). We never add to the table, so 0 is always right.
     private var tableSizeUpdatePending = false
     private var costly = RateWindow()
-    private var resets = RateWindow()
+    private var resets = SlidingWindowCount()
+    /// A reset decided by the connection layer (a malformed request) crossed ``Limits/maxResets``:
+    /// thrown by the next call to ``next(from:now:)``.
+    private var pendingError: ConnectionError?
+    /// The client acknowledged our SETTINGS: from then on it knows MAX_CONCURRENT_STREAMS.
+    private var settingsAcknowledged = false
+    /// Streams that were open and closed normally, most recent last: a HEADERS or DATA on one of
+    /// them is STREAM_CLOSED, on any other identifier not above the highest PROTOCOL_ERROR.
+    private var closedStreams = RecentStreams()
     /// The streams this side reset last: frames the client had sent before our RST_STREAM arrived
     /// are ignored on them (RFC 9113 §5.1, "closed"), not answered with a second reset — libcurl
     /// 7.88 failed an early 413 as a "stream error" when a STREAM_CLOSED followed the NO_ERROR.
@@ -130,6 +150,9 @@ struct HTTP2Session {
 
     var openStreams: Int { streams.count }
 
+    /// The stream whose DATA has waited longest for the client to open a window (nil when none waits).
+    var longestWaitingStream: UInt32? { blocked.first }
+
     /// The bytes written so far, leaving an empty buffer behind (sized for one answer: the handler
     /// takes the output after each). Resets that follow an answer come in a buffer of their own, on
     /// the next call: written separately, they travel in a TLS record after the answer's — in the
@@ -151,6 +174,7 @@ struct HTTP2Session {
     /// The next event in `buffer`, consuming the frames before it; nil when `buffer` holds no
     /// complete frame (what is left is the start of one).
     mutating func next(from buffer: inout ByteBuffer, now: @autoclosure () -> NIODeadline) throws(ConnectionError) -> Event? {
+        if let pendingError { throw pendingError }
         if !sawPreface {
             guard buffer.readableBytes >= Self.preface.count else {
                 if !buffer.readableBytesView.elementsEqual(Self.preface.prefix(buffer.readableBytes)) {
@@ -237,10 +261,9 @@ struct HTTP2Session {
             guard payload.readableBytes == 4 else {
                 throw ConnectionError(code: .frameSizeError, reason: "RST_STREAM of \(payload.readableBytes) bytes")
             }
-            if resets.count(now, window: limits.window) > limits.maxResets {
-                throw ConnectionError(code: .enhanceYourCalm, reason: "more than \(limits.maxResets) streams reset")
-            }
+            try countReset(now)
             guard streams.removeValue(forKey: stream) != nil else { return nil }
+            closedStreams.insert(stream)
             unblock(stream)
             return .reset(HTTP2StreamID(Int(stream)))
         case .settings:
@@ -262,8 +285,7 @@ struct HTTP2Session {
             guard payload.readableBytes >= 8 else { throw ConnectionError(code: .frameSizeError, reason: "GOAWAY of \(payload.readableBytes) bytes") }
             return .goAway
         case .windowUpdate:
-            try windowUpdate(stream: stream, payload: &payload)
-            return nil
+            return try windowUpdate(stream: stream, payload: &payload, now: now)
         }
     }
 
@@ -275,23 +297,29 @@ struct HTTP2Session {
         guard inboundWindow >= 0 else { throw ConnectionError(code: .flowControlError, reason: "DATA beyond the connection window") }
         let endStream = flags & Flag.endStream != 0
         guard var state = streams[stream], !state.remoteClosed else {
-            // Closed (or the client already ended it): STREAM_CLOSED, at a cost; ignored (still at a
-            // cost, and counted in the connection window above) on a stream this side reset.
-            try cost(now)
             if streams.removeValue(forKey: stream) != nil {
+                // Half-closed (remote): the client had ended the stream. A stream error (RFC 9113 §5.1).
                 unblock(stream)
-                writeReset(stream, .streamClosed)
+                try provokedReset(stream, .streamClosed, now: now)
                 return .reset(HTTP2StreamID(Int(stream)))
             }
-            if !resetByUs.contains(stream) { writeReset(stream, .streamClosed) }
+            // In flight when our reset left: ignored, at a cost (counted in the connection window above).
+            guard resetByUs.contains(stream) else { throw closedStreamError(stream, "DATA") }
+            try cost(now)
             return nil
         }
         if state.discarding {
             state.receiveWindow -= length
             if endStream || state.receiveWindow <= 0 {
                 streams[stream] = nil
-                // Window exhausted: the client would wait for a WINDOW_UPDATE that never comes.
-                if !endStream { writeReset(stream, state.receiveWindow < 0 ? .flowControlError : .noError) }
+                if endStream {
+                    closedStreams.insert(stream)
+                } else if state.receiveWindow < 0 {
+                    try provokedReset(stream, .flowControlError, now: now)
+                } else {
+                    // Window exhausted: the client would wait for a WINDOW_UPDATE that never comes.
+                    writeReset(stream, .noError)
+                }
             } else {
                 if length == 0 { try cost(now) }
                 streams[stream] = state
@@ -303,7 +331,7 @@ struct HTTP2Session {
         guard state.receiveWindow >= 0 else {
             streams[stream] = nil
             unblock(stream)
-            writeReset(stream, .flowControlError)
+            try provokedReset(stream, .flowControlError, now: now)
             return .reset(HTTP2StreamID(Int(stream)))
         }
         let padding = length - payload.readableBytes
@@ -332,7 +360,11 @@ struct HTTP2Session {
         if let state = streams[id], state.discarding {
             // Trailers of a request already answered: they end it (or break it).
             streams[id] = nil
-            if !current.endStream { writeReset(id, .protocolError) }
+            if current.endStream {
+                closedStreams.insert(id)
+            } else {
+                try provokedReset(id, .protocolError, now: now)
+            }
             return nil
         }
         if var state = streams[id] {
@@ -340,7 +372,7 @@ struct HTTP2Session {
             guard !state.remoteClosed else {
                 streams[id] = nil
                 unblock(id)
-                writeReset(id, .streamClosed)
+                try provokedReset(id, .streamClosed, now: now)
                 return .reset(streamID)
             }
             state.remoteClosed = current.endStream
@@ -348,14 +380,19 @@ struct HTTP2Session {
             return .headers(streamID, headers, endStream: current.endStream)
         }
         guard id > highestStreamID else {
-            // Decoded all the same (the HPACK state is the connection's).
+            // A stream this side reset may still get the trailers the client sent before it knew;
+            // any other identifier not above the highest is reused or skipped (RFC 9113 §5.1.1).
+            guard resetByUs.contains(id) else { throw closedStreamError(id, "HEADERS") }
             try cost(now)
-            if !resetByUs.contains(id) { writeReset(id, .streamClosed) }
             return nil
         }
         highestStreamID = id
         guard streams.count < limits.maxConcurrentStreams else {
-            writeReset(id, .refusedStream)
+            guard !settingsAcknowledged else {
+                throw ConnectionError(
+                    code: .protocolError, reason: "stream \(id) over the \(limits.maxConcurrentStreams) concurrent streams of our SETTINGS")
+            }
+            try provokedReset(id, .refusedStream, now: now)
             return nil
         }
         streams[id] = Stream(remoteClosed: current.endStream, sendWindow: peerInitialWindow, receiveWindow: Self.defaultWindow)
@@ -366,6 +403,7 @@ struct HTTP2Session {
         guard stream == 0 else { throw ConnectionError(code: .protocolError, reason: "SETTINGS on stream \(stream)") }
         if flags & Flag.ack != 0 {
             guard payload.readableBytes == 0 else { throw ConnectionError(code: .frameSizeError, reason: "a SETTINGS ACK with a payload") }
+            settingsAcknowledged = true
             return
         }
         guard payload.readableBytes % 6 == 0 else {
@@ -399,7 +437,9 @@ struct HTTP2Session {
         if !blocked.isEmpty { sendQueued() }
     }
 
-    private mutating func windowUpdate(stream: UInt32, payload: inout ByteBuffer) throws(ConnectionError) {
+    /// A stream's WINDOW_UPDATE of 0 or past 2^31-1 resets it (a stream error the client provoked,
+    /// reported to the request layer like any other reset).
+    private mutating func windowUpdate(stream: UInt32, payload: inout ByteBuffer, now: NIODeadline) throws(ConnectionError) -> Event? {
         guard payload.readableBytes == 4, let raw = payload.readInteger(as: UInt32.self) else {
             throw ConnectionError(code: .frameSizeError, reason: "WINDOW_UPDATE of \(payload.readableBytes) bytes")
         }
@@ -410,17 +450,18 @@ struct HTTP2Session {
             guard sendWindow <= Self.maxWindow else { throw ConnectionError(code: .flowControlError, reason: "the connection window over 2^31-1") }
         } else {
             guard stream <= highestStreamID else { throw ConnectionError(code: .protocolError, reason: "WINDOW_UPDATE on idle stream \(stream)") }
-            guard var state = streams[stream] else { return }
+            guard var state = streams[stream] else { return nil }
             guard increment > 0, state.sendWindow + increment <= Self.maxWindow else {
                 streams[stream] = nil
                 unblock(stream)
-                writeReset(stream, increment == 0 ? .protocolError : .flowControlError)
-                return
+                try provokedReset(stream, increment == 0 ? .protocolError : .flowControlError, now: now)
+                return .reset(HTTP2StreamID(Int(stream)))
             }
             state.sendWindow += increment
             streams[stream] = state
         }
         if !blocked.isEmpty { sendQueued() }
+        return nil
     }
 
     private func removePadding(flags: UInt8, payload: inout ByteBuffer) throws(ConnectionError) {
@@ -429,6 +470,28 @@ struct HTTP2Session {
             throw ConnectionError(code: .protocolError, reason: "padding longer than the frame")
         }
         payload.moveWriterIndex(to: payload.writerIndex - Int(padding))
+    }
+
+    /// One more stream reset, by the client or provoked by it: past ``Limits/maxResets`` within the
+    /// sliding ``Limits/window``, the connection ends.
+    private mutating func countReset(_ now: NIODeadline) throws(ConnectionError) {
+        guard resets.record(now, window: limits.window, limit: limits.maxResets) else {
+            throw ConnectionError(
+                code: .enhanceYourCalm, reason: "more than \(limits.maxResets) streams reset in \(limits.window.nanoseconds / 1_000_000_000) s")
+        }
+    }
+
+    /// RST_STREAM for an error of the client's, counted as a reset.
+    private mutating func provokedReset(_ stream: UInt32, _ code: HTTP2ErrorCode, now: NIODeadline) throws(ConnectionError) {
+        writeReset(stream, code)
+        try countReset(now)
+    }
+
+    /// A frame on a stream that is closed, or whose identifier is not above the highest used.
+    private func closedStreamError(_ stream: UInt32, _ frame: String) -> ConnectionError {
+        closedStreams.contains(stream)
+            ? ConnectionError(code: .streamClosed, reason: "\(frame) on closed stream \(stream)")
+            : ConnectionError(code: .protocolError, reason: "\(frame) on stream \(stream), not above the highest stream \(highestStreamID)")
     }
 
     private mutating func cost(_ now: NIODeadline) throws(ConnectionError) {
@@ -467,12 +530,17 @@ struct HTTP2Session {
         sendData(stream)
     }
 
-    /// RST_STREAM for a stream the connection gives up on.
-    mutating func reset(_ id: HTTP2StreamID, _ code: HTTP2ErrorCode) {
+    /// RST_STREAM for a stream the connection gives up on (a malformed request: the client's
+    /// doing, so it counts as a reset; past the limit the next read ends the connection).
+    mutating func reset(_ id: HTTP2StreamID, _ code: HTTP2ErrorCode, now: NIODeadline) {
         let stream = UInt32(Int32(id))
         streams[stream] = nil
         unblock(stream)
-        writeReset(stream, code)
+        do throws(ConnectionError) {
+            try provokedReset(stream, code, now: now)
+        } catch {
+            pendingError = error
+        }
     }
 
     mutating func windowUpdate(_ id: HTTP2StreamID, _ increment: Int) {
@@ -500,6 +568,7 @@ struct HTTP2Session {
     private mutating func finish(_ stream: UInt32, _ state: Stream) {
         if state.remoteClosed {
             streams[stream] = nil
+            closedStreams.insert(stream)
         } else if state.abortUnfinished || state.receiveWindow <= 0 {
             streams[stream] = nil
             resetByUs.insert(stream)  // what arrives before the reset is written is ignored too
@@ -600,6 +669,33 @@ struct RateWindow {
             events = 1
         }
         return events
+    }
+}
+
+/// Counts events in a sliding window of time (NIOHTTP2's `DOSHeuristics` keeps one too): at most
+/// `limit` within any stretch of `window`. The timestamps of the last `limit` events are kept in a
+/// ring, allocated as events come, so a connection that never resets holds none.
+struct SlidingWindowCount {
+    private var times: [NIODeadline] = []
+    /// Once the ring is full: where the oldest of the last `limit` events is.
+    private var oldest = 0
+
+    /// Records an event at `now`.
+    /// - Parameters:
+    ///   - now: when the event happened (never earlier than the last one recorded).
+    ///   - window: the stretch of time the limit applies to.
+    ///   - limit: events allowed within any `window`.
+    /// - Returns: false when this event is one more than `limit` within `window` (it is not recorded).
+    mutating func record(_ now: NIODeadline, window: TimeAmount, limit: Int) -> Bool {
+        guard limit > 0 else { return false }
+        if times.count < limit {
+            times.append(now)
+            return true
+        }
+        guard now - times[oldest] >= window else { return false }
+        times[oldest] = now
+        oldest = (oldest + 1) % limit
+        return true
     }
 }
 

@@ -1,13 +1,10 @@
 import Dispatch
-import HTTPTypes
-import Hummingbird
 import Logging
 import NIOCore
 import NIOHPACK
 import NIOHTTP1
 
-/// The fields of a request as its HTTP version delivered them (no copy into a common form unless
-/// the router needs one).
+/// The fields of a request as its HTTP version delivered them (no copy into a common form).
 enum RequestFields: Sendable {
     case http1(HTTPHeaders)
     case http2(HPACKHeaders)
@@ -17,20 +14,6 @@ enum RequestFields: Sendable {
         case .http1(let headers): headers.first(name: name)
         case .http2(let headers): headers.first(name: name)
         }
-    }
-
-    /// The regular fields for the router (HTTP/2 pseudo-headers left out).
-    var httpFields: HTTPFields {
-        var fields = HTTPFields()
-        func add(_ name: String, _ value: String) {
-            guard let name = HTTPField.Name(name) else { return }
-            fields.append(HTTPField(name: name, value: value))
-        }
-        switch self {
-        case .http1(let headers): for (name, value) in headers { add(name, value) }
-        case .http2(let headers): for (name, value, _) in headers where !name.hasPrefix(":") { add(name, value) }
-        }
-        return fields
     }
 }
 
@@ -49,7 +32,7 @@ struct GatewayRequest: Sendable {
 /// (``RequestPolicy``), then
 /// - `/dns-query`: parsed, and answered at once when the engine has the answer cached (on the
 ///   event loop, holding nothing), else in a task counted against `max_concurrent_requests`;
-/// - anything else: the router (``Routes``), in a task, also counted.
+/// - anything else: the API (``Routes``), in a task, also counted.
 /// Both versions record the same metrics through here.
 final class RequestGateway: Sendable {
     enum Outcome {
@@ -58,13 +41,12 @@ final class RequestGateway: Sendable {
     }
 
     let state: DaemonState
-    private let router: RouterResponder<BasicRequestContext>
-    private let logger: Logger
+    /// The Prometheus text `/metrics` serves.
+    private let exposition: @Sendable () -> [UInt8]
 
-    init(state: DaemonState, router: RouterResponder<BasicRequestContext>, logger: Logger) {
+    init(state: DaemonState, exposition: @escaping @Sendable () -> [UInt8]) {
         self.state = state
-        self.router = router
-        self.logger = logger
+        self.exposition = exposition
     }
 
     var metrics: DaemonMetrics { state.metrics }
@@ -93,9 +75,9 @@ final class RequestGateway: Sendable {
         }
         guard enter(runtime) else { return .ready(record(Self.busy(runtime), route: route, method: request.method, started: started)) }
         let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
-        let router = self.router, logger = self.logger
+        let state = self.state, exposition = self.exposition
         Task {
-            let answer = await Self.route(request, router: router, channel: channel, logger: logger)
+            let answer = await Routes.answer(request, state: state, exposition: exposition)
             self.leave()
             promise.succeed(self.record(answer, route: route, method: request.method, started: started))
         }
@@ -154,35 +136,6 @@ final class RequestGateway: Sendable {
             body: body)
     }
 
-    // MARK: The router
-
-    private static func route(
-        _ request: GatewayRequest, router: RouterResponder<BasicRequestContext>, channel: any Channel,
-        logger: Logger
-    ) async -> HTTPAnswer {
-        let head = HTTPRequest(
-            method: HTTPRequest.Method(request.method) ?? .get, scheme: request.scheme, authority: request.authority,
-            path: request.target, headerFields: request.fields.httpFields)
-        let hbRequest = Request(head: head, body: RequestBody(buffer: request.body ?? ByteBuffer()))
-        let context = BasicRequestContext(source: .init(channel: channel, logger: logger))
-        var response: Response
-        do {
-            response = try await router.respond(to: hbRequest, context: context)
-        } catch let error as any HTTPResponseError {
-            response = (try? error.response(from: hbRequest, context: context)) ?? Response(status: error.status)
-        } catch {
-            logger.debug("route failed", metadata: ["error": "\(error)"])
-            response = Response(status: .internalServerError)
-        }
-        let collector = BodyCollector()
-        do { try await response.body.write(collector) } catch { logger.debug("response body failed", metadata: ["error": "\(error)"]) }
-        var headers: [(String, String)] = []
-        for field in response.headers where field.name != .contentLength {
-            headers.append((field.name.canonicalName, field.value))
-        }
-        return HTTPAnswer(status: response.status.code, headers: headers, body: collector.collected)
-    }
-
     // MARK: Bookkeeping
 
     private func enter(_ runtime: Runtime) -> Bool {
@@ -207,17 +160,4 @@ final class RequestGateway: Sendable {
     }
 
     private static func route(of target: String) -> Substring { RequestPolicy.path(of: target) }
-}
-
-/// Gathers a router response's body; the routes' bodies are small and whole.
-private final class BodyCollector: ResponseBodyWriter, @unchecked Sendable {
-    // Safety: written only by the one task that awaits `response.body.write`, read after it returns.
-    var collected = ByteBuffer()
-
-    func write(_ buffer: ByteBuffer) async throws {
-        var buffer = buffer
-        collected.writeBuffer(&buffer)
-    }
-
-    func finish(_ trailingHeaders: HTTPFields?) async throws {}
 }

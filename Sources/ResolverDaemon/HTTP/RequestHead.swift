@@ -58,7 +58,10 @@ struct RequestHead: Sendable {
             case "te" where value != "trailers":
                 throw Malformed(reason: "te other than trailers")
             case "content-length":
-                guard let length = Int(value), length >= 0, contentLength == nil || contentLength == length else {
+                // Digits only (RFC 9110 §8.6): Int("+5") is 5, and a sign is not a length.
+                guard !value.isEmpty, value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+                    let length = Int(value), contentLength == nil || contentLength == length
+                else {
                     throw Malformed(reason: "content-length '\(value)' is not one number")
                 }
                 contentLength = length
