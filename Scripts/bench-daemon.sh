@@ -2,6 +2,7 @@
 # `resolve daemon` under load against named peers in the same run (BENCHMARKS.md).
 #
 #   Scripts/bench-daemon.sh [SOAK_SECONDS] [ROUNDS] [SECONDS]   defaults 600, 3, 10; SOAK 0 skips the soak
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench-daemon.sh …        measures that build instead of building one
 #
 # DoH, cached names (1,000 names the servers have answered before), one HTTP/2 connection with 64
 # queries in flight, against three servers in turn: the daemon, BIND 9.18's own DoH endpoint (the
@@ -31,8 +32,13 @@ need_build_packages
 need_packages dnsperf nghttp2-client unbound curl python3
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-swift build -c release --product resolve 2>&1 | grep -E "error|warning: " || true
-bin="$(swift build -c release --show-bin-path)/resolve"
+# RESOLVE_BIN=/path/to/resolve measures another build the same way (before and after a change).
+if [ -n "${RESOLVE_BIN:-}" ]; then
+    bin=$RESOLVE_BIN
+else
+    swift build -c release --product resolve 2>&1 | grep -E "error|warning: " || true
+    bin="$(swift build -c release --show-bin-path)/resolve"
+fi
 use_testenv
 
 work=$(mktemp -d)
