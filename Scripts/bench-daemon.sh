@@ -5,9 +5,11 @@
 #   RESOLVE_BIN=/path/to/resolve Scripts/bench-daemon.sh …        measures that build instead of building one
 #
 # DoH, cached names (1,000 names the servers have answered before), one HTTP/2 connection with 64
-# queries in flight, against three servers in turn: the daemon, BIND 9.18's own DoH endpoint (the
-# daemon's upstream, answering from its zone) and unbound 1.17 serving DoH as a caching forwarder in
-# front of the same BIND (the daemon's own role). Each of these clients, ROUNDS x SECONDS per server,
+# queries in flight, against five servers in turn: the daemon, BIND 9.18's own DoH endpoint (the
+# daemon's upstream, answering from its zone), and three peers in the daemon's own role in front of
+# the same BIND — unbound 1.17 serving DoH as a caching forwarder, dnsdist 1.7 (DoH frontend, packet
+# cache, BIND as its backend; security polling off) and Knot Resolver 5.6 (`kresd`, `doh2`, hd.test
+# stubbed to BIND; no trust anchor, no priming). Each of these clients, ROUNDS x SECONDS per server,
 # rounds interleaved: dnsperf -m doh GET, dnsperf -m doh POST, h2load GET. Then the DNS stub against
 # BIND's plain DNS over UDP and over TCP (dnsperf), and the soak: DoH 300 q/s plus the stub over UDP
 # 100 q/s for SOAK_SECONDS over 2,000 names with a 300-s TTL (errors; RSS every 10 s).
@@ -27,9 +29,11 @@ seconds=${3:-10}
 port=18496
 dns_port=18497
 unbound_port=18445
+dnsdist_port=18449
+kresd_port=18450
 
 need_build_packages
-need_packages dnsperf nghttp2-client unbound curl python3
+need_packages dnsperf nghttp2-client unbound dnsdist knot-resolver curl python3
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 # RESOLVE_BIN=/path/to/resolve measures another build the same way (before and after a change).
@@ -91,7 +95,38 @@ remote-control:
 CONF
 taskset -c 0 unbound -d -c "$work/unbound.conf" 2>"$work/unbound.stderr" &
 unbound=$!
-on_exit "kill $daemon $unbound 2>/dev/null || true; rm -rf '$work'"
+# dnsdist: a DoH frontend with a packet cache, BIND's plain DNS as the only backend. Security polling
+# (a DNS query to the vendor) is off, so is every other outside contact; health checks go to BIND.
+cat >"$work/dnsdist.conf" <<CONF
+setSecurityPollSuffix("")
+setACL({"127.0.0.0/8"})
+addDOHLocal("127.0.0.1:$dnsdist_port", "$root/.testenv/ca/doh-a.test.pem", "$root/.testenv/ca/doh-a.test.key", "/dns-query")
+newServer({address="127.0.0.1:$DNS_PORT", name="bind"})
+pc = newPacketCache(100000, {maxTTL=86400, minTTL=0})
+getPool(""):setCache(pc)
+CONF
+taskset -c 0 dnsdist --supervised --disable-syslog -C "$work/dnsdist.conf" >"$work/dnsdist.log" 2>&1 &
+dnsdist=$!
+# Knot Resolver: DoH over HTTP/2 (doh2), hd.test stubbed to BIND, everything else refused; no trust
+# anchor and none of the modules that reach the root (priming, time-skew detection, RFC 5011).
+mkdir -p "$work/kresd"
+cat >"$work/kresd.conf" <<CONF
+net.listen('127.0.0.1', $kresd_port, { kind = 'doh2' })
+net.tls('$root/.testenv/ca/doh-a.test.pem', '$root/.testenv/ca/doh-a.test.key')
+pcall(modules.unload, 'priming')
+pcall(modules.unload, 'detect_time_skew')
+pcall(modules.unload, 'detect_time_jump')
+pcall(modules.unload, 'ta_update')
+pcall(modules.unload, 'ta_signal_query')
+pcall(modules.unload, 'ta_sentinel')
+pcall(trust_anchors.remove, '.')
+cache.size = 100 * MB
+policy.add(policy.suffix(policy.STUB({'127.0.0.1@$DNS_PORT'}), {todname('hd.test.')}))
+policy.add(policy.all(policy.REFUSE))
+CONF
+(cd "$work/kresd" && exec taskset -c 0 kresd -n -c "$work/kresd.conf" . >"$work/kresd.log" 2>&1) &
+kresd=$!
+on_exit "kill $daemon $unbound $dnsdist $kresd 2>/dev/null || true; rm -rf '$work'"
 bind_pid=$(cat "$root/.testenv/named-a/named.pid")
 taskset -a -p -c 0 "$bind_pid" >/dev/null
 on_exit "taskset -a -p -c 0-$(( $(nproc) - 1 )) $bind_pid >/dev/null 2>&1 || true"
@@ -100,6 +135,8 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 wait_for_port 127.0.0.1 "$unbound_port"
+wait_for_port 127.0.0.1 "$dnsdist_port" || { cat "$work/dnsdist.log" >&2; exit 1; }
+wait_for_port 127.0.0.1 "$kresd_port" || { cat "$work/kresd.log" >&2; exit 1; }
 rss() { echo $(( $(ps -o rss= -p "$daemon") / 1024 )); }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 idle_rss=$(rss)
@@ -115,13 +152,15 @@ for line in open(sys.argv[1]):
     print("/dns-query?dns=" + base64.urlsafe_b64encode(wire).rstrip(b"=").decode())
 PY
 
+servers=(daemon bind unbound dnsdist kresd)
 declare -A url=([daemon]="https://127.0.0.1:$port/dns-query" [bind]="https://127.0.0.1:$DOH_PORT/dns-query"
-                [unbound]="https://127.0.0.1:$unbound_port/dns-query")
-declare -A dport=([daemon]=$port [bind]=$DOH_PORT [unbound]=$unbound_port)
-declare -A spid=([daemon]=$daemon [bind]=$bind_pid [unbound]=$unbound)
+                [unbound]="https://127.0.0.1:$unbound_port/dns-query" [dnsdist]="https://127.0.0.1:$dnsdist_port/dns-query"
+                [kresd]="https://127.0.0.1:$kresd_port/dns-query")
+declare -A dport=([daemon]=$port [bind]=$DOH_PORT [unbound]=$unbound_port [dnsdist]=$dnsdist_port [kresd]=$kresd_port)
+declare -A spid=([daemon]=$daemon [bind]=$bind_pid [unbound]=$unbound [dnsdist]=$dnsdist [kresd]=$kresd)
 
 # Warm every server's cache with every name.
-for server in daemon bind unbound; do
+for server in "${servers[@]}"; do
     dnsperf -m doh -s 127.0.0.1 -p "${dport[$server]}" -O doh-uri="${url[$server]}" -c 1 -q 64 -d "$work/cached.txt" -n 2 >/dev/null 2>&1
 done
 
@@ -152,7 +191,7 @@ run_client() { # client server -> appends "client server qps latency_ms cpu_us_p
 }
 for client in dnsperf-get dnsperf-post h2load-get; do
     for _ in $(seq 1 "$rounds"); do
-        for server in daemon bind unbound; do run_client "$client" "$server"; done
+        for server in "${servers[@]}"; do run_client "$client" "$server"; done
     done
 done
 loaded_rss=$(rss)
@@ -220,20 +259,20 @@ def fmt(values, unit=""):
     return f"{mid:,.0f}{unit} ({low:,.0f}-{high:,.0f})"
 print(f"DoH, cached names, 1 connection, 64 in flight, {rounds} x {seconds} s per client and server, rounds interleaved; "
       "median (min-max). Ratio: the daemon's median over the faster peer's median (its min over the peer's max, max over min).\n")
-print("| client | resolve daemon q/s | BIND 9.18 q/s | unbound 1.17 q/s | ratio vs faster peer | avg latency ms (daemon / BIND / unbound) | server CPU µs/query (daemon / BIND / unbound) |")
-print("|---|---|---|---|---|---|---|")
+servers = ("daemon", "bind", "unbound", "dnsdist", "kresd")
+print("| client | resolve daemon q/s | BIND 9.18 q/s | unbound 1.17 q/s | dnsdist 1.7 q/s | kresd 5.6 q/s | ratio vs the fastest peer | avg latency ms (daemon / BIND / unbound / dnsdist / kresd) | server CPU µs/query (same order) | lost or failed (same order) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for client in ("dnsperf-get", "dnsperf-post", "h2load-get"):
-    by = {s: [r for r in rows if r[0] == client and r[1] == s] for s in ("daemon", "bind", "unbound")}
+    by = {s: [r for r in rows if r[0] == client and r[1] == s] for s in servers}
     q = {s: [float(r[2]) for r in by[s]] for s in by}
     lat = {s: statistics.median(float(r[3]) for r in by[s]) for s in by}
     cpu = {s: statistics.median(float(r[4]) for r in by[s]) for s in by}
     lost = {s: sum(int(r[5]) for r in by[s]) for s in by}
-    peer = max(("bind", "unbound"), key=lambda s: statistics.median(q[s]))
+    peer = max(servers[1:], key=lambda s: statistics.median(q[s]))
     ratio = statistics.median(q["daemon"]) / statistics.median(q[peer])
     worst, best = min(q["daemon"]) / max(q[peer]), max(q["daemon"]) / min(q[peer])
-    losses = "" if not any(lost.values()) else f" (lost/failed {lost['daemon']}/{lost['bind']}/{lost['unbound']})"
-    print(f"| {client} | {fmt(q['daemon'])} | {fmt(q['bind'])} | {fmt(q['unbound'])} | **{ratio:.2f}x** vs {peer} ({worst:.2f}-{best:.2f}){losses} "
-          f"| {lat['daemon']:.2f} / {lat['bind']:.2f} / {lat['unbound']:.2f} | {cpu['daemon']:.1f} / {cpu['bind']:.1f} / {cpu['unbound']:.1f} |")
+    print(f"| {client} | " + " | ".join(fmt(q[s]) for s in servers) + f" | **{ratio:.2f}x** vs {peer} ({worst:.2f}-{best:.2f}) "
+          f"| {' / '.join(f'{lat[s]:.2f}' for s in servers)} | {' / '.join(f'{cpu[s]:.1f}' for s in servers)} | {' / '.join(str(lost[s]) for s in servers)} |")
 print()
 print("| DNS stub (dnsperf, 64 in flight) | resolve daemon q/s | BIND 9.18 q/s | ratio |")
 print("|---|---|---|---|")

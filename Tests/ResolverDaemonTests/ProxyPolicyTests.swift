@@ -33,7 +33,7 @@ import Testing
         ] {
             #expect(!policy.authorizes(wrong), "\(String(describing: wrong))")
         }
-        #expect(ProxyPolicy.constantTimeEqual([1, 2, 3], [1, 2, 3]) && !ProxyPolicy.constantTimeEqual([1, 2], [1, 2, 3]))
+        #expect(HTTPSyntax.constantTimeEqual([1, 2, 3], [1, 2, 3]) && !HTTPSyntax.constantTimeEqual([1, 2], [1, 2, 3]))
     }
 
     @Test func portsPatternsAndDestinations() throws {

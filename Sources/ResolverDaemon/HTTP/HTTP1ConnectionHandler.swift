@@ -82,7 +82,7 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
         case (.body(var chunk), .receiving(let head, var body, let deadline)):
             guard (body?.readableBytes ?? 0) + chunk.readableBytes <= configuration.maxBodyBytes else {
                 state = .refused
-                let answer = HTTPAnswer.text(413, "the body is over the limit of \(configuration.maxBodyBytes) bytes\n")
+                let answer = HTTPAnswer.text(413, HTTPAnswer.bodyOverLimit(declared: nil, limit: configuration.maxBodyBytes))
                 gateway.recordEarly(answer, target: head.uri, method: head.method.rawValue)
                 write(answer, version: head.version, keepAlive: false)
                 return
@@ -174,7 +174,7 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
             }
         case .receiving(let head, _, let deadline) where deadline <= now:
             state = .refused
-            let answer = HTTPAnswer.text(408, "the request was not complete within \(configuration.requestTimeout.nanoseconds / 1_000_000_000) s\n")
+            let answer = HTTPAnswer.text(408, HTTPAnswer.incompleteRequest(within: configuration.requestTimeout))
             gateway.recordEarly(answer, target: head.uri, method: head.method.rawValue)
             write(answer, version: head.version, keepAlive: false)
         default:

@@ -246,7 +246,7 @@ struct HTTP2ServerConnection {
             guard case let .receiving(deadline, received, _) = stream.state, deadline <= now else { continue }
             streams[id] = Stream(head: stream.head, body: nil, state: .answering(ended: false))
             finishBody(received)
-            result.responses.append((id, 408, "the request was not complete within \(configuration.requestTimeout.nanoseconds / 1_000_000_000) s\n"))
+            result.responses.append((id, 408, HTTPAnswer.incompleteRequest(within: configuration.requestTimeout)))
         }
         switch state {
         case .active:
@@ -296,6 +296,6 @@ struct HTTP2ServerConnection {
     }
 
     private func overLimit(declared: Int?) -> String {
-        "the body\(declared.map { " (\($0) bytes)" } ?? "") is over the limit of \(configuration.maxBodyBytes) bytes\n"
+        HTTPAnswer.bodyOverLimit(declared: declared, limit: configuration.maxBodyBytes)
     }
 }

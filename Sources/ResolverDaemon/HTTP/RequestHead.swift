@@ -34,7 +34,9 @@ struct RequestHead: Sendable {
                 switch name {
                 case ":method":
                     guard method == nil else { throw Malformed(reason: "a second :method") }
-                    guard !value.isEmpty, value.utf8.allSatisfy(isTokenCharacter) else { throw Malformed(reason: ":method is not a token") }
+                    guard !value.isEmpty, value.utf8.allSatisfy(HTTPSyntax.isTokenCharacter) else {
+                        throw Malformed(reason: ":method is not a token")
+                    }
                     method = value
                 case ":scheme":
                     guard scheme == nil else { throw Malformed(reason: "a second :scheme") }
@@ -112,20 +114,6 @@ struct RequestHead: Sendable {
     /// Per byte: 0 not a token character, 1 an upper-case letter, 2 any other token character.
     private static let tokenTable: [UInt8] = (0...255).map { byte in
         let byte = UInt8(byte)
-        return !isTokenCharacter(byte) ? 0 : (byte >= 0x41 && byte <= 0x5a ? 1 : 2)
-    }
-
-    /// RFC 9110 §5.6.2 `tchar`.
-    static func isTokenCharacter(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return true
-        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
-            UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
-            UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
-            return true
-        default:
-            return false
-        }
+        return !HTTPSyntax.isTokenCharacter(byte) ? 0 : (byte >= 0x41 && byte <= 0x5a ? 1 : 2)
     }
 }

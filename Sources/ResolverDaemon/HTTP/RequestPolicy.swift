@@ -10,6 +10,16 @@ struct HTTPAnswer: Sendable {
     static func text(_ status: Int, _ message: String, headers: [(String, String)] = []) -> HTTPAnswer {
         HTTPAnswer(status: status, headers: [("content-type", "text/plain; charset=utf-8")] + headers, body: ByteBuffer(string: message))
     }
+
+    /// The 413's words, the same from the policy and from both HTTP versions.
+    static func bodyOverLimit(declared: Int?, limit: Int) -> String {
+        "the body\(declared.map { " (\($0) bytes)" } ?? "") is over the limit of \(limit) bytes\n"
+    }
+
+    /// The 408's words, the same from both HTTP versions.
+    static func incompleteRequest(within timeout: TimeAmount) -> String {
+        "the request was not complete within \(timeout.nanoseconds / 1_000_000_000) s\n"
+    }
 }
 
 /// What a request may cost and who may make it — `limits`, `auth_token` and `protect_dns_query` of
@@ -55,14 +65,14 @@ struct RequestPolicy: Sendable {
             return .text(405, "method not allowed; allowed: \(list)\n", headers: [("allow", list)])
         }
         if let contentLength, contentLength > limits.maxBodyBytes {
-            return .text(413, "the body (\(contentLength) bytes) is over the limit of \(limits.maxBodyBytes) bytes\n")
+            return .text(413, HTTPAnswer.bodyOverLimit(declared: contentLength, limit: limits.maxBodyBytes))
         }
         return nil
     }
 
     /// The refusal of a body that turned out larger than the limit.
     func bodyTooLarge() -> HTTPAnswer {
-        .text(413, "the body is over the limit of \(limits.maxBodyBytes) bytes\n")
+        .text(413, HTTPAnswer.bodyOverLimit(declared: nil, limit: limits.maxBodyBytes))
     }
 
     /// The path of a request target, without its query.
@@ -85,11 +95,6 @@ struct RequestPolicy: Sendable {
     static func bearer(_ header: String, matches token: String) -> Bool {
         let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { return false }
-        let given = Array(parts[1].utf8), expected = Array(token.utf8)
-        var difference = UInt8(given.count == expected.count ? 0 : 1)
-        for index in expected.indices {
-            difference |= expected[index] ^ (index < given.count ? given[index] : 0)
-        }
-        return difference == 0
+        return HTTPSyntax.constantTimeEqual(parts[1].utf8, token.utf8)
     }
 }

@@ -75,19 +75,11 @@ enum ConnectHead: Equatable {
     private static func field(_ line: ArraySlice<UInt8>) -> (String, String)? {
         guard let colon = line.firstIndex(of: colon), colon > line.startIndex else { return nil }
         let name = line[..<colon]
-        guard name.allSatisfy(isTokenByte) else { return nil }
+        guard name.allSatisfy(HTTPSyntax.isTokenCharacter) else { return nil }
         var value = line[(colon + 1)...]
         guard value.allSatisfy({ $0 == tab || ($0 >= 32 && $0 != 127) }) else { return nil }
         while let first = value.first, first == space || first == tab { value = value.dropFirst() }
         while let last = value.last, last == space || last == tab { value = value.dropLast() }
         return (String(decoding: name, as: UTF8.self).lowercased(), String(decoding: value, as: UTF8.self))
-    }
-
-    /// RFC 9110 §5.6.2 tchar.
-    private static func isTokenByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
-        default: "!#$%&'*+-.^_`|~".utf8.contains(byte)
-        }
     }
 }

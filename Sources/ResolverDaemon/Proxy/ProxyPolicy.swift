@@ -88,7 +88,7 @@ struct ProxyPolicy: Sendable {
             let text = String(data: decoded, encoding: .utf8), let colon = text.firstIndex(of: ":")
         else { return false }
         guard let expected = users[String(text[..<colon])] else { return false }
-        return Self.constantTimeEqual(Array(expected.utf8), Array(text[text.index(after: colon)...].utf8))
+        return HTTPSyntax.constantTimeEqual(expected.utf8, text[text.index(after: colon)...].utf8)
     }
 
     /// The refusal for `target`, or nil when policy lets it through. Plain `http://` requests may
@@ -143,13 +143,5 @@ struct ProxyPolicy: Sendable {
         let allowed = addresses.filter { !hijacked.contains($0) }
         let ranked = ranking.filter { allowed.contains($0) }
         return ranked + allowed.filter { !ranked.contains($0) }
-    }
-
-    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        var difference = UInt8(a.count == b.count ? 0 : 1)
-        for index in 0..<max(a.count, b.count) {
-            difference |= (index < a.count ? a[index] : 0) ^ (index < b.count ? b[index] : 0)
-        }
-        return difference == 0
     }
 }

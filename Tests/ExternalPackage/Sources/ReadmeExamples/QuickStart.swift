@@ -5,6 +5,10 @@ import DNSSEC
 import Foundation
 import HTTPDNS
 
+#if canImport(FoundationNetworking)
+import FoundationNetworking  // URLRequest on Linux
+#endif
+
 func quickStart() async throws {
     let resolver = try HTTPDNSResolver(
         configuration: HTTPDNSConfiguration(upstreams: [
