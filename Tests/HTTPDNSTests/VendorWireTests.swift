@@ -52,7 +52,7 @@ import Testing
             BaiduWire.signature(dn: "www.baidu.com", secret: Array("1234567890".utf8), expiry: 1_513_602_734) == "9d4eac35c33b8fa1610476ff1532643d")
     }
 
-    // MARK: Self-computed vectors (§1.5, §2.2)
+    // MARK: Our own vectors (docs/commercial-apis.md, "Wire notes")
 
     @Test func alibabaV2PlainSignature() throws {
         let wire = AlibabaV2Wire(accountID: "100000", secret: Hex.decode("0123456789abcdef0123456789abcdef"), mode: .plain)

@@ -49,9 +49,9 @@ package struct AlibabaLegacyWire: VendorWireFormat {
 
     package var path: String { "/\(accountID)/d" }
 
-    /// `lowercase_hex(MD5(host + "-" + secret + "-" + t))`, the secret as text (§1.2).
+    /// `lowercase_hex(MD5(host + "-" + secret + "-" + t))`, the secret as text.
     package static func signature(host: String, secret: [UInt8], expiry: Int64) -> String {
-        VendorCrypto.md5Hex(host + "-" + String(decoding: secret, as: UTF8.self) + "-" + String(expiry))
+        VendorCrypto.md5Signature(host, secret: secret, expiry: expiry)
     }
 
     package func request(names: [DomainName], families: VendorFamilies, clientIP: IPAddress?, wallSeconds: Int64) -> String {
@@ -91,7 +91,7 @@ package struct AlibabaLegacyWire: VendorWireFormat {
             let ttl = VendorText.ttl(entry["ttl"]) ?? VendorText.ttl(entry["origin_ttl"])
             var ips = try addresses(entry["ips"], "ips")
             var ipsv6 = try addresses(entry["ipsv6"], "ipsv6")
-            // A batch entry with only `ips` and `type: 28` carries IPv6 addresses (§1.3).
+            // A batch entry with only `ips` and `type: 28` carries IPv6 addresses (the doc's batch example).
             if ipsv6 == nil, let type = entry["type"] as? Int, type == 28 { (ips, ipsv6) = (nil, ips) }
             var answer = VendorAnswer(name: name)
             if families.includesIPv4 { answer.ipv4 = VendorFamilyAnswer(addresses: ips ?? [], ttl: ttl) }
@@ -110,7 +110,7 @@ package struct AlibabaLegacyWire: VendorWireFormat {
     }
 }
 
-/// Alibaba's v2 API, `/v2/d` (§1.4): HMAC-SHA256 signature, `m=0` plain, `m=1` AES-CBC, `m=2` AES-GCM.
+/// Alibaba's v2 API, `/v2/d`: HMAC-SHA256 signature, `m=0` plain, `m=1` AES-CBC, `m=2` AES-GCM.
 package struct AlibabaV2Wire: VendorWireFormat {
     package enum Mode: Sendable {
         case plain

@@ -78,7 +78,7 @@ package struct TencentWire: VendorWireFormat {
         case .ipv6: items.append(("type", "aaaa"))
         case .both: items.append(("type", "addrs"))
         }
-        // Both SDKs send the ECS address in the clear, whatever the doc says (§2.1).
+        // Both SDKs send the ECS address in the clear, whatever the doc says (docs/commercial-apis.md).
         if let clientIP { items.append(("ip", clientIP.description)) }
         return path + "?" + VendorText.queryString(items)
     }
@@ -182,7 +182,7 @@ package struct BaiduWire: VendorWireFormat {
 
     /// `md5_hex("${dn}-${secret}-${t}")`.
     package static func signature(dn: String, secret: [UInt8], expiry: Int64) -> String {
-        VendorCrypto.md5Hex(dn + "-" + String(decoding: secret, as: UTF8.self) + "-" + String(expiry))
+        VendorCrypto.md5Signature(dn, secret: secret, expiry: expiry)
     }
 
     package func request(names: [DomainName], families: VendorFamilies, clientIP: IPAddress?, wallSeconds: Int64) -> String {
@@ -237,7 +237,7 @@ package struct BaiduWire: VendorWireFormat {
         return VendorFamilyAnswer(addresses: addresses, ttl: VendorText.ttl(node["ttl"]))
     }
 
-    /// Baidu's error list was not captured (§3): the message's words decide, conservatively.
+    /// Baidu's error list is not in the documents available (docs/commercial-apis.md): the message's words decide, conservatively.
     static func fault(status: Int, message: String) -> VendorFault {
         let lower = message.lowercased()
         let safe = String(

@@ -7,9 +7,11 @@ import Foundation
 /// use it (docs/commercial-apis.md, "Wire notes"). Failures are ``VendorCryptoError``s that say what
 /// was wrong with the input, never what the key is.
 package enum VendorCrypto {
-    /// Lowercase hex of MD5 over the UTF-8 of `text`: the legacy Alibaba and Baidu signatures.
-    package static func md5Hex(_ text: String) -> String {
-        Hex.encode(Array(Insecure.MD5.hash(data: Array(text.utf8))))
+    /// The signature Alibaba's legacy API and Baidu share: lowercase hex of MD5 over
+    /// `subject + "-" + secret + "-" + expiry`, the secret as text, the expiry in Unix seconds.
+    package static func md5Signature(_ subject: String, secret: [UInt8], expiry: Int64) -> String {
+        let text = subject + "-" + String(decoding: secret, as: UTF8.self) + "-" + String(expiry)
+        return Hex.encode(Array(Insecure.MD5.hash(data: Array(text.utf8))))
     }
 
     /// Lowercase hex of HMAC-SHA256(`key`, UTF-8 of `message`): Alibaba's v2 signature.
