@@ -126,6 +126,10 @@ package struct DaemonSettings: Sendable {
     package var proxyListen: String?
     /// The proxy's policy (`proxy:`).
     package var proxy = Proxy()
+    /// The account the daemon switches to once its listeners are bound (`user:`, as unbound's
+    /// `username:`), or nil to stay as started. Only a daemon started as root switches; one started
+    /// as another user (systemd's `User=`) logs that it stays as it is.
+    package var user: String?
 
     package init() {}
 
@@ -185,6 +189,14 @@ package struct DaemonSettings: Sendable {
         /// How often idle upstreams are probed. Default 10 s; an upstream counts as reachable for
         /// three intervals after it last responded.
         package var interval: Duration = .seconds(10)
+        /// A name the DNS stub and `/dns-query` answer themselves with what `/readyz` says: NOERROR
+        /// with no records while ready, SERVFAIL while not or while stopping — the health check of a
+        /// load balancer in front (dnsdist's `checkName`). Nil: no such name.
+        package var dnsName: DomainName?
+        /// How long SIGTERM fails the health checks (`/readyz`, ``dnsName``) while every other request
+        /// is still answered, before the daemon stops accepting: the time a load balancer needs to
+        /// see the member leave. Default 0: stop at once.
+        package var lameDuck: Duration = .zero
         package init() {}
     }
 }
@@ -271,7 +283,7 @@ private struct Reader {
             "upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
             "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
-            "dnssec", "trust_anchors", "negative_trust_anchors",
+            "dnssec", "trust_anchors", "negative_trust_anchors", "user",
         ]
         var dnssec = DNSSECSettings()
         for (key, name, value) in try mapping(root, "", allowed: keys) {
@@ -310,6 +322,10 @@ private struct Reader {
             case "readiness": config.daemon.readiness = try readiness(value)
             case "proxy_listen": config.daemon.proxyListen = try endpoint(value, key)
             case "proxy": config.daemon.proxy = try proxy(value)
+            case "user":
+                let user = try string(value, key)
+                guard getpwnam(user) != nil else { throw fail(value, key, "no user '\(user)' on this system") }
+                config.daemon.user = user
             case "timeout": options.timeout = try seconds(value, key, allowZero: false)
             case "strategy": options.strategy = try enumeration(value, key, UpstreamStrategy.self)
             case "prefer_ipv6": options.preferIPv6 = try bool(value, key)
@@ -591,7 +607,7 @@ private struct Reader {
 
     func readiness(_ node: Node) throws(DNSError) -> DaemonSettings.Readiness {
         var readiness = DaemonSettings.Readiness()
-        for (name, _, value) in try mapping(node, "readiness", allowed: ["probe", "interval"]) {
+        for (name, _, value) in try mapping(node, "readiness", allowed: ["probe", "interval", "dns_name", "lame_duck"]) {
             let path = "readiness.\(name)"
             switch name {
             case "probe":
@@ -601,6 +617,12 @@ private struct Reader {
             case "interval":
                 readiness.interval = try seconds(value, path, allowZero: false)
                 guard readiness.interval >= .seconds(1) else { throw fail(value, path, "must be at least 1 second") }
+            case "dns_name":
+                let text = try string(value, path)
+                do { readiness.dnsName = try DomainName(text) } catch { throw fail(value, path, error.message) }
+            case "lame_duck":
+                readiness.lameDuck = try seconds(value, path, allowZero: true)
+                guard readiness.lameDuck <= .seconds(300) else { throw fail(value, path, "must be at most 300 seconds") }
             default: break
             }
         }

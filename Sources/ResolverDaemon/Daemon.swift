@@ -6,6 +6,7 @@ import HTTPDNS
 import HijackDetection
 import Logging
 import NIOCore
+import NIOPosix
 import NIOSSL
 import ResolverConfig
 import ServiceLifecycle
@@ -82,6 +83,10 @@ final class DaemonState: Sendable {
     let metrics: DaemonMetrics
     /// Requests being looked up or routed now (`limits.max_concurrent_requests`).
     let requestsInFlight = Atomic<Int>(0)
+    /// Set by the first SIGTERM: health checks fail from then on (`readiness.lame_duck`).
+    private let stopping = Atomic<Bool>(false)
+    /// Set once the process switched to `user:`.
+    let privilegesDropped = Atomic<Bool>(false)
 
     init(
         runtime: Runtime, configPath: String?, adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }, metrics: DaemonMetrics,
@@ -135,6 +140,41 @@ final class DaemonState: Sendable {
     /// Ready when some trusted upstream responded within the window and has not failed since —
     /// the upstreams' own health, whatever the cache holds.
     var isReady: Bool { current.resolver.hasReachableUpstream(within: readyWindow) }
+
+    /// Whether the daemon is stopping (its lame-duck time, then the drain).
+    var isStopping: Bool { stopping.load(ordering: .relaxed) }
+
+    /// Marks the daemon as stopping; true the first time.
+    func beginStopping() -> Bool {
+        !stopping.exchange(true, ordering: .relaxed)
+    }
+
+    /// What a health check is told (`/readyz`, `readiness.dns_name`): ready and not stopping.
+    var passesHealthChecks: Bool { !isStopping && isReady }
+
+    /// The one-line summary systemd shows (`STATUS=`).
+    var statusLine: String {
+        let runtime = current
+        let upstreams = runtime.config.lookup.configuration.upstreams.count
+        let statuses = allStatuses()
+        let hijacked = statuses.filter { $0.comparison.verdict.kind == .hijacked }.count
+        let health =
+            isStopping ? "stopping" : isReady ? "ready" : "not ready: no trusted upstream responded in \(readyWindow.components.seconds) s"
+        return "\(health); \(upstreams) upstream\(upstreams == 1 ? "" : "s"); \(runtime.config.daemon.watch.count) watched, \(hijacked) hijacked"
+    }
+
+    /// The answer to the health-check name (`readiness.dns_name`), or nil for any other question.
+    func healthAnswer(_ query: DNSQuery) -> DNSResponder.Answer? {
+        guard let name = current.config.daemon.readiness.dnsName, query.question.name == name else { return nil }
+        let rcode = passesHealthChecks ? ResponseCode.noError : .serverFailure
+        return DNSResponder.Answer(bytes: DNSResponseWriter(answering: query, rcode: rcode.rawValue).finish(), minTTL: 0)
+    }
+
+    /// The answer when there is one without waiting: the health-check name's, else a fresh cached
+    /// A or AAAA (``DNSResponder/answerWithoutWaiting(_:resolver:now:)``).
+    func answerWithoutWaiting(_ query: DNSQuery, resolver: HTTPDNSResolver) -> DNSResponder.Answer? {
+        healthAnswer(query) ?? DNSResponder.answerWithoutWaiting(query, resolver: resolver)
+    }
 }
 
 /// `resolve daemon`: the HTTP listener, the DNS stub, the watcher, readiness probes, cache
@@ -156,6 +196,11 @@ package final class Daemon: Sendable {
     private let group = Mutex<ServiceGroup?>(nil)
     private let bound = Mutex<(http: SocketAddress?, dnsUDP: SocketAddress?, dnsTCP: SocketAddress?, proxy: SocketAddress?)>((nil, nil, nil, nil))
     private let started = Mutex<[CheckedContinuation<Void, Never>]?>([])
+    private let notifier: SystemdNotifier?
+    /// Startup: READY=1 goes out once every listener is bound and the first readiness check is done.
+    private let startup = Mutex<(bound: Bool, checked: Bool)>((false, false))
+    /// Why the daemon stopped itself (a failed switch to `user:`), thrown by ``run()``.
+    private let fatal = Mutex<DNSError?>(nil)
 
     /// Loads and checks the config file.
     /// - Parameters:
@@ -165,21 +210,25 @@ package final class Daemon: Sendable {
     ///   - logger: where the daemon logs (the command's level and format).
     ///   - signals: what stops the daemon gracefully (none in tests, which call ``shutdown()``).
     ///   - adjust: what the command changes in the file's settings, at start and on every reload.
+    ///   - notifier: where the service manager listens (`$NOTIFY_SOCKET`), or nil.
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidConfiguration``.
     package convenience init(
         configPath: String, metrics: any MetricsFactory, exposition: @escaping @Sendable () -> [UInt8], logger: Logger,
-        signals: [UnixSignal] = [.sigterm, .sigint], adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }
+        signals: [UnixSignal] = [.sigterm, .sigint], adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in },
+        notifier: SystemdNotifier? = SystemdNotifier()
     ) throws(DNSError) {
         var config = try ConfigFile.load(configPath)
         adjust(&config)
         try self.init(
-            config: config, configPath: configPath, metrics: metrics, exposition: exposition, logger: logger, signals: signals, adjust: adjust)
+            config: config, configPath: configPath, metrics: metrics, exposition: exposition, logger: logger, signals: signals, adjust: adjust,
+            notifier: notifier)
     }
 
     /// Settings made in code (`resolve proxy` from its flags); with a `configPath`, SIGHUP re-reads it.
     package init(
         config: ConfigFile, configPath: String?, metrics: any MetricsFactory, exposition: @escaping @Sendable () -> [UInt8], logger: Logger,
-        signals: [UnixSignal] = [.sigterm, .sigint], adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }
+        signals: [UnixSignal] = [.sigterm, .sigint], adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in },
+        notifier: SystemdNotifier? = SystemdNotifier()
     ) throws(DNSError) {
         let runtime = try Runtime(config, metrics: metrics, logger: logger)
         _ = try Self.tlsContext(config)
@@ -189,6 +238,7 @@ package final class Daemon: Sendable {
         state = DaemonState(runtime: runtime, configPath: configPath, adjust: adjust, metrics: DaemonMetrics(factory: metrics), logger: logger)
         self.exposition = exposition
         self.signals = signals
+        self.notifier = notifier
     }
 
     /// The addresses the listeners are bound to (port 0 in a config means any free port).
@@ -215,15 +265,77 @@ package final class Daemon: Sendable {
             $0.http != nil && (!dnsExpected || ($0.dnsUDP != nil && $0.dnsTCP != nil)) && (!proxyExpected || $0.proxy != nil)
         }
         guard ready else { return }
-        for continuation in started.withLock({ waiting in
+        let waiting = started.withLock { waiting in
             defer { waiting = nil }
-            return waiting ?? []
-        }) { continuation.resume() }
+            return waiting
+        }
+        guard let waiting else { return }
+        // Every port is bound: what needed root is done.
+        if let user = state.current.config.daemon.user { switchUser(user) }
+        for continuation in waiting { continuation.resume() }
+        startupStep { $0.bound = true }
     }
 
-    /// Begins the graceful stop (what SIGTERM does).
+    private func switchUser(_ user: String) {
+        let logger = state.logger
+        do {
+            switch try Privileges.drop(to: user) {
+            case .switched(let uid, let gid):
+                state.privilegesDropped.store(true, ordering: .relaxed)
+                logger.notice("running as \(user)", metadata: ["uid": "\(uid)", "gid": "\(gid)"])
+                if let persist = state.current.config.lookup.persistPath {
+                    let directory = (persist as NSString).deletingLastPathComponent
+                    if access(directory.isEmpty ? "." : directory, W_OK) != 0 {
+                        logger.warning(
+                            "cache.persist: \(user) cannot write the file's directory; the cache will not be saved",
+                            metadata: ["directory": "\(directory)"])
+                    }
+                }
+            case .already: break
+            case .notRoot(let uid):
+                logger.notice("user: \(user) ignored: not started as root, stays as it is", metadata: ["uid": "\(uid)"])
+            }
+        } catch {
+            logger.critical("stopping: cannot run as \(user)", metadata: ["error": "\(error.message)"])
+            fatal.withLock { $0 = error }
+            Task { await shutdown() }
+        }
+    }
+
+    /// Records a step of the start; READY=1 once both are done.
+    private func startupStep(_ step: (inout (bound: Bool, checked: Bool)) -> Void) {
+        let done = startup.withLock { progress -> Bool in
+            let before = progress.bound && progress.checked
+            step(&progress)
+            return !before && progress.bound && progress.checked
+        }
+        if done, fatal.withLock({ $0 }) == nil { notifier?.ready(status: state.statusLine) }
+    }
+
+    /// Begins the graceful stop at once: stop accepting, finish what is in flight (SIGINT).
     package func shutdown() async {
+        _ = state.beginStopping()
         await group.withLock { $0 }?.triggerGracefulShutdown()
+    }
+
+    /// What SIGTERM does: with `readiness.lame_duck`, the health checks (`/readyz`,
+    /// `readiness.dns_name`) fail for that long while everything else is still answered, so a load
+    /// balancer takes the daemon out of its pool before it stops accepting; then the graceful stop.
+    /// A second call (another SIGTERM) stops at once.
+    package func stop() async {
+        let lameDuck = state.current.config.daemon.readiness.lameDuck
+        guard state.beginStopping(), lameDuck > .zero else {
+            notifier?.stopping(status: "stopping")
+            await shutdown()
+            return
+        }
+        state.metrics.ready.record(0)
+        notifier?.stopping(status: "lame duck: failing health checks for \(lameDuck.components.seconds) s, then stopping")
+        state.logger.notice("lame duck: failing health checks, then stopping", metadata: ["seconds": "\(lameDuck.components.seconds)"])
+        Task {
+            try? await Task.sleep(for: lameDuck)
+            await shutdown()
+        }
     }
 
     /// Serves until stopped, then drains, writes the cache and returns.
@@ -248,9 +360,16 @@ package final class Daemon: Sendable {
         func service(_ service: some Service) -> ServiceGroupConfiguration.ServiceConfiguration {
             .init(service: service, failureTerminationBehavior: .gracefullyShutdownGroup)
         }
+        let readiness = ReadinessMonitor(state: state, notifier: notifier) { [self] in startupStep { $0.checked = true } }
         var services = [
-            service(http), service(Watcher(state: state)), service(ReadinessMonitor(state: state)), service(Reloader(state: state)),
+            service(http), service(Watcher(state: state)), service(readiness), service(Reloader(state: state, notifier: notifier)),
         ]
+        // SIGTERM is the lame-duck stop; the other signals (SIGINT) stop at once.
+        if signals.contains(.sigterm) { services.append(service(StopSignal(daemon: self))) }
+        // First in the list, so the group stops it last: the pings go on while the others drain.
+        if let notifier, let interval = notifier.watchdogInterval {
+            services.insert(service(WatchdogPinger(notifier: notifier, interval: interval, logger: logger)), at: 0)
+        }
         if let dnsListen = config.daemon.dnsListen {
             let (dnsHost, dnsPort) = try Self.listenAddress(dnsListen, key: "dns_listen")
             var stub = DNSStub(state: state, host: dnsHost, port: dnsPort, maxConnections: maxConnections)
@@ -274,7 +393,8 @@ package final class Daemon: Sendable {
             services.append(service(proxy))
         }
         services.append(service(CachePersister(state: state)))
-        var groupConfiguration = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: signals, logger: logger)
+        var groupConfiguration = ServiceGroupConfiguration(
+            services: services, gracefulShutdownSignals: signals.filter { $0 != .sigterm }, logger: logger)
         // The listeners bound their own drain (5 s, then every connection is closed); these limits
         // are the backstop, never reached in normal operation.
         groupConfiguration.maximumGracefulShutdownDuration = .seconds(15)
@@ -288,6 +408,7 @@ package final class Daemon: Sendable {
         }
         var failure: (any Error)?
         do { try await serviceGroup.run() } catch { failure = error }
+        failure = fatal.withLock { $0 } ?? failure
         let final = state.current
         if let persist = final.config.lookup.persistPath {
             do { try final.resolver.saveCache(to: persist) } catch {
@@ -412,16 +533,29 @@ struct CachePersister: Service {
 /// the cache counts too, so a busy daemon sends few probes.
 struct ReadinessMonitor: Service {
     let state: DaemonState
+    let notifier: SystemdNotifier?
+    /// Called once, after the first check.
+    let checked: @Sendable () -> Void
 
     func run() async throws {
         await cancelWhenGracefulShutdown {
+            var first = true
+            var status = ""
             while !Task.isCancelled {
                 let runtime = state.current
                 let interval = runtime.config.daemon.readiness.interval
                 await runtime.resolver.probeIdleUpstreams(
                     runtime.readinessProbe, idle: interval,
                     timeout: min(runtime.config.lookup.options.timeout, interval))
-                state.metrics.ready.record(state.isReady ? 1 : 0)
+                state.metrics.ready.record(state.passesHealthChecks ? 1 : 0)
+                if first {
+                    first = false
+                    status = state.statusLine
+                    checked()
+                } else if let notifier, state.statusLine != status {
+                    status = state.statusLine
+                    notifier.status(status)
+                }
                 try? await Task.sleep(for: interval / 2)
             }
         }
@@ -432,6 +566,7 @@ struct ReadinessMonitor: Service {
 /// logged (with its line and key) and the old configuration keeps serving.
 struct Reloader: Service {
     let state: DaemonState
+    let notifier: SystemdNotifier?
 
     func run() async throws {
         let signals = await UnixSignalsSequence(trapping: .sighup)
@@ -448,6 +583,8 @@ struct Reloader: Service {
             logger.notice("SIGHUP ignored: the settings came from the command line, there is no file to re-read")
             return
         }
+        notifier?.reloading()
+        defer { notifier?.ready(status: state.statusLine) }
         do {
             var config = try ConfigFile.load(path)
             state.adjust(&config)
@@ -463,7 +600,11 @@ struct Reloader: Service {
                 logger.warning("\(key) changed: takes effect after a restart", metadata: ["key": "\(key)"])
             }
             // The TLS files must make a TLS context: a restart must not fail on what a reload accepted.
-            _ = try Daemon.tlsContext(config)
+            // After the switch to `user:` the key may be root's alone: the files the running context
+            // came from are not read again.
+            if !(state.privilegesDropped.load(ordering: .relaxed) && config.daemon.tls == running.daemon.tls) {
+                _ = try Daemon.tlsContext(config)
+            }
             let old = state.replace(with: try Runtime(config, metrics: state.metrics.factory, logger: logger))
             state.forget(except: Set(config.daemon.watch.map(\.host)))
             // Lookups still running on the old runtime finish with its upstreams; its c-ares
@@ -475,6 +616,50 @@ struct Reloader: Service {
             logger.notice("configuration reloaded", metadata: ["file": "\(path)", "watched": "\(config.daemon.watch.count)"])
         } catch {
             logger.error("configuration NOT reloaded, the previous one keeps serving", metadata: ["error": "\(error.message)"])
+        }
+    }
+}
+
+/// SIGTERM: the lame-duck stop (``Daemon/stop()``); a second SIGTERM stops at once.
+struct StopSignal: Service {
+    let daemon: Daemon
+
+    func run() async throws {
+        let signals = await UnixSignalsSequence(trapping: .sigterm)
+        await cancelWhenGracefulShutdown {
+            for await _ in signals { await daemon.stop() }
+        }
+    }
+}
+
+/// `WATCHDOG=1` every half `WatchdogSec=` while every event loop turns (``EventLoopWatchdog``).
+struct WatchdogPinger: Service {
+    let notifier: SystemdNotifier
+    let interval: Duration
+    let logger: Logger
+    var group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+
+    func run() async throws {
+        let loops = Array(group.makeIterator())
+        let watchdog = EventLoopWatchdog(loops: loops.count, window: interval)
+        let beats = loops.enumerated().map { index, loop in
+            loop.scheduleRepeatedTask(initialDelay: .zero, delay: .nanoseconds(Int64(interval / 4 / .nanoseconds(1)))) { _ in
+                watchdog.beat(index)
+            }
+        }
+        defer { for beat in beats { beat.cancel() } }
+        await cancelWhenGracefulShutdown {
+            var stalled = false
+            while !Task.isCancelled {
+                if watchdog.allAlive() {
+                    notifier.watchdog()
+                    stalled = false
+                } else if !stalled {
+                    stalled = true
+                    logger.critical("an event loop has not turned for \(interval): no watchdog ping (systemd restarts the daemon)")
+                }
+                try? await Task.sleep(for: interval)
+            }
         }
     }
 }

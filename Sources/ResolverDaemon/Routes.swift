@@ -15,6 +15,7 @@ enum Routes {
         case "/healthz":
             return text(200, "ok\n")
         case "/readyz":
+            if state.isStopping { return text(503, "stopping\n") }
             return state.isReady
                 ? text(200, "ready\n")
                 : text(503, "no trusted upstream has responded in the last \(state.readyWindow.components.seconds) s without failing since\n")

@@ -17,15 +17,31 @@ enum Exit {
 }
 
 @main
-struct Resolve: AsyncParsableCommand {
+struct Resolve: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "resolve",
         abstract: "Resolve host names through trusted DNS-over-HTTPS resolvers, immune to DNS hijacking.",
         subcommands: [Lookup.self, Compare.self, Fetch.self, DaemonCommand.self, ProxyCommand.self],
         defaultSubcommand: Lookup.self)
 
+    /// Runs the command on the concurrency pool while the main thread waits, awake.
+    ///
+    /// Not `async` main: that parks the main thread for good inside `pthread_exit` (libdispatch's
+    /// `dispatch_main`), where glibc's `setuid` broadcast skips it as an exiting thread, so after
+    /// the daemon's switch to `user:` the process leader — what `ps` and `/proc/PID/status` show,
+    /// and what `kill` permissions are checked against — would still be root.
+    static func main() {
+        let finished = DispatchSemaphore(value: 0)
+        // Detached: main is the main actor's, whose queue nothing drains while the thread waits.
+        Task.detached {
+            await parseAndRun()
+            finished.signal()
+        }
+        finished.wait()
+    }
+
     /// Parses and runs; maps every parse or validation error to exit 2, as the contract says.
-    static func main() async {
+    static func parseAndRun() async {
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? AsyncParsableCommand {

@@ -43,7 +43,8 @@ final class DaemonProcess: @unchecked Sendable {
     static let tlsConfig =
         "tls: {cert: \(TestEnvironment.root)/.testenv/ca/daemon.test.pem, key: \(TestEnvironment.root)/.testenv/ca/daemon.test.key}"
 
-    init(config: String, port: Int, https: Bool = false) async throws {
+    /// Starts the daemon with `config`; `environment` is added to the test process's own.
+    init(config: String, port: Int, https: Bool = false, environment: [String: String] = [:], waitForHealth: Bool = true) async throws {
         try TestEnvironment.requireRunning()
         self.port = port
         scheme = https ? "https" : "http"
@@ -58,7 +59,9 @@ final class DaemonProcess: @unchecked Sendable {
         process.arguments = ["daemon", "--config", configFile.path]
         process.standardError = try FileHandle(forWritingTo: log)
         process.standardOutput = FileHandle.nullDevice
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         try process.run()
+        guard waitForHealth else { return }
         // Up within 10 s.
         for _ in 0..<100 {
             if (try? await get("/healthz"))?.status == 200 { return }

@@ -132,6 +132,10 @@ import Testing
         ("upstreams:\n  - doh: https://127.0.0.1/q\nlimits: {max_connections: 0}\n", "c.yaml:3: limits.max_connections: expected a whole number"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {probe: 'not a name'}\n", "c.yaml:3: readiness.probe:"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {interval: 0.5}\n", "c.yaml:3: readiness.interval: must be at least 1 second"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {lame_duck: 301}\n", "c.yaml:3: readiness.lame_duck: must be at most 300 seconds"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {lame_duck: -1}\n", "c.yaml:3: readiness.lame_duck: expected a number of seconds"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {dns_name: 'a b'}\n", "c.yaml:3: readiness.dns_name:"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nuser: no-such-user-here\n", "c.yaml:3: user: no user 'no-such-user-here' on this system"),
     ])
     func errorsNameTheLineAndKey(text: String, expected: String) {
         do {
@@ -150,7 +154,8 @@ import Testing
               - doh: https://127.0.0.1/q
             listen: "[::1]:8053"
             limits: {max_connections: 200, request_timeout: 3, idle_timeout: 30}
-            readiness: {probe: www.hd.test, interval: 5}
+            readiness: {probe: www.hd.test, interval: 5, dns_name: Health.Pool.test., lame_duck: 7.5}
+            user: nobody
             """)
         #expect(config.daemon.listen == "[::1]:8053")
         #expect(config.daemon.limits.maxConnections == 200)
@@ -158,6 +163,10 @@ import Testing
         #expect(config.daemon.limits.idleTimeout == .seconds(30))
         #expect(config.daemon.readiness.probe == "www.hd.test")
         #expect(config.daemon.readiness.interval == .seconds(5))
+        #expect(config.daemon.readiness.dnsName == (try DomainName("health.pool.test")))
+        #expect(config.daemon.readiness.lameDuck == .milliseconds(7_500))
+        #expect(config.daemon.user == "nobody")
+        #expect(try ConfigFile.parse("upstreams:\n  - doh: https://127.0.0.1/q\n").daemon.readiness.lameDuck == .zero)
     }
 
     @Test func unreadableFileIsAClearError() {

@@ -3,6 +3,8 @@ import DNSCore
 import Foundation
 import Logging
 import MetricsTestKit
+import NIOCore
+import NIOPosix
 import TestSupport
 import Testing
 
@@ -55,5 +57,47 @@ import Testing
         await daemon.shutdown()
         try await running.value
         #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("cache.bin").path), "the cache is written on the way out")
+    }
+}
+
+/// The systemd watchdog: pings only while every event loop turns.
+@Suite struct WatchdogTests {
+    @Test func aLoopThatDoesNotTurnStopsThePings() async throws {
+        let listener = try NotifySocketListener()
+        let notifier = try #require(SystemdNotifier(socketPath: listener.path))
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let pinger = WatchdogPinger(notifier: notifier, interval: .milliseconds(100), logger: Logger(label: "test"), group: group)
+        let running = Task { try await pinger.run() }
+        defer { running.cancel() }
+        // The first ping (the pool may be busy with other suites), then one per interval.
+        #expect(await listener.messages(for: 10) { $0 == "WATCHDOG=1" }.last == "WATCHDOG=1")
+        let turning = await listener.messages(for: 0.55).filter { $0 == "WATCHDOG=1" }.count
+        #expect((2...7).contains(turning), "\(turning) pings in 0.55 s at 100 ms")
+        // One loop stuck in a handler for 1.5 s: after at most one interval's grace, no pings.
+        let loops = Array(group.makeIterator())
+        loops[1].execute { usleep(1_500_000) }
+        _ = await listener.messages(for: 0.3)
+        let stuck = await listener.messages(for: 0.9).filter { $0 == "WATCHDOG=1" }.count
+        #expect(stuck == 0, "\(stuck) pings while a loop was stuck")
+        // It turns again: the pings come back.
+        #expect(await listener.messages(for: 10) { $0 == "WATCHDOG=1" }.last == "WATCHDOG=1", "no ping after the loop turned again")
+        running.cancel()
+        try await group.shutdownGracefully()
+    }
+
+    @Test func theNotifierNamesPathsAndAbstractSockets() async throws {
+        #expect(SystemdNotifier(environment: [:]) == nil)
+        #expect(SystemdNotifier(environment: ["NOTIFY_SOCKET": ""]) == nil)
+        #expect(SystemdNotifier(socketPath: String(repeating: "x", count: 200)) == nil)
+        let abstract = try #require(SystemdNotifier(environment: ["NOTIFY_SOCKET": "@/org/test/notify", "WATCHDOG_USEC": "30000000"]))
+        #expect(abstract.watchdogInterval == .seconds(15))
+        // WATCHDOG_PID names another process: no watchdog for this one.
+        let other = try #require(SystemdNotifier(environment: ["NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "1"]))
+        #expect(other.watchdogInterval == nil)
+        // A value with a newline cannot start a second assignment.
+        let listener = try NotifySocketListener()
+        let notifier = try #require(SystemdNotifier(socketPath: listener.path))
+        notifier.status("two\nREADY=1")
+        #expect(await listener.messages(for: 1) { _ in true } == ["STATUS=two READY=1"])
     }
 }

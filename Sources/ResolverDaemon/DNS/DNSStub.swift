@@ -112,7 +112,7 @@ extension StubDatagram {
     static func reply(to wire: [UInt8], state: DaemonState, transport: DaemonMetrics.DNSTransport) -> Reply {
         state.metrics.stubQuery(transport)
         let resolver = state.current.resolver
-        let (reply, malformed) = reply(to: wire) { DNSResponder.answerWithoutWaiting($0, resolver: resolver) }
+        let (reply, malformed) = reply(to: wire) { state.answerWithoutWaiting($0, resolver: resolver) }
         if malformed { state.metrics.stubMalformed(transport) }
         return reply
     }
