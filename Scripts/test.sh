@@ -12,6 +12,8 @@ need_build_packages
 need_packages bind9-dnsutils knot-dnsutils curl python3-h2 python3-dnspython iproute2
 # The proxy's browser test: headless Chromium, with the test CA in an NSS database (certutil).
 need_packages chromium libnss3-tools
+# systemd-analyze checks the service unit (dist/systemd); nothing here boots systemd.
+need_packages systemd
 need_testenv_packages
 # Everything from here on runs in a network namespace with only loopback: no packet can leave.
 isolate_network "${BASH_SOURCE[0]}" "$@"

@@ -114,6 +114,24 @@ extension DaemonSuites {
             #expect(daemon.process.terminationStatus == 0, "\(daemon.logText)")
         }
 
+        /// The unit in dist/systemd is what `systemd-analyze verify` accepts (no warning), with the
+        /// binary it names replaced by the one under test, and its hardening rates "OK" or better.
+        @Test func theSystemdUnitVerifiesAndIsHardened() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("unit-\(UUID().uuidString.prefix(8))")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let unit = directory.appendingPathComponent("resolve-daemon.service").path
+            let text = try String(contentsOfFile: TestEnvironment.root + "/dist/systemd/resolve-daemon.service", encoding: .utf8)
+            #expect(text.contains("ExecStart=/usr/bin/resolve daemon --config /etc/resolve/daemon.yaml"))
+            try text.replacingOccurrences(of: "/usr/bin/resolve", with: CLI.binary).write(toFile: unit, atomically: true, encoding: .utf8)
+            let verify = try await CLI.run(["verify", "--man=no", unit], executable: "/usr/bin/systemd-analyze")
+            #expect(verify.status == 0 && verify.stdout.isEmpty && verify.stderr.isEmpty, "\(verify.stdout)\(verify.stderr)")
+            let security = try await CLI.run(["security", "--offline=yes", "--no-pager", unit], executable: "/usr/bin/systemd-analyze")
+            let overall = security.stdout.split(separator: "\n").first { $0.contains("Overall exposure level") }
+            let score = overall.flatMap { Double($0.split(separator: ":").last?.split(separator: " ").first ?? "") }
+            #expect((score ?? 10) <= 2.0, "\(security.stdout)")
+        }
+
         /// Started as root with `user: nobody`: every listener bound as root (port 53 would need it),
         /// then the process runs as nobody; reload and the cache file keep working.
         @Test(.enabled(if: getuid() == 0, "needs root to switch users"))
