@@ -14,6 +14,8 @@ need_packages bind9-dnsutils knot-dnsutils curl python3-h2 python3-dnspython ipr
 need_packages chromium libnss3-tools
 # systemd-analyze checks the service unit (dist/systemd); nothing here boots systemd.
 need_packages systemd
+# The pool test: dnsdist 1.7 in front of three daemons under dnsperf load.
+need_packages dnsdist dnsperf
 need_testenv_packages
 # Everything from here on runs in a network namespace with only loopback: no packet can leave.
 isolate_network "${BASH_SOURCE[0]}" "$@"
@@ -43,6 +45,8 @@ swift test "${SWIFT_DEBUG_FLAGS[@]}" --skip-build --no-parallel "$@"
 if [ $# -eq 0 ]; then
     bin="$(swift build "${SWIFT_DEBUG_FLAGS[@]}" --show-bin-path)"
     /usr/bin/python3 -W ignore Tests/Adversarial/adversarial.py "$bin/resolve"
+    # A pool of three daemons behind dnsdist (examples/dnsdist-pool.conf): SIGTERM loses nothing, kill -9 little.
+    /usr/bin/python3 -W ignore Tests/Pool/pool.py "$bin/resolve"
     # The forgery matrix: an on-path forger against every answer path, DNSSEC rows checked with delv.
     /usr/bin/python3 -W ignore Tests/Forgery/forgery.py "$bin/resolve"
     # Differential conformance: the stub and DoH against BIND 9.18 over a generated query corpus.
