@@ -122,6 +122,7 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]),
 
         // Lookup results as JSON Lines and as text: the CLI's output and the daemon's /v1/resolve.

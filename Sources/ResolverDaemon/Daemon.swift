@@ -70,10 +70,20 @@ struct WatchStatus: Sendable {
     var ranked: [RankedAddress]
 }
 
+/// One past check of a watched host.
+struct WatchHistoryEntry: Sendable {
+    var checkedAt: Date
+    var verdict: Verdict.Kind
+    var reason: String
+}
+
 /// Everything the listeners, the watcher and the routes share.
 final class DaemonState: Sendable {
     private let runtime: Mutex<Runtime>
     private let statuses = Mutex<[String: WatchStatus]>([:])
+    /// The last ``historyLength`` checks of each watched host, oldest first (the status page).
+    private let histories = Mutex<[String: [WatchHistoryEntry]]>([:])
+    static let historyLength = 20
     /// The file SIGHUP re-reads; nil when the settings came from the command line.
     let configPath: String?
     /// What the command changes in the file's settings, at start and on every reload
@@ -109,13 +119,22 @@ final class DaemonState: Sendable {
     }
 
     func record(_ status: WatchStatus) -> Verdict.Kind? {
-        statuses.withLock { all in
+        histories.withLock { all in
+            var list = all[status.host] ?? []
+            list.append(
+                WatchHistoryEntry(checkedAt: status.checkedAt, verdict: status.comparison.verdict.kind, reason: status.comparison.verdict.reason))
+            if list.count > Self.historyLength { list.removeFirst(list.count - Self.historyLength) }
+            all[status.host] = list
+        }
+        return statuses.withLock { all in
             defer { all[status.host] = status }
             return all[status.host]?.comparison.verdict.kind
         }
     }
 
     func allStatuses() -> [WatchStatus] { statuses.withLock { Array($0.values) } }
+
+    func history(of host: String) -> [WatchHistoryEntry] { histories.withLock { $0[host] ?? [] } }
 
     /// What the watcher knows about `host` that a connection should heed: the addresses it holds as
     /// hijacked (the system's answer, where the verdict is hijacked, less the trusted addresses),
@@ -132,6 +151,7 @@ final class DaemonState: Sendable {
 
     func forget(except hosts: Set<String>) {
         statuses.withLock { $0 = $0.filter { hosts.contains($0.key) } }
+        histories.withLock { $0 = $0.filter { hosts.contains($0.key) } }
     }
 
     /// How long an upstream counts as reachable after it last responded.

@@ -27,6 +27,8 @@ enum Routes {
             return await resolve(query(of: request.target), state: state)
         case "/v1/status":
             return json(200, statusJSON(state))
+        case "/ui":
+            return StatusPage.answer()
         default:
             return text(404, "not found\n")
         }
@@ -118,12 +120,51 @@ enum Routes {
                     item[probe.kind.rawValue] = .string(probe.outcome.rawValue)
                     return .object(item)
                 })
+            entry["history"] = .array(
+                state.history(of: host).map { check in
+                    var item = JSONObject()
+                    item["checked_at"] = .string(formatter.string(from: check.checkedAt))
+                    item["verdict"] = .string(check.verdict.rawValue)
+                    item["reason"] = .string(check.reason)
+                    return .object(item)
+                })
             hosts.append(.object(entry))
         }
         var object = JSONObject()
         object["ready"] = .bool(state.isReady)
         object["hosts"] = .array(hosts)
+        object["upstreams"] = .array(upstreamsJSON(state))
         return JSONValue.object(object).serialized
+    }
+
+    /// Each trusted upstream's health, in configured order: `state` is `up` (answered within the
+    /// readiness window, nothing failed since), `circuit_open` (skipped after repeated failures),
+    /// `down` (its last exchange failed, or no answer within the window) or `unknown` (no exchange
+    /// yet).
+    static func upstreamsJSON(_ state: DaemonState) -> [JSONValue] {
+        let resolver = state.current.resolver
+        let now = resolver.clock.now
+        let window = state.readyWindow
+        func secondsAgo(_ instant: ResolverInstant?) -> JSONValue {
+            guard let instant else { return .null }
+            let elapsed = now - instant
+            return .double((Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18).rounded())
+        }
+        return resolver.upstreamHealth.map { upstream, health in
+            let status =
+                if let until = health.openUntil, until > now { "circuit_open" } else if health.isReachable(now: now, window: window) {
+                    "up"
+                } else if health.lastExchange == nil { "unknown" } else { "down" }
+            var item = JSONObject()
+            item["upstream"] = .string(upstream)
+            item["state"] = .string(status)
+            item["consecutive_failures"] = .int(health.consecutiveFailures)
+            // The smoothed round trip of its answers: none until it has answered.
+            item["rtt_ms"] = health.lastResponse == nil ? .null : health.rtt.map { .double(($0 * 10_000).rounded() / 10) } ?? .null
+            item["last_response_seconds_ago"] = secondsAgo(health.lastResponse)
+            item["last_failure_seconds_ago"] = secondsAgo(health.lastTransportFailure)
+            return .object(item)
+        }
     }
 
     private static func addresses(_ answer: ResolverAnswer) -> [IPAddress] {

@@ -21,8 +21,12 @@ struct Resolve: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "resolve",
         abstract: "Resolve host names through trusted DNS-over-HTTPS resolvers, immune to DNS hijacking.",
+        version: Resolve.version,
         subcommands: [Lookup.self, Compare.self, Fetch.self, DaemonCommand.self, ProxyCommand.self],
         defaultSubcommand: Lookup.self)
+
+    /// `resolve --version`, and the version of the Debian package (`Scripts/package.sh`).
+    static let version = "0.9.0"
 
     /// Runs the command on the concurrency pool while the main thread waits, awake.
     ///

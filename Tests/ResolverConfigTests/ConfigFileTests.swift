@@ -1,4 +1,5 @@
 import DNSCore
+import Foundation
 import HTTPDNS
 import Testing
 
@@ -173,5 +174,18 @@ import Testing
         #expect { try ConfigFile.load("/nonexistent/httpdns.yaml") } throws: {
             ($0 as? DNSError)?.message.contains("cannot read config file") == true
         }
+    }
+}
+
+/// The configuration the Debian package installs as /etc/resolve/daemon.yaml.
+@Suite struct PackagedConfigTests {
+    @Test func theDefaultConfigOfThePackageLoads() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let config = try ConfigFile.load(root.appendingPathComponent("dist/daemon.yaml").path)
+        #expect(config.lookup.configuration.upstreams.count == 2)
+        #expect(config.lookup.persistPath == "/var/lib/resolve/cache.bin")
+        #expect(config.daemon.dnsListen == "127.0.0.1:5353")
+        #expect(config.daemon.user == nil, "the unit starts it unprivileged: no user: by default")
+        #expect(config.daemon.watch.isEmpty)
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import ResolverConfig
 
@@ -44,7 +45,7 @@ struct RequestPolicy: Sendable {
     /// The daemon's paths and the methods each takes.
     static let routes: [String: [String]] = [
         "/healthz": ["GET"], "/readyz": ["GET"], "/metrics": ["GET"], "/v1/resolve": ["GET"], "/v1/status": ["GET"],
-        "/dns-query": ["GET", "POST"],
+        "/ui": ["GET"], "/dns-query": ["GET", "POST"],
     ]
 
     /// The refusal of a request head, or nil when it may go on.
@@ -55,9 +56,12 @@ struct RequestPolicy: Sendable {
         }
         let path = Self.path(of: target)
         if let token = authToken, Self.isProtected(path, protectDNSQuery: protectDNSQuery) {
-            guard let given = authorization, Self.bearer(given, matches: token) else {
+            guard let given = authorization, Self.credentials(given, match: token) else {
                 let reason = authorization == nil ? "a bearer token is required" : "the bearer token is wrong"
-                return .text(401, reason + "\n", headers: [("www-authenticate", "Bearer realm=\"resolve-daemon\"")])
+                // The status page asks a browser for the token (Basic); the browser then sends it with
+                // the page's own requests to the API, which takes it too.
+                let challenge = path == "/ui" ? "Basic realm=\"resolve-daemon\", charset=\"UTF-8\"" : "Bearer realm=\"resolve-daemon\""
+                return .text(401, reason + "\n", headers: [("www-authenticate", challenge)])
             }
         }
         if let allowed = Self.routes[String(path)], !allowed.contains(method) {
@@ -90,11 +94,22 @@ struct RequestPolicy: Sendable {
         }
     }
 
-    /// `Bearer <token>` (scheme case-insensitive, RFC 6750 §2.1), compared in time independent of
-    /// where the first difference is.
-    static func bearer(_ header: String, matches token: String) -> Bool {
+    /// `Bearer <token>` (RFC 6750 §2.1), or `Basic` with the token as the password and any user name
+    /// (RFC 7617: what a browser sends once asked); schemes case-insensitive, the token compared in
+    /// time independent of where the first difference is.
+    static func credentials(_ header: String, match token: String) -> Bool {
         let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return false }
-        return HTTPSyntax.constantTimeEqual(parts[1].utf8, token.utf8)
+        guard parts.count == 2 else { return false }
+        switch parts[0].lowercased() {
+        case "bearer":
+            return HTTPSyntax.constantTimeEqual(parts[1].utf8, token.utf8)
+        case "basic":
+            guard parts[1].utf8.count <= 1_024, let decoded = Data(base64Encoded: String(parts[1])),
+                let colon = decoded.firstIndex(of: UInt8(ascii: ":"))
+            else { return false }
+            return HTTPSyntax.constantTimeEqual(decoded[decoded.index(after: colon)...], token.utf8)
+        default:
+            return false
+        }
     }
 }
