@@ -41,6 +41,20 @@ let package = Package(
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
         .systemLibrary(
+            // Not by pkg-config: hiredis.pc adds -D_FILE_OFFSET_BITS=64, which SwiftPM refuses.
+            name: "CHiredis",
+            providers: [.apt(["libhiredis-dev"])]
+        ),
+        // The shared second-level cache of `cache.shared` on Redis (hiredis), authenticated by HMAC.
+        .target(
+            name: "RedisCache",
+            dependencies: [
+                "CHiredis", "DNSCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]),
+        .systemLibrary(
             name: "CCares",
             pkgConfig: "libcares",
             providers: [.apt(["libc-ares-dev"])]
@@ -109,6 +123,7 @@ let package = Package(
             name: "ResolverDaemon",
             dependencies: [
                 "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
+                "RedisCache",
                 .target(name: "CRelay", condition: .when(platforms: [.linux])),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -197,7 +212,8 @@ let package = Package(
         .testTarget(
             name: "ResolverDaemonTests",
             dependencies: [
-                "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport", "CurlSupport",
+                "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport", "CurlSupport", "RedisCache",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

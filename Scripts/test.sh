@@ -16,6 +16,8 @@ need_packages chromium libnss3-tools
 need_packages systemd
 # The pool test: dnsdist 1.7 in front of three daemons under dnsperf load.
 need_packages dnsdist dnsperf
+# The shared cache (cache.shared) against a real Redis.
+need_packages redis-server
 need_testenv_packages
 # Everything from here on runs in a network namespace with only loopback: no packet can leave.
 isolate_network "${BASH_SOURCE[0]}" "$@"

@@ -10,11 +10,11 @@
 /// 1 nxdomain, 2 nodata), source (UInt8), upstream (UInt16 length + UTF-8), fresh and stale
 /// remaining milliseconds (UInt64 each), and for addresses: canonical name (UInt8 length + wire,
 /// 0 for none), count (UInt16), each family (UInt8 4|6) + bytes + TTL (UInt32).
-enum CacheSnapshot {
+package enum CacheSnapshot {
     static let magic: [UInt8] = Array("HDNSC1".utf8) + [0, 0]
     static let sources: [Resolution.Source] = [.doh, .json, .cache, .stale, .system, .literal, .httpdns]
 
-    static func encode(
+    package static func encode(
         _ entries: [(CacheKey, CacheEntry)], monotonicNow: ResolverInstant,
         wallMilliseconds: UInt64
     ) -> [UInt8] {
@@ -59,7 +59,7 @@ enum CacheSnapshot {
 
     /// Decodes a snapshot into entries anchored at `monotonicNow`.
     /// - Throws: ``DNSError`` with ``DNSError/Code/corruptCacheFile`` naming what is wrong.
-    static func decode(
+    package static func decode(
         _ bytes: [UInt8], monotonicNow: ResolverInstant,
         wallMilliseconds: UInt64
     ) throws(DNSError) -> [(CacheKey, CacheEntry)] {

@@ -18,6 +18,8 @@ package final class ResolverEngine: Sendable {
     private let memo = ResolutionMemo()
     package let metrics: ResolverMetrics
     private let logger: Logger
+    /// The cache shared with other resolvers, when attached (``attachSharedCache(_:)``).
+    private let shared = Mutex<(any SharedCache)?>(nil)
 
     /// How an upstream round for one (name, type) ended.
     enum FetchOutcome: Sendable {
@@ -182,6 +184,12 @@ package final class ResolverEngine: Sendable {
     /// Entries in the cache now.
     package var cachedEntryCount: Int { cache.count }
 
+    /// Asks `sharedCache` after each local miss, before the upstreams, and gives it every upstream
+    /// answer (addresses, NXDOMAIN, NODATA; never failures).
+    package func attachSharedCache(_ sharedCache: any SharedCache) {
+        shared.withLock { $0 = sharedCache }
+    }
+
     /// The cache as bytes for persistence (see `CacheSnapshot`); `wallMilliseconds` is the Unix
     /// time now, which anchors the expiries across a restart.
     package func snapshot(wallMilliseconds: UInt64) -> [UInt8] {
@@ -336,6 +344,17 @@ package final class ResolverEngine: Sendable {
     /// Asks the pool and stores what it learns. A total failure keeps a stale answer in place (so it
     /// goes on being served until its window ends) and is otherwise remembered for `failureTTL`.
     private func fetch(_ key: CacheKey) async -> FetchOutcome {
+        let sharedCache = shared.withLock { $0 }
+        if let sharedCache, let entry = await sharedCache.entry(for: key, now: clock.now) {
+            // Only a fresh answer to this very question; anything else is a miss.
+            let now = clock.now
+            let answer = if case .failure = entry.payload { false } else { true }
+            if answer, entry.storedAt <= now, now < entry.expiresAt {
+                metrics.sharedHits.increment()
+                store(entry, for: key)
+                return .answered(entry, failures: [])
+            }
+        }
         let outcome = await pool.query(DNSMessage.Question(name: key.name, type: key.type), deadline: clock.now + options.timeout)
         let now = clock.now
         guard let answer = outcome.answer, let upstream = outcome.upstream else {
@@ -353,6 +372,7 @@ package final class ResolverEngine: Sendable {
         }
         let entry = cacheEntry(for: answer, of: key, from: upstream, at: now)
         store(entry, for: key)
+        sharedCache?.store(entry, for: key, now: now)
         return .answered(entry, failures: outcome.failures)
     }
 

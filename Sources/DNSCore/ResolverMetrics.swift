@@ -16,6 +16,7 @@ import Synchronization
 /// | `httpdns_cache_evictions_total` | counter | |
 /// | `httpdns_prefetches_total` | counter | `reason`: `near_expiry`, `stale` |
 /// | `httpdns_fallback_answers_total` | counter | |
+/// | `httpdns_shared_cache_hits_total` | counter | |
 /// | `httpdns_upstream_duration_seconds` | timer | `upstream` |
 /// | `httpdns_upstream_failures_total` | counter | `upstream`, `code` |
 /// | `httpdns_upstream_circuit_open` | gauge (0/1) | `upstream` |
@@ -27,6 +28,8 @@ package final class ResolverMetrics: Sendable {
     package let nearExpiryPrefetches: Counter
     package let stalePrefetches: Counter
     package let fallbackAnswers: Counter
+    /// Misses answered by the shared cache (`cache.shared`) instead of an upstream.
+    package let sharedHits: Counter
     private let latency: [String: CoreMetrics.Timer]
     private let circuit: [String: Gauge]
     private let factory: any MetricsFactory
@@ -45,6 +48,7 @@ package final class ResolverMetrics: Sendable {
             factory: factory)
         stalePrefetches = Counter(label: "httpdns_prefetches_total", dimensions: [("reason", "stale")], factory: factory)
         fallbackAnswers = Counter(label: "httpdns_fallback_answers_total", factory: factory)
+        sharedHits = Counter(label: "httpdns_shared_cache_hits_total", factory: factory)
         var latency: [String: CoreMetrics.Timer] = [:]
         var circuit: [String: Gauge] = [:]
         for upstream in upstreams {

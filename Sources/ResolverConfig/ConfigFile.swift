@@ -130,8 +130,25 @@ package struct DaemonSettings: Sendable {
     /// `username:`), or nil to stay as started. Only a daemon started as root switches; one started
     /// as another user (systemd's `User=`) logs that it stays as it is.
     package var user: String?
+    /// `cache.shared`: the Redis cache the members of a pool share, or nil.
+    package var sharedCache: SharedCacheSettings?
 
     package init() {}
+
+    /// `cache.shared`: where Redis is and the secrets to use it. The secrets come from files (never
+    /// from the command line) and are never printed.
+    package struct SharedCacheSettings: Sendable, Hashable, CustomStringConvertible {
+        /// A loopback `IP:port` or a Unix socket path.
+        package var redis: String
+        /// The HMAC key the members share (the file's bytes, at least 32).
+        package var key: [UInt8]
+        /// Redis's `AUTH` password, or nil.
+        package var password: String?
+        package var timeout: Duration = .milliseconds(50)
+        package var prefix = "httpdns:"
+
+        package var description: String { "redis \(redis), prefix \(prefix), timeout \(timeout) (key and password not shown)" }
+    }
 
     /// The forward proxy's policy: which targets, who may use it, what a connection may cost.
     package struct Proxy: Sendable, Hashable {
@@ -499,7 +516,7 @@ private struct Reader {
     func cache(_ node: Node, into options: inout HTTPDNSOptions, config: inout ConfigFile) throws(DNSError) {
         let keys: Set<String> = [
             "min_ttl", "max_ttl", "negative_ttl", "failure_ttl", "stale_window", "capacity", "persist",
-            "persist_interval", "prefetch", "stale_answer_delay",
+            "persist_interval", "prefetch", "stale_answer_delay", "shared",
         ]
         for (name, _, value) in try mapping(node, "cache", allowed: keys) {
             let path = "cache.\(name)"
@@ -516,10 +533,60 @@ private struct Reader {
                 options.staleAnswerDelay = try seconds(value, path)
                 guard options.staleAnswerDelay <= .seconds(30) else { throw fail(value, path, "must be at most 30 seconds") }
             case "prefetch": options.prefetch = try bool(value, path)
+            case "shared": config.daemon.sharedCache = try sharedCache(value)
             default: break
             }
         }
         guard options.minTTL <= options.maxTTL else { throw fail(node, "cache.min_ttl", "is larger than cache.max_ttl") }
+    }
+
+    /// `cache.shared`. Debian 12's hiredis (0.14) has no TLS, so Redis must be reached where nobody
+    /// else can listen in: on loopback or through a Unix socket.
+    func sharedCache(_ node: Node) throws(DNSError) -> DaemonSettings.SharedCacheSettings {
+        var redis: String?, key: [UInt8]?, password: String?
+        var timeout = Duration.milliseconds(50), prefix = "httpdns:"
+        for (name, _, value) in try mapping(node, "cache.shared", allowed: ["redis", "key_file", "password_file", "timeout", "prefix"]) {
+            let path = "cache.shared.\(name)"
+            switch name {
+            case "redis":
+                let text = try string(value, path)
+                if text.hasPrefix("/") {
+                    redis = text
+                } else if let (address, port) = IPAddress.endpoint(text), port != nil {
+                    guard address.specialPurposeRange == "loopback" else {
+                        throw fail(
+                            value, path,
+                            "'\(text)' is not on loopback: Debian 12's hiredis has no TLS, so Redis must be on 127.0.0.0/8, ::1 or a Unix socket (tunnel to another host with stunnel or spiped)"
+                        )
+                    }
+                    redis = text
+                } else {
+                    throw fail(value, path, "expected a loopback IP:port or a Unix socket path, got '\(text)'")
+                }
+            case "key_file":
+                let file = try self.path(value, path)
+                guard let data = FileManager.default.contents(atPath: file) else { throw fail(value, path, "cannot read '\(file)'") }
+                var bytes = Array(data)
+                while let last = bytes.last, last == 0x0a || last == 0x0d { bytes.removeLast() }
+                guard bytes.count >= 32 else {
+                    throw fail(
+                        value, path, "'\(file)' holds \(bytes.count) bytes; the shared key needs at least 32 (head -c 32 /dev/urandom | base64)")
+                }
+                key = bytes
+            case "password_file":
+                let file = try self.path(value, path)
+                guard let data = FileManager.default.contents(atPath: file) else { throw fail(value, path, "cannot read '\(file)'") }
+                password = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .newlines)
+            case "timeout":
+                timeout = try seconds(value, path, allowZero: false)
+                guard timeout <= .seconds(1) else { throw fail(value, path, "must be at most 1 second (a lookup waits this long)") }
+            case "prefix": prefix = try string(value, path)
+            default: break
+            }
+        }
+        guard let redis else { throw fail(node, "cache.shared", "needs redis") }
+        guard let key else { throw fail(node, "cache.shared", "needs key_file: Redis is a trust boundary, values are authenticated") }
+        return DaemonSettings.SharedCacheSettings(redis: redis, key: key, password: password, timeout: timeout, prefix: prefix)
     }
 
     func tls(_ node: Node) throws(DNSError) -> DaemonSettings.TLSFiles {

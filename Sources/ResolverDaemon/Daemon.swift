@@ -1,5 +1,6 @@
 import AddressProbing
 import CoreMetrics
+import Crypto
 import DNSCore
 import Foundation
 import HTTPDNS
@@ -8,6 +9,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
+import RedisCache
 import ResolverConfig
 import ServiceLifecycle
 import Synchronization
@@ -31,7 +33,25 @@ final class Runtime: Sendable {
         let resolver = try HTTPDNSResolver(
             configuration: config.lookup.configuration, options: config.lookup.options,
             fallback: config.lookup.options.fallback == .system ? system : nil, metrics: metrics, logger: logger)
+        if let shared = config.daemon.sharedCache {
+            resolver.engine.attachSharedCache(Self.redisCache(shared, metrics: metrics, logger: logger))
+        }
         self.init(config, resolver: resolver, system: system)
+    }
+
+    /// The `cache.shared` Redis cache (the config checked that the address is loopback or a socket).
+    static func redisCache(_ settings: DaemonSettings.SharedCacheSettings, metrics: any MetricsFactory, logger: Logger) -> RedisSharedCache {
+        let endpoint: RedisSharedCache.Endpoint =
+            if settings.redis.hasPrefix("/") {
+                .unix(path: settings.redis)
+            } else if let (address, port) = IPAddress.endpoint(settings.redis), let port {
+                .tcp(host: address.description, port: port)
+            } else {
+                .unix(path: settings.redis)
+            }
+        return RedisSharedCache(
+            endpoint: endpoint, password: settings.password, key: SymmetricKey(data: settings.key), prefix: settings.prefix,
+            timeout: settings.timeout, metrics: metrics, logger: logger)
     }
 
     /// A runtime around a resolver built elsewhere (tests give one with scripted upstreams).

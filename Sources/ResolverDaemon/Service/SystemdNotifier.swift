@@ -1,3 +1,4 @@
+import CRelay
 import Foundation
 import Glibc
 import Synchronization
