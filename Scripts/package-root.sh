@@ -22,7 +22,7 @@ mirror="${mirror:-http://deb.debian.org/debian}"
 debootstrap --variant=minbase bookworm "$target" "$mirror" >"$target.log" 2>&1 \
     || { tail -20 "$target.log" >&2; exit 1; }
 # The package's runtime dependencies (what dpkg-shlibdeps finds for the binary, and the CA bundle).
-chroot "$target" apt-get install -y -qq --no-install-recommends libcurl4 libc-ares2 ca-certificates >>"$target.log" 2>&1 \
+chroot "$target" apt-get install -y -qq --no-install-recommends libcurl4 libc-ares2 libhiredis0.14 ca-certificates >>"$target.log" 2>&1 \
     || { tail -20 "$target.log" >&2; exit 1; }
 chroot "$target" apt-get clean
 touch "$target/.ready"

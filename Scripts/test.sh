@@ -19,6 +19,10 @@ need_packages dnsdist dnsperf
 # The shared cache (cache.shared) against a real Redis.
 need_packages redis-server
 need_testenv_packages
+# The Debian package and its test: built with dpkg-deb, checked by lintian, installed into a Debian 12
+# root that debootstrap fetches from the apt mirror now, before the network is cut.
+need_packages dpkg-dev lintian binutils debootstrap
+if [ "${HTTPDNS_NETNS:-}" != inside ] && [ $# -eq 0 ]; then bash Scripts/package-root.sh; fi
 # Everything from here on runs in a network namespace with only loopback: no packet can leave.
 isolate_network "${BASH_SOURCE[0]}" "$@"
 # The code's layout is swift-format's (the toolchain's own), with the project's .swift-format.
@@ -49,6 +53,9 @@ if [ $# -eq 0 ]; then
     /usr/bin/python3 -W ignore Tests/Adversarial/adversarial.py "$bin/resolve"
     # A pool of three daemons behind dnsdist (examples/dnsdist-pool.conf): SIGTERM loses nothing, kill -9 little.
     /usr/bin/python3 -W ignore Tests/Pool/pool.py "$bin/resolve"
+    # The .deb (a release build with the Swift runtime linked in) installed and run in a root without Swift.
+    bash Scripts/package.sh
+    bash Tests/Package/package-test.sh
     # The forgery matrix: an on-path forger against every answer path, DNSSEC rows checked with delv.
     /usr/bin/python3 -W ignore Tests/Forgery/forgery.py "$bin/resolve"
     # Differential conformance: the stub and DoH against BIND 9.18 over a generated query corpus.
