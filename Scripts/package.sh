@@ -21,11 +21,13 @@ started=$SECONDS
 swift build -c release --static-swift-stdlib --product resolve
 bin="$(swift build -c release --show-bin-path)/resolve"
 version="$("$bin" --version)"
+# Not a native Debian package: the Debian revision follows the upstream version.
+debian_version="$version-1"
 arch="$(dpkg --print-architecture)"
 name=swift-httpdns
 out="$root/.build/deb"
 stage="$out/stage"
-deb="$out/${name}_${version}_${arch}.deb"
+deb="$out/${name}_${debian_version}_${arch}.deb"
 rm -rf "$stage" "$deb"
 mkdir -p "$stage/DEBIAN"
 
@@ -67,12 +69,12 @@ Comment: The project has not chosen a license yet; this package is for the proje
  swift-argument-parser (Apache-2.0), Yams and libyaml (MIT).
 
 Files: *
-Copyright: swift-httpdns developers
+Copyright: 2025-2026 swift-httpdns developers
 License: unspecified
  No license has been granted yet.
 EOF
 printf '%s (%s) unstable; urgency=medium\n\n  * Package built from commit %s.\n\n -- swift-httpdns developers <packages@swift-httpdns.invalid>  %s\n' \
-    "$name" "$version" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(date -R -u)" \
+    "$name" "$debian_version" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(date -R -u)" \
     | gzip -9n >"$docs/changelog.Debian.gz"
 chmod 0644 "$docs/changelog.Debian.gz"
 
@@ -85,7 +87,7 @@ depends="$(cd "$shlib" && dpkg-shlibdeps -O "$stage/usr/bin/resolve" 2>/dev/null
 
 cat >"$stage/DEBIAN/control" <<EOF
 Package: $name
-Version: $version
+Version: $debian_version
 Architecture: $arch
 Maintainer: swift-httpdns developers <packages@swift-httpdns.invalid>
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
@@ -94,12 +96,12 @@ Section: net
 Priority: optional
 Homepage: https://swift-httpdns.invalid/
 Description: DNS anti-hijacking resolver: trusted DoH upstreams, DNS stub, DoH server
- resolve looks names up through trusted DNS-over-HTTPS resolvers reached at bootstrap
- addresses, compares them with the system's DNS to detect hijacking, and validates
- DNSSEC where zones are signed. resolve daemon serves the trusted cache to a host or
- a network: an HTTP API, a DoH endpoint (HTTP/2), a plain-DNS stub, a local HTTP(S)
- proxy and Prometheus metrics, with hijack verdicts for watched names. It runs as a
- systemd service (resolve-daemon.service).
+ resolve looks names up through trusted DNS-over-HTTPS resolvers reached at
+ bootstrap addresses, compares them with the system's DNS to detect hijacking,
+ and validates DNSSEC where zones are signed. resolve daemon serves the trusted
+ cache to a host or a network: an HTTP API, a DoH endpoint (HTTP/2), a
+ plain-DNS stub, a local HTTP(S) proxy and Prometheus metrics, with hijack
+ verdicts for watched names. It runs as a systemd service (resolve-daemon).
 EOF
 echo /etc/resolve/daemon.yaml >"$stage/DEBIAN/conffiles"
 
@@ -159,8 +161,8 @@ echo "package.sh: Depends: $depends, ca-certificates"
 
 # lintian: the tags it gives are listed and explained in docs/operations.md; any other fails.
 expected_tags="$root/dist/lintian-expected.txt"
-found="$(lintian --no-tag-display-limit "$deb" 2>&1 | sed -E 's/^[EWIP]: [^ ]+ //' | sort -u || true)"
-unexpected="$(comm -23 <(printf '%s\n' "$found" | sed '/^$/d' | cut -d' ' -f1 | sort -u) <(grep -v '^#' "$expected_tags" | cut -d' ' -f1 | sort -u))"
+found="$(lintian --tag-display-limit 0 "$deb" 2>/dev/null | sed -nE 's/^[EWIPXCO]: [^ ]+( [^ :]+)?: //p' | sort -u || true)"
+unexpected="$(comm -23 <(printf '%s\n' "$found" | sed '/^$/d' | cut -d' ' -f1 | sort -u) <(grep -v '^#' "$expected_tags" | sed '/^$/d' | cut -d' ' -f1 | sort -u))"
 echo "package.sh: lintian:"
 printf '%s\n' "$found" | sed '/^$/d; s/^/  /'
 if [ -n "$unexpected" ]; then

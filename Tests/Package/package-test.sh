@@ -39,11 +39,12 @@ check "the root has no Swift" bash -c "! chroot '$chroot_dir' sh -c 'command -v 
 cp "$deb" "$chroot_dir/tmp/package.deb"
 check "dpkg -i installs it with only the root's packages" in_root dpkg -i /tmp/package.deb
 version="$(dpkg-deb -f "$deb" Version)"
-check "resolve --version is $version" test "$(in_root resolve --version)" = "$version"
+check "resolve --version is ${version%-*} (the package's upstream version)" test "$(in_root resolve --version)" = "${version%-*}"
 check "the binary needs no Swift library" bash -c "! chroot '$chroot_dir' ldd /usr/bin/resolve | grep -i swift"
 check "the default config is a conffile" bash -c "chroot '$chroot_dir' dpkg-query -W -f='\${Conffiles}' swift-httpdns | grep -q /etc/resolve/daemon.yaml"
 check "the unit is installed" test -f "$chroot_dir/lib/systemd/system/resolve-daemon.service"
-check "the manual page is installed" bash -c "zcat '$chroot_dir/usr/share/man/man1/resolve.1.gz' | grep -q '^\.TH'"
+check "the manual page is installed (mdoc, with the daemon)" \
+    bash -c "zcat '$chroot_dir/usr/share/man/man1/resolve.1.gz' | grep -q '^\.Dt RESOLVE 1' && zcat '$chroot_dir/usr/share/man/man1/resolve.1.gz' | grep -q 'It Em daemon'"
 
 # A lookup through the loopback DoH server, its name reached by a bootstrap address.
 cp "$root/.testenv/ca/ca.pem" "$chroot_dir/tmp/ca.pem"
