@@ -214,6 +214,7 @@ let package = Package(
             dependencies: [
                 "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport", "CurlSupport", "RedisCache",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

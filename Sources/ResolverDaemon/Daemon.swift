@@ -203,17 +203,19 @@ final class DaemonState: Sendable {
         return "\(health); \(upstreams) upstream\(upstreams == 1 ? "" : "s"); \(runtime.config.daemon.watch.count) watched, \(hijacked) hijacked"
     }
 
-    /// The answer to the health-check name (`readiness.dns_name`), or nil for any other question.
-    func healthAnswer(_ query: DNSQuery) -> DNSResponder.Answer? {
-        guard let name = current.config.daemon.readiness.dnsName, query.question.name == name else { return nil }
+    /// The answer to the health-check name (`readiness.dns_name` of `runtime`), or nil for any other
+    /// question.
+    func healthAnswer(_ query: DNSQuery, runtime: Runtime) -> DNSResponder.Answer? {
+        guard let name = runtime.config.daemon.readiness.dnsName, query.question.name == name else { return nil }
         let rcode = passesHealthChecks ? ResponseCode.noError : .serverFailure
         return DNSResponder.Answer(bytes: DNSResponseWriter(answering: query, rcode: rcode.rawValue).finish(), minTTL: 0)
     }
 
     /// The answer when there is one without waiting: the health-check name's, else a fresh cached
-    /// A or AAAA (``DNSResponder/answerWithoutWaiting(_:resolver:now:)``).
-    func answerWithoutWaiting(_ query: DNSQuery, resolver: HTTPDNSResolver) -> DNSResponder.Answer? {
-        healthAnswer(query) ?? DNSResponder.answerWithoutWaiting(query, resolver: resolver)
+    /// A or AAAA (``DNSResponder/answerWithoutWaiting(_:resolver:now:)``). `runtime` is the one the
+    /// caller read (``current`` takes a lock).
+    func answerWithoutWaiting(_ query: DNSQuery, runtime: Runtime) -> DNSResponder.Answer? {
+        healthAnswer(query, runtime: runtime) ?? DNSResponder.answerWithoutWaiting(query, resolver: runtime.resolver)
     }
 }
 

@@ -170,11 +170,14 @@ def main():
         for port in MEMBERS:
             check(wait_answering(port, "health.pool.test"), f"member on {port} answers its health name")
         check(wait_answering(FRONT, NAMES[0]), "dnsdist answers through the pool")
-        # Warm every member's share of the names (chashed sends each name to one member).
+        # Warm every member's share of the names (chashed sends each name to one member). How even the
+        # split is depends on where the names fall on dnsdist's hash ring (82/97/131 and 238/37/35 seen);
+        # what matters here is that every member takes a share.
+        before = [stub_queries(i) or 0 for i in range(3)]
         for name in NAMES:
             ask(FRONT, name, 2.0)
-        shares = [stub_queries(i) for i in range(3)]
-        check(all(share and share >= 40 for share in shares), f"chashed spreads the names over the three members: {shares}")
+        shares = [(stub_queries(i) or 0) - before[i] for i in range(3)]
+        check(all(share >= 10 for share in shares) and sum(shares) >= len(NAMES), f"chashed spreads the names over the three members: {shares}")
 
         # 1. SIGTERM of member 1 under load: lame duck 3 s, dnsdist's check every 1 s.
         stopped = {}

@@ -1,4 +1,6 @@
 import DNSCore
+import InMemoryLogging
+import Logging
 import NIOCore
 import NIOEmbedded
 import TestSupport
@@ -85,5 +87,24 @@ import Testing
         response.setInteger(UInt16(0x8180), at: 4)  // QR set
         try await channel.writeInbound(response)
         try await channel.closeFuture.get()
+    }
+}
+
+/// Queries the stub drops past its lookup budget are counted one by one and logged at most once per
+/// 10 s, with how many since the last line.
+@Suite struct DropReportTests {
+    @Test func dropsAreLoggedAtMostEveryTenSeconds() {
+        let logs = InMemoryLogHandler()
+        let logger = Logger(label: "test", factory: { _ in logs })
+        let budget = LookupBudget(limit: 1_024)
+        let second: UInt64 = 1_000_000_000
+        for tick in 0..<5 { budget.reportDrop(logger, now: 100 * second + UInt64(tick) * second) }
+        #expect(logs.entries.count == 1)
+        #expect(logs.entries.first?.metadata["dropped"] == "1")
+        #expect(logs.entries.first?.message.description.contains("1024 lookups already in flight") == true)
+        budget.reportDrop(logger, now: 111 * second)
+        #expect(logs.entries.count == 2)
+        #expect(logs.entries.last?.metadata["dropped"] == "5", "the four silent drops and this one")
+        #expect(logs.entries.last?.metadata["since"] == "11 s")
     }
 }

@@ -1,4 +1,5 @@
 import DNSCore
+import Dispatch
 import Logging
 import NIOCore
 import NIOPosix
@@ -105,14 +106,33 @@ final class LookupBudget: Sendable {
     }
 
     func leave() { running.subtract(1, ordering: .relaxed) }
+
+    /// Drops since the last warning, and when that was (uptime nanoseconds).
+    private let drops = Atomic<Int>(0)
+    private let lastWarning = Atomic<UInt64>(0)
+    static let warningInterval: UInt64 = 10_000_000_000
+
+    /// Logs the drops at most once per 10 s (they are counted in `httpdns_dns_stub_dropped_total`
+    /// one by one): a stub that sheds load says so where an operator looks first.
+    func reportDrop(_ logger: Logger, now: UInt64 = DispatchTime.now().uptimeNanoseconds) {
+        let count = drops.add(1, ordering: .relaxed).newValue
+        let last = lastWarning.load(ordering: .relaxed)
+        guard now &- last >= Self.warningInterval || last == 0,
+            lastWarning.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
+        else { return }
+        drops.subtract(count, ordering: .relaxed)
+        logger.warning(
+            "dns stub: queries dropped, \(limit) lookups already in flight (the upstreams are slower than the load)",
+            metadata: ["dropped": "\(count)", "since": last == 0 ? "start" : "\((now - last) / 1_000_000_000) s"])
+    }
 }
 
 extension StubDatagram {
     /// `reply(to:cached:)` with the engine's cache, counting queries and malformed messages.
     static func reply(to wire: [UInt8], state: DaemonState, transport: DaemonMetrics.DNSTransport) -> Reply {
         state.metrics.stubQuery(transport)
-        let resolver = state.current.resolver
-        let (reply, malformed) = reply(to: wire) { state.answerWithoutWaiting($0, resolver: resolver) }
+        let runtime = state.current
+        let (reply, malformed) = reply(to: wire) { state.answerWithoutWaiting($0, runtime: runtime) }
         if malformed { state.metrics.stubMalformed(transport) }
         return reply
     }
@@ -145,6 +165,7 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
         case .lookup(let query):
             guard lookups.enter() else {
                 state.metrics.stubDropped(.udp)
+                lookups.reportDrop(state.logger)
                 return
             }
             let channel = context.channel, state = self.state, lookups = self.lookups
@@ -276,6 +297,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
             case .lookup(let query):
                 guard lookups.enter() else {
                     state.metrics.stubDropped(.tcp)
+                    lookups.reportDrop(state.logger)
                     write(DNSResponseWriter(answering: query, rcode: ResponseCode.serverFailure.rawValue).finish(), context: context)
                     continue
                 }

@@ -114,7 +114,7 @@ final class RequestGateway: Sendable {
             return .ready(record(.text(400, "not a DNS query: \(error.reason)\n"), route: route, method: method, started: started))
         }
         let resolver = runtime.resolver
-        if let answer = state.answerWithoutWaiting(query, resolver: resolver) {
+        if let answer = state.answerWithoutWaiting(query, runtime: runtime) {
             metrics.dohAnswered(post: method == "POST", nanoseconds: DispatchTime.now().uptimeNanoseconds - started)
             return .ready(Self.dnsAnswer(answer))
         }
