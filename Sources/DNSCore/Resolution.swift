@@ -22,6 +22,8 @@ public struct Resolution: Sendable, Hashable {
         case literal
         /// A commercial HTTPDNS service's own API (Alibaba, Tencent, Baidu).
         case httpdns
+        /// Local data (``LocalZone``: `records:`, hosts files, a block list's `null-ip`); never cached.
+        case local
     }
 
     /// The host as the caller gave it.

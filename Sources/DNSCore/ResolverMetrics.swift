@@ -17,6 +17,7 @@ import Synchronization
 /// | `httpdns_prefetches_total` | counter | `reason`: `near_expiry`, `stale` |
 /// | `httpdns_fallback_answers_total` | counter | |
 /// | `httpdns_shared_cache_hits_total` | counter | |
+/// | `httpdns_local_answers_total` | counter | `kind`: `record` (local records, hosts files), `blocked` |
 /// | `httpdns_upstream_duration_seconds` | timer | `upstream` |
 /// | `httpdns_upstream_failures_total` | counter | `upstream`, `code` |
 /// | `httpdns_upstream_circuit_open` | gauge (0/1) | `upstream` |
@@ -30,6 +31,10 @@ package final class ResolverMetrics: Sendable {
     package let fallbackAnswers: Counter
     /// Misses answered by the shared cache (`cache.shared`) instead of an upstream.
     package let sharedHits: Counter
+    /// Questions answered by local records (``LocalZone``).
+    package let localRecords: Counter
+    /// Questions answered as blocked (``LocalZone``'s block lists).
+    package let blocked: Counter
     private let latency: [String: CoreMetrics.Timer]
     private let circuit: [String: Gauge]
     private let factory: any MetricsFactory
@@ -49,6 +54,8 @@ package final class ResolverMetrics: Sendable {
         stalePrefetches = Counter(label: "httpdns_prefetches_total", dimensions: [("reason", "stale")], factory: factory)
         fallbackAnswers = Counter(label: "httpdns_fallback_answers_total", factory: factory)
         sharedHits = Counter(label: "httpdns_shared_cache_hits_total", factory: factory)
+        localRecords = Counter(label: "httpdns_local_answers_total", dimensions: [("kind", "record")], factory: factory)
+        blocked = Counter(label: "httpdns_local_answers_total", dimensions: [("kind", "blocked")], factory: factory)
         var latency: [String: CoreMetrics.Timer] = [:]
         var circuit: [String: Gauge] = [:]
         for upstream in upstreams {

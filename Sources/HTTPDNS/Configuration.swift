@@ -136,12 +136,18 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
     public var preresolve: [String]
     /// DNSSEC validation of the answers (policy, trust anchors). Default: off.
     public var dnssec: DNSSECSettings
+    /// Names answered locally before any lookup: records, hosts files and block lists. Default: none.
+    public var localZone: LocalZone?
 
-    public init(upstreams: [UpstreamEndpoint], caFile: String? = nil, preresolve: [String] = [], dnssec: DNSSECSettings = .init()) {
+    public init(
+        upstreams: [UpstreamEndpoint], caFile: String? = nil, preresolve: [String] = [], dnssec: DNSSECSettings = .init(),
+        localZone: LocalZone? = nil
+    ) {
         self.upstreams = upstreams
         self.caFile = caFile
         self.preresolve = preresolve
         self.dnssec = dnssec
+        self.localZone = localZone
     }
 
     /// The built-in public resolvers (Cloudflare, Google, Quad9), each with bootstrap addresses.

@@ -104,6 +104,28 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// - Throws: ``/DNSCore/DNSError``: `invalid_name`, `nxdomain`, `nodata`, `rejected_private`, or the
     ///   upstreams' failures (one code when they agree, `upstream_failed` when not, each listed).
     public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
+        guard let zone = configuration.localZone else { return try await resolveTrusted(host, type: type) }
+        if let local = try await localResolution(host, type: type, zone: zone) { return local }
+        return try checkCanonicalName(try await resolveTrusted(host, type: type), zone: zone)
+    }
+
+    /// `resolve` for a name the caller found not local (``localAnswer(_:type:)`` said nil): the
+    /// engine, then the block lists' check of the canonical name.
+    package func resolvePastLocalData(_ host: String, type: AddressQuery) async throws(DNSError) -> Resolution {
+        let resolution = try await resolveTrusted(host, type: type)
+        guard let zone = configuration.localZone else { return resolution }
+        return try checkCanonicalName(resolution, zone: zone)
+    }
+
+    /// `resolveWithoutWaiting` for a name the caller found not local.
+    package func resolvePastLocalDataWithoutWaiting(_ host: String, type: AddressQuery) -> Resolution? {
+        let resolution = labelledWithoutWaiting(engine.resolveWithoutWaiting(host, type: type))
+        guard let zone = configuration.localZone, let resolution else { return resolution }
+        return try? checkCanonicalName(resolution, zone: zone)
+    }
+
+    /// `resolve` past the local data: the engine, with DNSSEC as configured.
+    private func resolveTrusted(_ host: String, type: AddressQuery) async throws(DNSError) -> Resolution {
         guard dnssecPolicy != .off else { return try await engine.resolve(host, type: type) }
         // The hit path: a kept answer, labelled already (and not refused), returned at once without
         // suspending (its `elapsed` is the kept one: zero).
@@ -117,12 +139,26 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// `resolve`'s answer when it needs no lookup (an IP literal or a fresh cached answer, counted
     /// as a hit), without suspending; nil when `resolve` has to go out. For event-loop code.
     public func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
-        labelledWithoutWaiting(engine.resolveWithoutWaiting(host, type: type))
+        guard let zone = configuration.localZone else { return labelledWithoutWaiting(engine.resolveWithoutWaiting(host, type: type)) }
+        return withLocalZone(zone, host, type) { labelledWithoutWaiting(engine.resolveWithoutWaiting(host, type: type)) }
     }
 
     /// The cached answer for `host` (fresh or stale) without I/O, or nil. For hot paths.
     public func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
-        labelledWithoutWaiting(engine.cachedResolution(for: host, type: type))
+        guard let zone = configuration.localZone else { return labelledWithoutWaiting(engine.cachedResolution(for: host, type: type)) }
+        return withLocalZone(zone, host, type) { labelledWithoutWaiting(engine.cachedResolution(for: host, type: type)) }
+    }
+
+    /// The local answer, else `cached` unless its canonical name is blocked; nil where `resolve`
+    /// must decide.
+    private func withLocalZone(_ zone: LocalZone, _ host: String, _ type: AddressQuery, cached: () -> Resolution?) -> Resolution? {
+        switch localShortcut(host, type: type, zone: zone) {
+        case let .answer(resolution): return resolution
+        case .needsLookup: return nil
+        case .notLocal:
+            guard let resolution = cached() else { return nil }
+            return try? checkCanonicalName(resolution, zone: zone)
+        }
     }
 
     /// With DNSSEC on, a cached answer is usable without waiting only once its status is known

@@ -300,9 +300,12 @@ private struct Reader {
             "upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
             "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
-            "dnssec", "trust_anchors", "negative_trust_anchors", "user",
+            "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl",
         ]
         var dnssec = DNSSECSettings()
+        var local = LocalZone.Builder()
+        var localNodes: [(key: String, value: Node)] = []
+        var hasLocalData = false
         for (key, name, value) in try mapping(root, "", allowed: keys) {
             switch key {
             case "upstreams":
@@ -357,6 +360,12 @@ private struct Reader {
                 let text: String
                 do { text = try String(contentsOfFile: file, encoding: .utf8) } catch { throw fail(value, key, "cannot read '\(file)'") }
                 do { dnssec.anchors = try TrustAnchors(presentation: text) } catch { throw fail(value, key, "\(file): \(error)") }
+            case "local_ttl":
+                local.defaultTTL = UInt32(try integer(value, key, 0...Int(Int32.max)))
+            case "records", "hosts_files", "block":
+                // Read after local_ttl, wherever it stands in the file.
+                localNodes.append((key, value))
+                hasLocalData = true
             case "negative_trust_anchors":
                 for zone in try strings(value, key) {
                     do { dnssec.negativeAnchors.append(try DomainName(zone)) } catch { throw fail(value, key, error.message) }
@@ -365,11 +374,72 @@ private struct Reader {
             }
         }
         guard !upstreams.isEmpty else { throw fail(root, "upstreams", "at least one trusted upstream is required") }
+        for (key, value) in localNodes {
+            switch key {
+            case "records": try records(value, into: &local)
+            case "hosts_files":
+                for (index, file) in try paths(value, key).enumerated() {
+                    let text: String
+                    do { text = try String(contentsOfFile: file, encoding: .utf8) } catch {
+                        throw fail(value, "\(key)[\(index)]", "cannot read '\(file)'")
+                    }
+                    do { try local.addHosts(text, source: file) } catch { throw fail(value, "\(key)[\(index)]", error.message) }
+                }
+            default: try block(value, into: &local)
+            }
+        }
+        let localZone: LocalZone?
+        do { localZone = hasLocalData ? try local.build() : nil } catch { throw fail(root, "records", error.message) }
         config.lookup.configuration = HTTPDNSConfiguration(
-            upstreams: upstreams, caFile: caFile, preresolve: config.lookup.preresolve, dnssec: dnssec)
+            upstreams: upstreams, caFile: caFile, preresolve: config.lookup.preresolve, dnssec: dnssec, localZone: localZone)
         config.lookup.options = options
         do { try config.lookup.configuration.validate() } catch { throw fail(root, "upstreams", error.message) }
         return config
+    }
+
+    /// `records:`: a list of `NAME [TTL] [IN] TYPE DATA` lines.
+    func records(_ node: Node, into local: inout LocalZone.Builder) throws(DNSError) {
+        guard case let .sequence(list) = node else { throw fail(node, "records", "expected a list of 'NAME [TTL] [IN] TYPE DATA' lines") }
+        for (index, item) in list.enumerated() {
+            let line = try string(item, "records[\(index)]")
+            do { try local.addRecord(line) } catch { throw fail(item, "records[\(index)]", error.message) }
+        }
+    }
+
+    /// `block:` — `lists` (files), `allow` (names), `allow_lists` (files), `answer`, `ttl`.
+    func block(_ node: Node, into local: inout LocalZone.Builder) throws(DNSError) {
+        var lists: [(String, Node)] = [], allowLists: [(String, Node)] = [], allow: [String] = []
+        for (name, _, value) in try mapping(node, "block", allowed: ["lists", "allow", "allow_lists", "answer", "ttl"]) {
+            let path = "block.\(name)"
+            switch name {
+            case "lists": lists = try paths(value, path).map { ($0, value) }
+            case "allow_lists": allowLists = try paths(value, path).map { ($0, value) }
+            case "allow":
+                allow = try strings(value, path)
+                for entry in allow {
+                    let bare = entry.hasPrefix("*.") ? String(entry.dropFirst(2)) : entry
+                    do { _ = try DomainName(bare) } catch { throw fail(value, path, error.message) }
+                }
+            case "answer": local.blockAnswer = try enumeration(value, path, LocalZone.BlockAnswer.self)
+            case "ttl": local.blockTTL = UInt32(try integer(value, path, 0...86_400))
+            default: break
+            }
+        }
+        guard !lists.isEmpty else { throw fail(node, "block", "needs lists (files of names to block)") }
+        for (file, value) in lists + allowLists {
+            guard let data = FileManager.default.contents(atPath: file) else { throw fail(value, "block", "cannot read '\(file)'") }
+            if lists.contains(where: { $0.0 == file }) {
+                local.addBlockList(Array(data), source: file)
+            } else {
+                local.addAllowList(Array(data), source: file)
+            }
+        }
+        if !allow.isEmpty { local.addAllowList(Array(allow.joined(separator: "\n").utf8), source: "block.allow") }
+    }
+
+    /// A path or a list of paths, each resolved against the file's directory.
+    func paths(_ node: Node, _ key: String) throws(DNSError) -> [String] {
+        try strings(node, key).map { $0.hasPrefix("/") ? $0 : directory + "/" + $0 }
     }
 
     func upstream(_ node: Node, _ key: String) throws(DNSError) -> UpstreamEndpoint {

@@ -278,6 +278,7 @@ package final class Daemon: Sendable {
         if let dns = config.daemon.dnsListen { _ = try Self.listenAddress(dns, key: "dns_listen") }
         if let proxy = config.daemon.proxyListen { _ = try Self.listenAddress(proxy, key: "proxy_listen") }
         state = DaemonState(runtime: runtime, configPath: configPath, adjust: adjust, metrics: DaemonMetrics(factory: metrics), logger: logger)
+        Self.logLocalData(config, logger: logger)
         self.exposition = exposition
         self.signals = signals
         self.notifier = notifier
@@ -656,8 +657,26 @@ struct Reloader: Service {
                 old.shutdown()
             }
             logger.notice("configuration reloaded", metadata: ["file": "\(path)", "watched": "\(config.daemon.watch.count)"])
+            Daemon.logLocalData(config, logger: logger)
         } catch {
             logger.error("configuration NOT reloaded, the previous one keeps serving", metadata: ["error": "\(error.message)"])
+        }
+    }
+}
+
+extension Daemon {
+    /// What the local data holds: records, and what each block or allow list gave (lines it could
+    /// not read are counted, not fatal: public lists mix formats).
+    static func logLocalData(_ config: ConfigFile, logger: Logger) {
+        guard let zone = config.lookup.configuration.localZone else { return }
+        logger.notice(
+            "local data loaded",
+            metadata: [
+                "records": "\(zone.recordCount)", "blocked": "\(zone.blockedCount)", "allowed": "\(zone.allowedCount)",
+                "list_bytes": "\(zone.listMemoryBytes)",
+            ])
+        for list in zone.lists {
+            if list.count.skipped > 0 { logger.warning("\(list)") } else { logger.info("\(list)") }
         }
     }
 }

@@ -253,7 +253,8 @@ struct LookupOptions: ParsableArguments {
         var dnssecSettings = file?.configuration.dnssec ?? DNSSECSettings()
         if dnssec != nil { dnssecSettings.policy = try dnssecPolicy }
         if trustAnchors != nil { dnssecSettings.anchors = try loadTrustAnchors() }
-        let configuration = HTTPDNSConfiguration(upstreams: upstreams, caFile: caFile ?? file?.configuration.caFile, dnssec: dnssecSettings)
+        let configuration = HTTPDNSConfiguration(
+            upstreams: upstreams, caFile: caFile ?? file?.configuration.caFile, dnssec: dnssecSettings, localZone: file?.configuration.localZone)
         var options = file?.options ?? HTTPDNSOptions()
         if file == nil {
             // A one-shot lookup shows the TTL the resolver served; clamping matters only for reuse.

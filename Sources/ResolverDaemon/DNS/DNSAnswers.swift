@@ -53,11 +53,23 @@ enum DNSAnswers {
     /// The response carrying `resolution`: a CNAME to the canonical name when there is one, the
     /// addresses with their TTLs capped at what remains of the answer's life.
     static func response(to query: DNSQuery, _ resolution: Resolution, now: ResolverInstant) -> Answer {
-        let remaining = max(0, (resolution.expiresAt - now).components.seconds)
         var writer = DNSResponseWriter(answering: query)
-        var owner = DNSResponseWriter.questionNameOffset
+        let minTTL = response(to: query, resolution, now: now, owner: DNSResponseWriter.questionNameOffset, writer: &writer)
+        if resolution.dnssec == .secure, query.wantsAuthenticData { writer.markAuthentic() }
+        return Answer(bytes: writer.finish(), minTTL: minTTL == .max ? 0 : minTTL)
+    }
+
+    /// Writes `resolution`'s CNAME (when its canonical name is not the name at `owner`) and
+    /// addresses for the name at `owner`; returns the smallest TTL written (`.max` for none).
+    private static func response(
+        to query: DNSQuery, _ resolution: Resolution, now: ResolverInstant, owner start: Int, writer: inout DNSResponseWriter
+    ) -> UInt32 {
+        let remaining = max(0, (resolution.expiresAt - now).components.seconds)
+        var owner = start
         var minTTL = UInt32.max
-        if let canonical = resolution.canonicalName, let target = try? DomainName(canonical), target != query.question.name {
+        if let canonical = resolution.canonicalName, let target = try? DomainName(canonical), target.description != resolution.host.lowercased(),
+            target != query.question.name
+        {
             let ttl = UInt32(clamping: min(remaining, Int64(resolution.addresses.map(\.ttl).min() ?? 0)))
             owner = writer.appendCNAME(owner: owner, ttl: ttl, target: target)
             minTTL = ttl
@@ -67,8 +79,50 @@ enum DNSAnswers {
             writer.appendAddress(owner: owner, ttl: ttl, address.ip)
             minTTL = min(minTTL, ttl)
         }
-        if resolution.dnssec == .secure, query.wantsAuthenticData { writer.markAuthentic() }
+        return minTTL
+    }
+
+    /// The response from local data: `records` (a CNAME chain first, as ``LocalZone/answer(_:type:)``
+    /// gives them) with AA set when they are the whole answer, then — where the chain left the local
+    /// data — `resolution`'s CNAME and addresses for the chain's last name.
+    static func response(to query: DNSQuery, local records: [LocalZone.Record], then resolution: Resolution? = nil, now: ResolverInstant) -> Answer {
+        var writer = DNSResponseWriter(answering: query)
+        var owner = DNSResponseWriter.questionNameOffset
+        var minTTL = UInt32.max
+        for record in records {
+            if record.type == .cname, case let .name(target) = record.data {
+                owner = writer.appendCNAME(owner: owner, ttl: record.ttl, target: target)
+            } else {
+                writer.appendRecord(owner: owner, type: record.type, ttl: record.ttl, rdata: record.rdata)
+            }
+            minTTL = min(minTTL, record.ttl)
+        }
+        if let resolution {
+            let rest = response(to: query, resolution, now: now, owner: owner, writer: &writer)
+            minTTL = min(minTTL, rest)
+        } else {
+            writer.markAuthoritative()
+        }
         return Answer(bytes: writer.finish(), minTTL: minTTL == .max ? 0 : minTTL)
+    }
+
+    /// The response to a blocked name (`block.answer`): NXDOMAIN, REFUSED, or `0.0.0.0`/`::` for A
+    /// and AAAA and no data for other types; AA set and an Extended DNS Error 15, "Blocked"
+    /// (RFC 8914 §4.16), so that a client can tell a block from a name that does not exist.
+    static func response(to query: DNSQuery, blocked mode: LocalZone.BlockAnswer, ttl: UInt32) -> Answer {
+        let rcode: ResponseCode =
+            switch mode {
+            case .nxdomain: .nameError
+            case .refused: .refused
+            case .nullIP: .noError
+            }
+        var writer = DNSResponseWriter(answering: query, rcode: rcode.rawValue)
+        writer.markAuthoritative()
+        writer.extendedError = (15, "Blocked")
+        if mode == .nullIP, let type = query.addressType {
+            writer.appendAddress(owner: DNSResponseWriter.questionNameOffset, ttl: ttl, type == .a ? .v4(0) : .v6(0, 0))
+        }
+        return Answer(bytes: writer.finish(), minTTL: mode == .refused ? 0 : ttl)
     }
 
     /// The response to a lookup that ended in `code`: NXDOMAIN and NODATA with `negativeTTL` for

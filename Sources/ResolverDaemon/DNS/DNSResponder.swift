@@ -11,29 +11,62 @@ import HTTPDNS
 enum DNSResponder {
     typealias Answer = DNSAnswers.Answer
 
-    /// The answer when the engine has it without a lookup (a fresh cached A or AAAA), built without
-    /// suspending; nil when ``answer(_:resolver:)`` has to be awaited. For the event loop.
+    /// The answer when there is one without a lookup — local data (records, a blocked name) for
+    /// any type, or a fresh cached A or AAAA — built without suspending; nil when
+    /// ``answer(_:resolver:)`` has to be awaited. For the event loop.
     static func answerWithoutWaiting(
         _ query: DNSQuery, resolver: HTTPDNSResolver,
         now: ResolverInstant? = nil
     ) -> Answer? {
+        if resolver.configuration.localZone != nil, let local = resolver.localAnswer(query.question.name, type: query.question.type) {
+            return localAnswer(query, local, resolver: resolver)
+        }
+        return cachedAnswer(query, resolver: resolver, now: now)
+    }
+
+    /// A fresh cached A or AAAA for a name that is not local.
+    private static func cachedAnswer(_ query: DNSQuery, resolver: HTTPDNSResolver, now: ResolverInstant? = nil) -> Answer? {
         guard let type = query.addressType,
-            let resolution = resolver.resolveWithoutWaiting(query.question.name.description, type: type)
+            let resolution = resolver.resolvePastLocalDataWithoutWaiting(query.question.name.description, type: type)
         else { return nil }
         return DNSAnswers.response(to: query, resolution, now: now ?? resolver.clock.now)
     }
 
+    /// The answer from local data, or nil when a local CNAME chain leaves it (a lookup follows).
+    private static func localAnswer(_ query: DNSQuery, _ local: LocalZone.Answer, resolver: HTTPDNSResolver) -> Answer? {
+        switch local {
+        case let .blocked(mode):
+            return DNSAnswers.response(to: query, blocked: mode, ttl: resolver.configuration.localZone?.blockTTL ?? 0)
+        case let .records(records, continueAt):
+            guard continueAt == nil else { return nil }
+            return DNSAnswers.response(to: query, local: records, now: resolver.clock.now)
+        }
+    }
+
     /// Answers `query`, looking up or forwarding as needed.
     static func answer(_ query: DNSQuery, resolver: HTTPDNSResolver) async -> Answer {
+        if resolver.configuration.localZone != nil, let local = resolver.localAnswer(query.question.name, type: query.question.type) {
+            if let ready = localAnswer(query, local, resolver: resolver) { return ready }
+            guard case let .records(records, continueAt?) = local else { return await forward(query, resolver: resolver) }
+            // The chain left the local data: its last name's addresses are looked up; other types
+            // get the chain, which the client follows (as from an authoritative server).
+            guard let type = query.addressType else { return DNSAnswers.response(to: query, local: records, now: resolver.clock.now) }
+            do {
+                let resolution = try await resolver.resolve(continueAt.description, type: type)
+                return DNSAnswers.response(to: query, local: records, then: resolution, now: resolver.clock.now)
+            } catch {
+                return DNSAnswers.response(to: query, error, negativeTTL: UInt32(clamping: resolver.options.negativeTTL.components.seconds))
+            }
+        }
         guard let type = query.addressType else { return await forward(query, resolver: resolver) }
         // CD with validation on: the client validates itself and wants the data as the upstream
         // has it, bogus or not (RFC 4035 §3.2.2) — with the RRSIGs when it set DO.
         if query.checkingDisabled, resolver.configuration.dnssec.policy != .off, resolver.canForward {
             return await forward(query, resolver: resolver)
         }
-        if let ready = answerWithoutWaiting(query, resolver: resolver) { return ready }
+        if let ready = cachedAnswer(query, resolver: resolver) { return ready }
         do {
-            let resolution = try await resolver.resolve(query.question.name.description, type: type)
+            let resolution = try await resolver.resolvePastLocalData(query.question.name.description, type: type)
             return DNSAnswers.response(to: query, resolution, now: resolver.clock.now)
         } catch {
             // A name DNS allows but a host name does not: the upstream decides (BIND says NXDOMAIN).

@@ -29,6 +29,9 @@ struct DNSResponseWriter {
     /// Sets AD: the data is secure by our own validation (RFC 4035 §3.2.3, RFC 6840 §5.7).
     mutating func markAuthentic() { bytes[3] |= 0x20 }
 
+    /// Sets AA: the answer is this server's own data (local records, a blocked name).
+    mutating func markAuthoritative() { bytes[2] |= 0x04 }
+
     /// Starts a response to `query` with `rcode` (its low 4 bits; the rest goes into the OPT record).
     init(answering query: DNSQuery, rcode: UInt16 = 0, truncated: Bool = false) {
         bytes = []
@@ -84,6 +87,18 @@ struct DNSResponseWriter {
         appendOwner(owner, type: data.count == 4 ? .a : .aaaa, ttl: ttl)
         bytes.append16(UInt16(data.count))
         bytes.append(contentsOf: data)
+    }
+
+    /// Appends a record of any type with `rdata` as it is (names in it uncompressed), owned by the
+    /// name at `owner`, unless it would take the message past ``maxMessageSize``.
+    mutating func appendRecord(owner: Int, type: RecordType, ttl: UInt32, rdata: [UInt8]) {
+        guard rdata.count <= 0xffff, bytes.count + 12 + rdata.count + (edns == nil ? 0 : Self.optReserve) <= Self.maxMessageSize else {
+            omittedRecords += 1
+            return
+        }
+        appendOwner(owner, type: type, ttl: ttl)
+        bytes.append16(UInt16(rdata.count))
+        bytes.append(contentsOf: rdata)
     }
 
     private mutating func appendOwner(_ owner: Int, type: RecordType, ttl: UInt32) {
