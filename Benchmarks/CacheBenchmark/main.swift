@@ -337,6 +337,49 @@ func zipf(seconds: Double, names count: Int) async throws {
     ])
 }
 
+/// A block list of `count` names as public lists hold them (a random label under one of 5,000
+/// registrable names), loaded `runs` times: load time, memory (the set's own count and the RSS
+/// delta), and the cost of asking whether a name is blocked (a hit and a miss).
+func blockList(names count: Int, runs: Int) throws {
+    var random = SystemRandomNumberGenerator()
+    var text: [UInt8] = []
+    var names: [String] = []
+    names.reserveCapacity(count)
+    for index in 0..<count {
+        let label = String(random.next() % 2_000_000_000, radix: 36)
+        let name = "\(label)-\(index % 1000).ads-\(index % 5000).test"
+        names.append(name)
+        text.append(contentsOf: name.utf8)
+        text.append(0x0a)
+    }
+    let blocked = try (0..<1000).map { try DomainName("x.\(names[$0 * (count / 1000)])") }
+    let open = try (0..<1000).map { try DomainName("www.site-\($0).example.test") }
+    for run in 1...runs {
+        let before = residentBytes()
+        let start = nanoseconds()
+        var builder = LocalZone.Builder()
+        let taken = builder.addBlockList(text, source: "bench")
+        let zone = try builder.build()
+        let loadNs = nanoseconds() - start
+        let after = residentBytes()
+        func perLookup(_ list: [DomainName]) -> Double {
+            let rounds = 200
+            var found = 0
+            let begin = nanoseconds()
+            for _ in 0..<rounds { for name in list where zone.isBlocked(name) { found += 1 } }
+            precondition(found == 0 || found == rounds * list.count)
+            return Double(nanoseconds() - begin) / Double(rounds * list.count)
+        }
+        emit([
+            "what": "block list", "run": run, "names": taken.names, "load_s": Double(loadNs) / 1e9,
+            "set_bytes_per_name": Double(zone.listMemoryBytes) / Double(count),
+            "rss_bytes_per_name": Double(after - before) / Double(count),
+            "blocked_lookup_ns": perLookup(blocked), "open_lookup_ns": perLookup(open),
+        ])
+        withExtendedLifetime(zone) {}
+    }
+}
+
 let arguments = CommandLine.arguments
 switch arguments.count > 1 ? arguments[1] : "" {
 case "hits" where arguments.count == 4:
@@ -346,9 +389,12 @@ case "peek" where arguments.count == 3:  // only our synchronous hit path, for p
     try await hits(seconds: Double(arguments[2]) ?? 3, server: nil)
 case "memory" where arguments.count == 3:
     try await memory(names: Int(arguments[2]) ?? 100_000)
+case "blocklist" where arguments.count == 4:
+    try blockList(names: Int(arguments[2]) ?? 1_000_000, runs: Int(arguments[3]) ?? 3)
 case "zipf" where arguments.count == 4:
     try await zipf(seconds: Double(arguments[2]) ?? 60, names: Int(arguments[3]) ?? 10_000)
 default:
-    FileHandle.standardError.write(Data("usage: cache-benchmark hits SECONDS IP:PORT | memory NAMES | zipf SECONDS NAMES\n".utf8))
+    FileHandle.standardError.write(
+        Data("usage: cache-benchmark hits SECONDS IP:PORT | memory NAMES | zipf SECONDS NAMES | blocklist NAMES RUNS\n".utf8))
     exit(2)
 }

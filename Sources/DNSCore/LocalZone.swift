@@ -388,13 +388,17 @@ extension LocalZone {
             wire.reserveCapacity(256)
             var lineStart = 0
             var lineNumber = 0
+            var tokens: [Range<Int>] = []
+            tokens.reserveCapacity(8)
+            // A name a line, give or take: the table is sized once rather than rehashed as it fills.
+            set.reserve(bytes.reduce(0) { $0 + ($1 == 0x0a ? 1 : 0) } + 1)
             bytes.withUnsafeBufferPointer { buffer in
                 while lineStart < buffer.count {
                     lineNumber += 1
                     var lineEnd = lineStart
                     while lineEnd < buffer.count, buffer[lineEnd] != 0x0a { lineEnd += 1 }
                     defer { lineStart = lineEnd + 1 }
-                    var tokens: [Range<Int>] = []
+                    tokens.removeAll(keepingCapacity: true)
                     var index = lineStart
                     while index < lineEnd {
                         let byte = buffer[index]
@@ -424,14 +428,15 @@ extension LocalZone {
                         var token = buffer[first]
                         var coverage = NameSet.Coverage.subtree
                         var exception = false, adblock = false
-                        if token.starts(with: "@@||".utf8) {
+                        let lead = token[token.startIndex]
+                        if lead == UInt8(ascii: "@"), token.starts(with: "@@||".utf8) {
                             token = token.dropFirst(4)
                             exception = true
                             adblock = true
-                        } else if token.starts(with: "||".utf8) {
+                        } else if lead == UInt8(ascii: "|"), token.starts(with: "||".utf8) {
                             token = token.dropFirst(2)
                             adblock = true
-                        } else if token.starts(with: "*.".utf8) {
+                        } else if lead == UInt8(ascii: "*"), token.starts(with: "*.".utf8) {
                             token = token.dropFirst(2)
                             coverage = .below
                         }
