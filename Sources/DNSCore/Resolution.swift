@@ -83,6 +83,14 @@ public protocol DNSUpstream: Sendable {
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer
 }
 
+/// An upstream that carries whole DNS messages (RFC 8484 DoH, plain DNS): what forwarding the query
+/// types the engine does not answer (TXT, MX, PTR, …) needs.
+public protocol MessageExchanging: DNSUpstream {
+    /// Sends `query` as it is and returns the response's bytes, with the query's ID; the caller
+    /// checks that it answers the question.
+    func exchange(_ query: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8]
+}
+
 /// An upstream that can answer several names in one request (the vendor HTTPDNS APIs' batch
 /// resolution). The engine uses it to warm the cache ahead of per-name lookups.
 public protocol BatchingUpstream: DNSUpstream {

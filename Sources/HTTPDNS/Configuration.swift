@@ -2,6 +2,31 @@ import DNSCore
 import DNSSEC
 import Foundation
 
+/// Split DNS: names under `zones` are asked only of this zone's upstreams — never of the trusted
+/// ones — and no other name is asked of them; the longest matching zone wins.
+///
+/// Answers from a forward zone may be private addresses (the rebinding guard is off for them) and
+/// are not DNSSEC-validated (an internal zone has no chain from the root, as unbound's
+/// `domain-insecure`).
+///
+/// ```swift
+/// let corp = ForwardZone(zones: [try DomainName("corp.example")], plainDNS: ["10.0.0.53"])
+/// ```
+public struct ForwardZone: Sendable, Hashable {
+    public var zones: [DomainName]
+    /// DoH or JSON resolvers for these zones.
+    public var upstreams: [UpstreamEndpoint]
+    /// Plain DNS servers (`IP[:port]`), each one upstream, reached through the resolver's
+    /// `plainDNS` factory (`SystemResolver`, c-ares).
+    public var plainDNS: [String]
+
+    public init(zones: [DomainName], upstreams: [UpstreamEndpoint] = [], plainDNS: [String] = []) {
+        self.zones = zones
+        self.upstreams = upstreams
+        self.plainDNS = plainDNS
+    }
+}
+
 /// A trusted resolver: where it is, how to reach it without DNS, and how to verify it.
 ///
 /// ```swift
@@ -138,16 +163,19 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
     public var dnssec: DNSSECSettings
     /// Names answered locally before any lookup: records, hosts files and block lists. Default: none.
     public var localZone: LocalZone?
+    /// Split DNS: zones whose names go only to their own upstreams. Default: none.
+    public var forwardZones: [ForwardZone]
 
     public init(
         upstreams: [UpstreamEndpoint], caFile: String? = nil, preresolve: [String] = [], dnssec: DNSSECSettings = .init(),
-        localZone: LocalZone? = nil
+        localZone: LocalZone? = nil, forwardZones: [ForwardZone] = []
     ) {
         self.upstreams = upstreams
         self.caFile = caFile
         self.preresolve = preresolve
         self.dnssec = dnssec
         self.localZone = localZone
+        self.forwardZones = forwardZones
     }
 
     /// The built-in public resolvers (Cloudflare, Google, Quad9), each with bootstrap addresses.
@@ -160,7 +188,19 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
         guard !upstreams.isEmpty else {
             throw DNSError(.invalidConfiguration, "no trusted upstream is configured")
         }
-        for upstream in upstreams where !upstream.hostIsLiteral && upstream.bootstrap.isEmpty {
+        var zones = Set<DomainName>()
+        for forward in forwardZones {
+            guard !forward.zones.isEmpty, !forward.upstreams.isEmpty || !forward.plainDNS.isEmpty else {
+                throw DNSError(.invalidConfiguration, "a forward zone needs zones and at least one upstream")
+            }
+            for zone in forward.zones {
+                guard zone != .root else {
+                    throw DNSError(.invalidConfiguration, "the root cannot be a forward zone: every name would leave the trusted upstreams")
+                }
+                guard zones.insert(zone).inserted else { throw DNSError(.invalidConfiguration, "forward zone \(zone) is given twice") }
+            }
+        }
+        for upstream in upstreams + forwardZones.flatMap(\.upstreams) where !upstream.hostIsLiteral && upstream.bootstrap.isEmpty {
             throw DNSError(
                 .invalidConfiguration,
                 "upstream \(upstream.url) has no bootstrap address for \(upstream.host); "

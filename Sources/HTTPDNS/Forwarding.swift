@@ -2,7 +2,11 @@ import DNSCore
 
 extension HTTPDNSResolver {
     /// Whether ``forward(_:)`` has an upstream to use: only DoH upstreams carry whole messages.
-    public var canForward: Bool { engine.pool.upstreams.contains { $0 is DoHUpstream } }
+    public var canForward: Bool { engine.pool.upstreams.contains { $0 is any MessageExchanging } }
+
+    /// Whether ``forward(_:)`` has an upstream for a query about `name`: its forward zone's, or the
+    /// trusted ones.
+    public func canForward(_ name: DomainName) -> Bool { forwarder(for: name)?.canForward ?? canForward }
 
     /// Sends a DNS query message, as it is but for an ID of 0 (RFC 8484 §4.1), to the trusted DoH
     /// upstreams and returns the first response, unchanged but for the caller's ID restored.
@@ -27,6 +31,7 @@ extension HTTPDNSResolver {
         } catch {
             throw DNSError(.invalidQuery, "not a DNS message: \(error)")
         }
+        if let forwarder = forwarder(for: question.name) { return try await forwarder.forward(query) }
         let id = UInt16(query[0]) << 8 | UInt16(query[1])
         var wire = query
         wire[0] = 0
@@ -34,7 +39,7 @@ extension HTTPDNSResolver {
         let pool = engine.pool
         let deadline = ContinuousClock.now + options.timeout
         var failures: [DNSError.Attempt] = []
-        let candidates = pool.order().compactMap { pool.upstreams[$0] as? DoHUpstream }
+        let candidates = pool.order().compactMap { pool.upstreams[$0] as? any MessageExchanging }
         guard !candidates.isEmpty else {
             throw DNSError(.invalidConfiguration, "no DoH upstream to forward \(question.type) queries to (JSON upstreams carry A/AAAA only)")
         }

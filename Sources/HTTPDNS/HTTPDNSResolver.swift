@@ -27,6 +27,8 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     let dnssecMemo = DNSSECMemo()
     /// `configuration.dnssec.policy`, read on every lookup without copying the configuration.
     let dnssecPolicy: DNSSECPolicy
+    /// Split DNS: the resolver of each forward zone (``HTTPDNSConfiguration/forwardZones``).
+    let forwards: [DomainName: HTTPDNSResolver]
 
     public var options: HTTPDNSOptions { engine.options }
 
@@ -45,27 +47,53 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     ///   - metrics: where the engine's counters and timers go (`httpdns_*`, listed in docs/library.md);
     ///     by default the application's bootstrapped `MetricsSystem.factory`.
     ///   - logger: where upstream failures and circuit-breaker changes are logged; silent by default.
+    ///   - plainDNS: makes the upstream for a forward zone's plain DNS server (`IP[:port]`):
+    ///     `{ try SystemResolver(servers: [$0]) }`. Needed only when a forward zone has `plainDNS`.
     /// - Throws: ``/DNSCore/DNSError`` with ``/DNSCore/DNSError/Code/invalidConfiguration`` when an upstream cannot be
     ///   reached without DNS or the CA file is unreadable.
     public convenience init(
         configuration: HTTPDNSConfiguration, options: HTTPDNSOptions = .init(),
         fallback: (any DNSUpstream)? = nil, clock: any ResolverClock = MonotonicClock(),
-        metrics: (any MetricsFactory)? = nil, logger: Logger? = nil
+        metrics: (any MetricsFactory)? = nil, logger: Logger? = nil,
+        plainDNS: ((String) throws(DNSError) -> any MessageExchanging)? = nil
     ) throws(DNSError) {
         try configuration.validate()
         let transport = HTTPTransport(
             engine: .shared, trust: TLSTrust(caFile: configuration.caFile),
             maxResponseBytes: options.maxResponseBytes)
-        let upstreams: [any DNSUpstream] = configuration.upstreams.map { endpoint in
+        func upstream(_ endpoint: UpstreamEndpoint) -> any DNSUpstream {
             switch endpoint.kind {
             case let .doh(method): return DoHUpstream(endpoint: endpoint, method: method, transport: transport)
             case .json: return JSONUpstream(endpoint: endpoint, transport: transport)
             case let .vendor(api): return VendorUpstream(endpoint: endpoint, api: api, transport: transport)
             }
         }
+        var forwards: [DomainName: HTTPDNSResolver] = [:]
+        for zone in configuration.forwardZones {
+            var upstreams = zone.upstreams.map(upstream)
+            for server in zone.plainDNS {
+                guard let plainDNS else {
+                    throw DNSError(.invalidConfiguration, "forward zone \(zone.zones[0]): plain DNS server \(server) needs the plainDNS factory")
+                }
+                upstreams.append(try plainDNS(server))
+            }
+            let child = HTTPDNSResolver(
+                configuration: HTTPDNSConfiguration(upstreams: zone.upstreams), options: Self.forwardOptions(options), upstreams: upstreams,
+                clock: clock, spawner: UnstructuredTasks(), metrics: metrics, logger: logger)
+            for name in zone.zones { forwards[name] = child }
+        }
         self.init(
-            configuration: configuration, options: options, upstreams: upstreams, fallback: fallback, clock: clock,
-            metrics: metrics, logger: logger)
+            configuration: configuration, options: options, upstreams: configuration.upstreams.map(upstream), fallback: fallback, clock: clock,
+            spawner: UnstructuredTasks(), metrics: metrics, logger: logger, forwards: forwards)
+    }
+
+    /// A forward zone's options: the resolver's, with private answers allowed (an internal zone's
+    /// are what it is for) and no fallback.
+    static func forwardOptions(_ options: HTTPDNSOptions) -> HTTPDNSOptions {
+        var options = options
+        options.allowPrivate = true
+        options.fallback = .none
+        return options
     }
 
     /// Builds a resolver over any upstreams (tests inject fakes here).
@@ -85,16 +113,35 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
         configuration: HTTPDNSConfiguration = .init(upstreams: []), options: HTTPDNSOptions = .init(),
         upstreams: [any DNSUpstream], fallback: (any DNSUpstream)? = nil,
         clock: any ResolverClock = MonotonicClock(), spawner: any TaskSpawner, metrics: (any MetricsFactory)? = nil,
-        logger: Logger? = nil
+        logger: Logger? = nil, forwards: [DomainName: HTTPDNSResolver] = [:]
     ) {
         self.configuration = configuration
         self.dnssecPolicy = configuration.dnssec.policy
+        self.forwards = forwards
         self.engine = ResolverEngine(
             upstreams: upstreams, options: options, fallback: fallback, clock: clock, spawner: spawner,
             metrics: metrics, logger: logger)
         if !configuration.preresolve.isEmpty {
-            engine.prefetch(configuration.preresolve)
+            prefetch(configuration.preresolve)
         }
+    }
+
+    /// The resolver of the forward zone `host` is in (the longest that holds it), or nil for the
+    /// trusted upstreams.
+    func forwarder(for host: String) -> HTTPDNSResolver? {
+        guard !forwards.isEmpty, let name = try? DomainName(host) else { return nil }
+        return forwarder(for: name)
+    }
+
+    func forwarder(for name: DomainName) -> HTTPDNSResolver? {
+        guard !forwards.isEmpty else { return nil }
+        let wire = name.wire
+        var start = 0
+        while wire[start] != 0 {
+            if let resolver = forwards[start == 0 ? name : DomainName(uncheckedWire: Array(wire[start...]))] { return resolver }
+            start += Int(wire[start]) + 1
+        }
+        return nil
     }
 
     /// Resolves `host` to addresses.
@@ -119,13 +166,14 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
 
     /// `resolveWithoutWaiting` for a name the caller found not local.
     package func resolvePastLocalDataWithoutWaiting(_ host: String, type: AddressQuery) -> Resolution? {
-        let resolution = labelledWithoutWaiting(engine.resolveWithoutWaiting(host, type: type))
+        let resolution = kept(host, type, fresh: true)
         guard let zone = configuration.localZone, let resolution else { return resolution }
         return try? checkCanonicalName(resolution, zone: zone)
     }
 
     /// `resolve` past the local data: the engine, with DNSSEC as configured.
     private func resolveTrusted(_ host: String, type: AddressQuery) async throws(DNSError) -> Resolution {
+        if let forwarder = forwarder(for: host) { return try await forwarder.resolveTrusted(host, type: type) }
         guard dnssecPolicy != .off else { return try await engine.resolve(host, type: type) }
         // The hit path: a kept answer, labelled already (and not refused), returned at once without
         // suspending (its `elapsed` is the kept one: zero).
@@ -139,14 +187,21 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// `resolve`'s answer when it needs no lookup (an IP literal or a fresh cached answer, counted
     /// as a hit), without suspending; nil when `resolve` has to go out. For event-loop code.
     public func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
-        guard let zone = configuration.localZone else { return labelledWithoutWaiting(engine.resolveWithoutWaiting(host, type: type)) }
-        return withLocalZone(zone, host, type) { labelledWithoutWaiting(engine.resolveWithoutWaiting(host, type: type)) }
+        guard let zone = configuration.localZone else { return kept(host, type, fresh: true) }
+        return withLocalZone(zone, host, type) { kept(host, type, fresh: true) }
     }
 
     /// The cached answer for `host` (fresh or stale) without I/O, or nil. For hot paths.
     public func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
-        guard let zone = configuration.localZone else { return labelledWithoutWaiting(engine.cachedResolution(for: host, type: type)) }
-        return withLocalZone(zone, host, type) { labelledWithoutWaiting(engine.cachedResolution(for: host, type: type)) }
+        guard let zone = configuration.localZone else { return kept(host, type, fresh: false) }
+        return withLocalZone(zone, host, type) { kept(host, type, fresh: false) }
+    }
+
+    /// A kept answer without I/O — fresh only, or stale too — from the forward zone's resolver or
+    /// the engine.
+    private func kept(_ host: String, _ type: AddressQuery, fresh: Bool) -> Resolution? {
+        if let forwarder = forwarder(for: host) { return forwarder.kept(host, type, fresh: fresh) }
+        return labelledWithoutWaiting(fresh ? engine.resolveWithoutWaiting(host, type: type) : engine.cachedResolution(for: host, type: type))
     }
 
     /// The local answer, else `cached` unless its canonical name is blocked; nil where `resolve`
@@ -173,7 +228,12 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
 
     /// Resolves `hosts` in the background to warm the cache.
     public func prefetch(_ hosts: [String], type: AddressQuery = .both) {
-        engine.prefetch(hosts, type: type)
+        guard !forwards.isEmpty else { return engine.prefetch(hosts, type: type) }
+        var trusted: [String] = []
+        for host in hosts {
+            if let forwarder = forwarder(for: host) { forwarder.prefetch([host], type: type) } else { trusted.append(host) }
+        }
+        engine.prefetch(trusted, type: type)
     }
 
     /// Resolves `hosts` concurrently and waits for all of them (pre-resolve at start-up, when the
@@ -183,7 +243,8 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// asked in groups of its batch size; names a batch left out are then asked one by one.
     /// - Returns: each host's resolution or error, in the order given.
     public func warm(_ hosts: [String], type: AddressQuery = .both) async -> [(host: String, result: Result<Resolution, DNSError>)] {
-        let batched = await engine.warmInBatches(hosts, type: type)
+        // Names of forward zones never go to a batch API of the trusted side.
+        let batched = await engine.warmInBatches(hosts.filter { forwarder(for: $0) == nil }, type: type)
         return await withTaskGroup(of: (Int, Result<Resolution, DNSError>).self) { group in
             for (index, host) in hosts.enumerated() {
                 group.addTask {
@@ -235,6 +296,7 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
 
     /// Forgets every cached answer.
     public func removeAll() {
+        for forwarder in forwards.values { forwarder.removeAll() }
         engine.removeAll()
     }
 

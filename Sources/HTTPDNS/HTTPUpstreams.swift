@@ -4,7 +4,7 @@ import Foundation
 import Synchronization
 
 /// An RFC 8484 resolver reached over the shared libcurl engine.
-struct DoHUpstream: DNSUpstream {
+struct DoHUpstream: MessageExchanging {
     static let contentType = DoHWire.mediaType
 
     let endpoint: UpstreamEndpoint

@@ -300,12 +300,13 @@ private struct Reader {
             "upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
             "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
-            "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl",
+            "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl", "forward",
         ]
         var dnssec = DNSSECSettings()
         var local = LocalZone.Builder()
         var localNodes: [(key: String, value: Node)] = []
         var hasLocalData = false
+        var forwardZones: [ForwardZone] = []
         for (key, name, value) in try mapping(root, "", allowed: keys) {
             switch key {
             case "upstreams":
@@ -360,6 +361,9 @@ private struct Reader {
                 let text: String
                 do { text = try String(contentsOfFile: file, encoding: .utf8) } catch { throw fail(value, key, "cannot read '\(file)'") }
                 do { dnssec.anchors = try TrustAnchors(presentation: text) } catch { throw fail(value, key, "\(file): \(error)") }
+            case "forward":
+                guard case let .sequence(list) = value, !list.isEmpty else { throw fail(value, key, "expected a list of {zones, upstreams}") }
+                for (index, item) in list.enumerated() { forwardZones.append(try forwardZone(item, "forward[\(index)]")) }
             case "local_ttl":
                 local.defaultTTL = UInt32(try integer(value, key, 0...Int(Int32.max)))
             case "records", "hosts_files", "block":
@@ -391,10 +395,41 @@ private struct Reader {
         let localZone: LocalZone?
         do { localZone = hasLocalData ? try local.build() : nil } catch { throw fail(root, "records", error.message) }
         config.lookup.configuration = HTTPDNSConfiguration(
-            upstreams: upstreams, caFile: caFile, preresolve: config.lookup.preresolve, dnssec: dnssec, localZone: localZone)
+            upstreams: upstreams, caFile: caFile, preresolve: config.lookup.preresolve, dnssec: dnssec, localZone: localZone,
+            forwardZones: forwardZones)
         config.lookup.options = options
         do { try config.lookup.configuration.validate() } catch { throw fail(root, "upstreams", error.message) }
         return config
+    }
+
+    /// One `forward:` entry: `zones` and `upstreams` (`dns: IP[:port]` for plain DNS, or a DoH or
+    /// JSON upstream as in `upstreams:`).
+    func forwardZone(_ node: Node, _ key: String) throws(DNSError) -> ForwardZone {
+        var zone = ForwardZone(zones: [])
+        for (name, _, value) in try mapping(node, key, allowed: ["zones", "upstreams"]) {
+            let path = "\(key).\(name)"
+            switch name {
+            case "zones":
+                for text in try strings(value, path) {
+                    do { zone.zones.append(try DomainName(text)) } catch { throw fail(value, path, error.message) }
+                }
+            default:
+                guard case let .sequence(list) = value, !list.isEmpty else { throw fail(value, path, "expected a non-empty list") }
+                for (index, item) in list.enumerated() {
+                    let itemPath = "\(path)[\(index)]"
+                    if case let .mapping(mapping) = item, mapping.count == 1, let (dnsKey, server) = mapping.first, dnsKey.string == "dns" {
+                        let text = try string(server, "\(itemPath).dns")
+                        guard Self.isServer(text) else { throw fail(server, "\(itemPath).dns", "expected IP or IP:port, got '\(text)'") }
+                        zone.plainDNS.append(text)
+                    } else {
+                        zone.upstreams.append(try upstream(item, itemPath))
+                    }
+                }
+            }
+        }
+        guard !zone.zones.isEmpty else { throw fail(node, key, "needs zones") }
+        guard !zone.upstreams.isEmpty || !zone.plainDNS.isEmpty else { throw fail(node, key, "needs upstreams") }
+        return zone
     }
 
     /// `records:`: a list of `NAME [TTL] [IN] TYPE DATA` lines.

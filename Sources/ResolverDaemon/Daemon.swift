@@ -25,18 +25,25 @@ final class Runtime: Sendable {
     let detector: HijackDetector
     let ranker: AddressRanker
     let policy: RequestPolicy
+    private let forwarders: [SystemResolver]
 
     /// `logger` gets the engine's upstream events (circuit opened/closed, failures); the engine's
     /// metrics go to `metrics`.
     convenience init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger) throws(DNSError) {
         let system = try SystemResolver(servers: config.lookup.systemDNS)
+        let forwarders = Mutex<[SystemResolver]>([])
         let resolver = try HTTPDNSResolver(
             configuration: config.lookup.configuration, options: config.lookup.options,
-            fallback: config.lookup.options.fallback == .system ? system : nil, metrics: metrics, logger: logger)
+            fallback: config.lookup.options.fallback == .system ? system : nil, metrics: metrics, logger: logger,
+            plainDNS: { server throws(DNSError) in
+                let resolver = try SystemResolver(servers: [server])
+                forwarders.withLock { $0.append(resolver) }
+                return resolver
+            })
         if let shared = config.daemon.sharedCache {
             resolver.engine.attachSharedCache(Self.redisCache(shared, metrics: metrics, logger: logger))
         }
-        self.init(config, resolver: resolver, system: system)
+        self.init(config, resolver: resolver, system: system, forwarders: forwarders.withLock { $0 })
     }
 
     /// The `cache.shared` Redis cache (the config checked that the address is loopback or a socket).
@@ -55,7 +62,9 @@ final class Runtime: Sendable {
     }
 
     /// A runtime around a resolver built elsewhere (tests give one with scripted upstreams).
-    init(_ config: ConfigFile, resolver: HTTPDNSResolver, system: SystemResolver) {
+    /// `forwarders` are the plain-DNS upstreams of its forward zones, stopped with it.
+    init(_ config: ConfigFile, resolver: HTTPDNSResolver, system: SystemResolver, forwarders: [SystemResolver] = []) {
+        self.forwarders = forwarders
         self.config = config
         self.system = system
         self.resolver = resolver
@@ -71,7 +80,10 @@ final class Runtime: Sendable {
         policy = RequestPolicy(config)
     }
 
-    func shutdown() { system.shutdown() }
+    func shutdown() {
+        system.shutdown()
+        for forwarder in forwarders { forwarder.shutdown() }
+    }
 
     /// The question that keeps readiness true while answers come from the cache (`readiness.probe`).
     var readinessProbe: DNSMessage.Question {

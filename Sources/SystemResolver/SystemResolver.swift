@@ -14,7 +14,7 @@ import Synchronization
 /// let system = try SystemResolver(servers: ["127.0.0.1:5353"])
 /// let answer = try await system.query(.init(name: try DomainName("www.example.test"), type: .a), timeout: .seconds(2))
 /// ```
-public final class SystemResolver: DNSUpstream, @unchecked Sendable {
+public final class SystemResolver: MessageExchanging, @unchecked Sendable {
     // Safety: `channel` and `pending` are used only on the loop thread; the hand-over queue is a
     // Mutex; the pipe descriptors are fixed after init.
 
@@ -143,6 +143,32 @@ public final class SystemResolver: DNSUpstream, @unchecked Sendable {
             case .success: throw DNSError(.upstreamFailed, "\(identifier): no message")
             }
         }
+    }
+
+    /// Sends a whole query message (split DNS forwards other types this way) and returns the
+    /// response with the query's ID (c-ares gives each query one of its own). A response whose RCODE
+    /// c-ares treats as a server failure (SERVFAIL, REFUSED, NOTIMP) is an error, as in lookups.
+    public func exchange(_ query: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
+        let question: DNSMessage.Question
+        do {
+            let message = try DNSMessage(decoding: query)
+            guard !message.isResponse, message.questions.count == 1 else { throw DNSError(.invalidQuery, "not a query with one question") }
+            question = message.questions[0]
+        } catch let error as DNSError {
+            throw error
+        } catch {
+            throw DNSError(.invalidQuery, "not a DNS message: \(error)")
+        }
+        let raw = try await exchange(question, wire: query, timeout: timeout)
+        guard var answer = raw.answer, answer.count >= 12 else {
+            switch Self.interpret(status: raw.status, answer: nil, question: question, server: identifier) {
+            case .failure(let error): throw error
+            case .success: throw DNSError(.upstreamFailed, "\(identifier): no message")
+            }
+        }
+        answer[0] = query[0]
+        answer[1] = query[1]
+        return answer
     }
 
     private func exchange(_ question: DNSMessage.Question, wire: [UInt8]? = nil, timeout: Duration) async throws(DNSError) -> RawAnswer {

@@ -177,7 +177,9 @@ struct LookupOptions: ParsableArguments {
         do {
             var system: SystemResolver?
             if settings.options.fallback == .system { system = try makeSystemResolver(settings) }
-            return try HTTPDNSResolver(configuration: settings.configuration, options: settings.options, fallback: system)
+            return try HTTPDNSResolver(
+                configuration: settings.configuration, options: settings.options, fallback: system,
+                plainDNS: { server throws(DNSError) in try SystemResolver(servers: [server]) })
         } catch {
             throw ValidationError(error.message)
         }
@@ -254,7 +256,8 @@ struct LookupOptions: ParsableArguments {
         if dnssec != nil { dnssecSettings.policy = try dnssecPolicy }
         if trustAnchors != nil { dnssecSettings.anchors = try loadTrustAnchors() }
         let configuration = HTTPDNSConfiguration(
-            upstreams: upstreams, caFile: caFile ?? file?.configuration.caFile, dnssec: dnssecSettings, localZone: file?.configuration.localZone)
+            upstreams: upstreams, caFile: caFile ?? file?.configuration.caFile, dnssec: dnssecSettings, localZone: file?.configuration.localZone,
+            forwardZones: file?.configuration.forwardZones ?? [])
         var options = file?.options ?? HTTPDNSOptions()
         if file == nil {
             // A one-shot lookup shows the TTL the resolver served; clamping matters only for reuse.

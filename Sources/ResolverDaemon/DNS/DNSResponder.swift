@@ -61,7 +61,7 @@ enum DNSResponder {
         guard let type = query.addressType else { return await forward(query, resolver: resolver) }
         // CD with validation on: the client validates itself and wants the data as the upstream
         // has it, bogus or not (RFC 4035 §3.2.2) — with the RRSIGs when it set DO.
-        if query.checkingDisabled, resolver.configuration.dnssec.policy != .off, resolver.canForward {
+        if query.checkingDisabled, resolver.configuration.dnssec.policy != .off, resolver.canForward(query.question.name) {
             return await forward(query, resolver: resolver)
         }
         if let ready = cachedAnswer(query, resolver: resolver) { return ready }
@@ -70,13 +70,13 @@ enum DNSResponder {
             return DNSAnswers.response(to: query, resolution, now: resolver.clock.now)
         } catch {
             // A name DNS allows but a host name does not: the upstream decides (BIND says NXDOMAIN).
-            if error.code == .invalidName, resolver.canForward { return await forward(query, resolver: resolver) }
+            if error.code == .invalidName, resolver.canForward(query.question.name) { return await forward(query, resolver: resolver) }
             return DNSAnswers.response(to: query, error, negativeTTL: UInt32(clamping: resolver.options.negativeTTL.components.seconds))
         }
     }
 
     static func forward(_ query: DNSQuery, resolver: HTTPDNSResolver) async -> Answer {
-        guard resolver.canForward else {
+        guard resolver.canForward(query.question.name) else {
             return Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.notImplemented.rawValue).finish(), minTTL: 0)
         }
         do {
