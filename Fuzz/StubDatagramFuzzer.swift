@@ -10,8 +10,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         precondition(wire.count < 12 || wire[2] & 0x80 != 0, "only non-queries go unanswered")
     case .now(let bytes):
         checkErrorReply(wire, bytes)
-    case .answer(let bytes, let query):
-        checkAnswered(query, StubDatagram.fitted(bytes, to: query), udp: true)
+    case .answer(let answer, let query):
+        checkAnswered(query, StubDatagram.fitted(answer.bytes, to: query), udp: true)
         checkAnswered(query, bytes, udp: false)
     case .lookup(let query):
         let answer = syntheticAnswer(for: query, seed: wire)

@@ -132,6 +132,24 @@ package struct DaemonSettings: Sendable {
     package var user: String?
     /// `cache.shared`: the Redis cache the members of a pool share, or nil.
     package var sharedCache: SharedCacheSettings?
+    /// `query_log`: where every answered question is logged, or nil (off, the default).
+    package var queryLog: QueryLog?
+
+    /// `query_log`: JSON Lines, rotated by size, written off the serving path.
+    package struct QueryLog: Sendable, Hashable {
+        package var path: String
+        /// The size at which the file is rotated. Default 100 MB.
+        package var maxBytes = 100_000_000
+        /// Rotated files kept (`path.1` … `path.N`). Default 5.
+        package var keep = 5
+        /// Client addresses are logged with only this many leading bits (nil: whole). E.g. 24, 48.
+        package var anonymizeIPv4: Int?
+        package var anonymizeIPv6: Int?
+        /// Entries waiting for the writer; past it, entries are dropped and counted. Default 10,000.
+        package var bufferEntries = 10_000
+
+        package init(path: String) { self.path = path }
+    }
 
     package init() {}
 
@@ -300,7 +318,7 @@ private struct Reader {
             "upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
             "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
-            "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl", "forward",
+            "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl", "forward", "query_log",
         ]
         var dnssec = DNSSECSettings()
         var local = LocalZone.Builder()
@@ -361,6 +379,7 @@ private struct Reader {
                 let text: String
                 do { text = try String(contentsOfFile: file, encoding: .utf8) } catch { throw fail(value, key, "cannot read '\(file)'") }
                 do { dnssec.anchors = try TrustAnchors(presentation: text) } catch { throw fail(value, key, "\(file): \(error)") }
+            case "query_log": config.daemon.queryLog = try queryLog(value)
             case "forward":
                 guard case let .sequence(list) = value, !list.isEmpty else { throw fail(value, key, "expected a list of {zones, upstreams}") }
                 for (index, item) in list.enumerated() { forwardZones.append(try forwardZone(item, "forward[\(index)]")) }
@@ -400,6 +419,32 @@ private struct Reader {
         config.lookup.options = options
         do { try config.lookup.configuration.validate() } catch { throw fail(root, "upstreams", error.message) }
         return config
+    }
+
+    /// `query_log:` — `file`, `max_bytes`, `keep`, `anonymize: {ipv4_prefix, ipv6_prefix}`, `buffer`.
+    func queryLog(_ node: Node) throws(DNSError) -> DaemonSettings.QueryLog {
+        var file: String?
+        var log = DaemonSettings.QueryLog(path: "")
+        for (name, _, value) in try mapping(node, "query_log", allowed: ["file", "max_bytes", "keep", "anonymize", "buffer"]) {
+            let path = "query_log.\(name)"
+            switch name {
+            case "file": file = try self.path(value, path)
+            case "max_bytes": log.maxBytes = try integer(value, path, 4_096...1 << 40)
+            case "keep": log.keep = try integer(value, path, 0...100)
+            case "buffer": log.bufferEntries = try integer(value, path, 1...10_000_000)
+            default:
+                for (key, _, prefix) in try mapping(value, path, allowed: ["ipv4_prefix", "ipv6_prefix"]) {
+                    if key == "ipv4_prefix" {
+                        log.anonymizeIPv4 = try integer(prefix, "\(path).\(key)", 0...32)
+                    } else {
+                        log.anonymizeIPv6 = try integer(prefix, "\(path).\(key)", 0...128)
+                    }
+                }
+            }
+        }
+        guard let file else { throw fail(node, "query_log", "needs file") }
+        log.path = file
+        return log
     }
 
     /// One `forward:` entry: `zones` and `upstreams` (`dns: IP[:port]` for plain DNS, or a DoH or

@@ -129,6 +129,8 @@ final class DaemonState: Sendable {
     private let stopping = Atomic<Bool>(false)
     /// Set once the process switched to `user:`.
     let privilegesDropped = Atomic<Bool>(false)
+    /// The query log (`query_log:`), or nil when off.
+    let queryLog: QueryLog?
 
     init(
         runtime: Runtime, configPath: String?, adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }, metrics: DaemonMetrics,
@@ -139,9 +141,20 @@ final class DaemonState: Sendable {
         self.adjust = adjust
         self.metrics = metrics
         self.logger = logger
+        queryLog = runtime.config.daemon.queryLog.map { QueryLog(settings: $0, metrics: metrics.factory) }
     }
 
     var current: Runtime { runtime.withLock { $0 } }
+
+    /// Logs an answered question when the query log is on (one nil check when it is off).
+    func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: String, started: UInt64) {
+        guard let queryLog else { return }
+        let verdict: String? = statuses.withLock { $0.isEmpty ? nil : $0[query.question.name.description]?.comparison.verdict.kind.rawValue }
+        queryLog.record(
+            QueryLog.Entry(
+                time: Date(), client: client, transport: transport, query: query, response: answer.bytes, provenance: answer.provenance,
+                verdict: verdict, latencyNanoseconds: DispatchTime.now().uptimeNanoseconds &- started))
+    }
 
     func replace(with new: Runtime) -> Runtime {
         runtime.withLock { old in
@@ -471,6 +484,7 @@ package final class Daemon: Sendable {
             }
         }
         final.shutdown()
+        state.queryLog?.stop()
         if let failure {
             logger.error("stopped with an error", metadata: ["error": "\(failure)"])
             throw failure
@@ -651,6 +665,7 @@ struct Reloader: Service {
                 ("limits.max_connections", config.daemon.limits.maxConnections != running.daemon.limits.maxConnections),
                 ("limits.request_timeout", config.daemon.limits.requestTimeout != running.daemon.limits.requestTimeout),
                 ("limits.idle_timeout", config.daemon.limits.idleTimeout != running.daemon.limits.idleTimeout),
+                ("query_log", config.daemon.queryLog != running.daemon.queryLog),
             ] where changed {
                 logger.warning("\(key) changed: takes effect after a restart", metadata: ["key": "\(key)"])
             }
@@ -668,6 +683,8 @@ struct Reloader: Service {
                 try? await Task.sleep(for: .seconds(30))
                 old.shutdown()
             }
+            // The query log's file is opened again (after an external rotation, say).
+            state.queryLog?.reopen()
             logger.notice("configuration reloaded", metadata: ["file": "\(path)", "watched": "\(config.daemon.watch.count)"])
             Daemon.logLocalData(config, logger: logger)
         } catch {

@@ -26,7 +26,9 @@ extension DaemonSuites {
                 config: DaemonProcess.config(
                     port: Self.port,
                     extra: """
+                        \(DaemonProcess.tlsConfig)
                         dns_listen: "127.0.0.1:\(Self.dnsPort)"
+                        query_log: {file: \(directory.appendingPathComponent("queries.jsonl").path), anonymize: {ipv4_prefix: 24}}
                         local_ttl: 120
                         records:
                           - "nas.home.test A 192.168.1.10"
@@ -37,7 +39,7 @@ extension DaemonSuites {
                         block:
                           lists: [\(directory.appendingPathComponent("block.txt").path)]
                           allow: [www.hd.test]
-                        """), port: Self.port)
+                        """), port: Self.port, https: true)
         }
 
         func dig(_ arguments: [String]) async throws -> CLI.Output {
@@ -103,6 +105,34 @@ extension DaemonSuites {
             #expect(try await daemon.waitForLog("configuration reloaded"), "\(daemon.logText)")
             #expect(try await dig(["www.new.test", "A"]).stdout.contains("EDE: 15 (Blocked)"))
             #expect(try await short(["www.hd.test", "A"]) == ["198.18.0.10"])
+
+            // The query log: every transport, where each answer came from, written by the time the
+            // daemon has stopped.
+            #expect(try await dig(["+tcp", "nas.home.test", "A"]).status == 0)
+            let doh = try await CLI.run(
+                [
+                    "@127.0.0.1", "-p", "\(Self.port)", "+https=/dns-query", "+tls-ca=\(TestEnvironment.caFile)", "+tls-hostname=localhost",
+                    "+timeout=5", "+retry=0", "www.hd.test", "A",
+                ], executable: "/usr/bin/kdig")
+            #expect(doh.stdout.contains("198.18.0.10"), "\(doh.stdout)\(doh.stderr)")
+            #expect(daemon.stop() == 0)
+            let log = try String(contentsOf: directory.appendingPathComponent("queries.jsonl"), encoding: .utf8)
+            let entries = try log.split(separator: "\n").map { try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]) }
+            func find(_ name: String, _ transport: String) -> [String: Any]? {
+                entries.last { $0["name"] as? String == name && $0["transport"] as? String == transport }
+            }
+            #expect(find("nas.home.test", "udp")?["source"] as? String == "local", "\(log)")
+            #expect(find("nas.home.test", "tcp")?["answers"] as? [String] == ["192.168.1.10"], "\(log)")
+            let blockedEntry = find("x.ads.test", "udp")
+            #expect(blockedEntry?["source"] as? String == "blocked", "\(log)")
+            #expect(blockedEntry?["rcode"] as? String == "NXDOMAIN")
+            #expect(blockedEntry?["ede"] as? Int == 15)
+            #expect(blockedEntry?["client"] as? String == "127.0.0.0")
+            let viaDoH = find("www.hd.test", "doh")
+            #expect(["cache", "doh"].contains(viaDoH?["source"] as? String ?? ""), "\(log)")
+            #expect(viaDoH?["answers"] as? [String] == ["198.18.0.10"])
+            #expect((viaDoH?["latency_ms"] as? Double ?? -1) >= 0)
+            #expect(entries.contains { $0["name"] as? String == "alias.home.test" && $0["source"] as? String == "local+doh" }, "\(log)")
         }
     }
 }

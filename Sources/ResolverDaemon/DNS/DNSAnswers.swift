@@ -8,6 +8,16 @@ enum DNSAnswers {
     struct Answer: Sendable {
         var bytes: [UInt8]
         var minTTL: UInt32
+        /// Where the answer came from, for the query log; nil for error replies.
+        var provenance: Provenance?
+    }
+
+    /// Where an answer came from: `cache`, `doh`, `local`, `blocked`, `forwarded`, … with the
+    /// upstream and the DNSSEC status when there are.
+    struct Provenance: Sendable {
+        var source: String
+        var upstream: String?
+        var dnssec: String?
     }
 
     /// The reply to a message that cannot be answered normally; nil when it gets none.
@@ -56,7 +66,11 @@ enum DNSAnswers {
         var writer = DNSResponseWriter(answering: query)
         let minTTL = response(to: query, resolution, now: now, owner: DNSResponseWriter.questionNameOffset, writer: &writer)
         if resolution.dnssec == .secure, query.wantsAuthenticData { writer.markAuthentic() }
-        return Answer(bytes: writer.finish(), minTTL: minTTL == .max ? 0 : minTTL)
+        return Answer(bytes: writer.finish(), minTTL: minTTL == .max ? 0 : minTTL, provenance: provenance(of: resolution))
+    }
+
+    static func provenance(of resolution: Resolution) -> Provenance {
+        Provenance(source: resolution.source.rawValue, upstream: resolution.upstream, dnssec: resolution.dnssec?.name)
     }
 
     /// Writes `resolution`'s CNAME (when its canonical name is not the name at `owner`) and
@@ -103,7 +117,9 @@ enum DNSAnswers {
         } else {
             writer.markAuthoritative()
         }
-        return Answer(bytes: writer.finish(), minTTL: minTTL == .max ? 0 : minTTL)
+        var provenance = resolution.map(provenance(of:)) ?? Provenance(source: "local")
+        if resolution != nil { provenance.source = "local+" + provenance.source }
+        return Answer(bytes: writer.finish(), minTTL: minTTL == .max ? 0 : minTTL, provenance: provenance)
     }
 
     /// The response to a blocked name (`block.answer`): NXDOMAIN, REFUSED, or `0.0.0.0`/`::` for A
@@ -122,7 +138,7 @@ enum DNSAnswers {
         if mode == .nullIP, let type = query.addressType {
             writer.appendAddress(owner: DNSResponseWriter.questionNameOffset, ttl: ttl, type == .a ? .v4(0) : .v6(0, 0))
         }
-        return Answer(bytes: writer.finish(), minTTL: mode == .refused ? 0 : ttl)
+        return Answer(bytes: writer.finish(), minTTL: mode == .refused ? 0 : ttl, provenance: Provenance(source: "blocked"))
     }
 
     /// The response to a lookup that ended in `code`: NXDOMAIN and NODATA with `negativeTTL` for
@@ -150,7 +166,7 @@ enum DNSAnswers {
         var writer = DNSResponseWriter(answering: query, rcode: rcode.rawValue)
         if code == .dnssecBogus { writer.extendedError = (6, detail ?? "DNSSEC Bogus") }
         if dnssec == .secure, code == .nxdomain || code == .nodata, query.wantsAuthenticData { writer.markAuthentic() }
-        return Answer(bytes: writer.finish(), minTTL: ttl)
+        return Answer(bytes: writer.finish(), minTTL: ttl, provenance: Provenance(source: "error", dnssec: dnssec?.name))
     }
 
     /// The smallest TTL of a response's answers (OPT aside); for a negative answer, the SOA's
@@ -167,7 +183,7 @@ enum StubDatagram {
         /// Send these bytes (an error reply: small whatever the transport).
         case now([UInt8])
         /// Send this answer to the query (over UDP through ``fitted(_:to:)``).
-        case answer([UInt8], DNSQuery)
+        case answer(DNSAnswers.Answer, DNSQuery)
         /// Look the query up, then send the answer through ``fitted(_:to:)``.
         case lookup(DNSQuery)
         /// Send nothing (not a query).
@@ -182,7 +198,7 @@ enum StubDatagram {
         } catch {
             return (DNSAnswers.reply(to: error).map(Reply.now) ?? .none, true)
         }
-        if let answer = cached(query) { return (.answer(answer.bytes, query), false) }
+        if let answer = cached(query) { return (.answer(answer, query), false) }
         return (.lookup(query), false)
     }
 

@@ -86,7 +86,7 @@ enum DNSResponder {
             // forwarded data was not validated here, so the upstream's AD — which a lying upstream
             // sets at will — is not passed on.
             if resolver.configuration.dnssec.policy != .off, response.count > 3 { response[3] &= ~0x20 }
-            return Answer(bytes: response, minTTL: DNSAnswers.minTTL(of: response))
+            return Answer(bytes: response, minTTL: DNSAnswers.minTTL(of: response), provenance: .init(source: "forwarded"))
         } catch {
             return Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.serverFailure.rawValue).finish(), minTTL: 0)
         }

@@ -153,14 +153,16 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
         let wire = Array(buffer: envelope.data)
+        let started = state.queryLog == nil ? 0 : DispatchTime.now().uptimeNanoseconds
         switch StubDatagram.reply(to: wire, state: state, transport: .udp) {
         case .none:
             return
         case .now(let response):
             context.write(wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))), promise: nil)
         case .answer(let answer, let query):
-            let response = StubDatagram.fitted(answer, to: query)
-            if response.count < answer.count { state.metrics.stubTruncated.increment() }
+            let response = StubDatagram.fitted(answer.bytes, to: query)
+            if response.count < answer.bytes.count { state.metrics.stubTruncated.increment() }
+            state.logQuery(query, answer, client: envelope.remoteAddress, transport: "udp", started: started)
             context.write(wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))), promise: nil)
         case .lookup(let query):
             guard lookups.enter() else {
@@ -174,6 +176,7 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
                 lookups.leave()
                 let response = StubDatagram.fitted(answer.bytes, to: query)
                 if response.count < answer.bytes.count { state.metrics.stubTruncated.increment() }
+                state.logQuery(query, answer, client: envelope.remoteAddress, transport: "udp", started: started)
                 try? await channel.writeAndFlush(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response)))
             }
         }
@@ -286,9 +289,13 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
             buffer.moveReaderIndex(forwardBy: 2)
             let wire = buffer.readBytes(length: Int(length)) ?? []
             lastActivity = now
+            let started = state.queryLog == nil ? 0 : DispatchTime.now().uptimeNanoseconds
             switch StubDatagram.reply(to: wire, state: state, transport: .tcp) {
-            case .now(let response), .answer(let response, _):
+            case .now(let response):
                 write(response, context: context)
+            case .answer(let answer, let query):
+                write(answer.bytes, context: context)
+                state.logQuery(query, answer, client: context.remoteAddress, transport: "tcp", started: started)
             case .none:
                 // A response, or less than a header: this stream cannot be trusted to be framed
                 // right any more.
@@ -303,10 +310,11 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
                 }
                 pending += 1
                 let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-                let state = self.state, lookups = self.lookups, eventLoop = context.eventLoop
+                let state = self.state, lookups = self.lookups, eventLoop = context.eventLoop, client = context.remoteAddress
                 Task {
                     let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
                     lookups.leave()
+                    state.logQuery(query, answer, client: client, transport: "tcp", started: started)
                     eventLoop.execute { handler.value.finished(answer.bytes) }
                 }
             }

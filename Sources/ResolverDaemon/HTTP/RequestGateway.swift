@@ -116,13 +116,16 @@ final class RequestGateway: Sendable {
         let resolver = runtime.resolver
         if let answer = state.answerWithoutWaiting(query, runtime: runtime) {
             metrics.dohAnswered(post: method == "POST", nanoseconds: DispatchTime.now().uptimeNanoseconds - started)
+            state.logQuery(query, answer, client: channel.remoteAddress, transport: "doh", started: started)
             return .ready(Self.dnsAnswer(answer))
         }
         guard enter(runtime) else { return .ready(record(Self.busy(runtime), route: route, method: method, started: started)) }
         let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
+        let client = state.queryLog == nil ? nil : channel.remoteAddress
         Task {
             let answer = await DNSResponder.answer(query, resolver: resolver)
             self.leave()
+            self.state.logQuery(query, answer, client: client, transport: "doh", started: started)
             promise.succeed(self.record(Self.dnsAnswer(answer), route: route, method: method, started: started))
         }
         return .pending(promise.futureResult)

@@ -1,0 +1,97 @@
+import DNSCore
+import Foundation
+import MetricsTestKit
+import NIOCore
+import ResolverConfig
+import Testing
+
+@testable import ResolverDaemon
+
+/// The query log's writer in process: every entry is written or counted as dropped, lines are
+/// JSON with the documented keys, files rotate by size, client addresses are cut to their prefix.
+@Suite struct QueryLogTests {
+    func entry(_ name: String, client: String = "192.0.2.77") throws -> QueryLog.Entry {
+        let query = try DNSQuery(Wire.header() + Wire.question(name))
+        let answer = DNSAnswers.response(to: query, .nxdomain, negativeTTL: 30)
+        return QueryLog.Entry(
+            time: Date(timeIntervalSince1970: 1_800_000_000.25), client: try SocketAddress(ipAddress: client, port: 5353),
+            transport: "udp", query: query, response: answer.bytes, provenance: .init(source: "doh", upstream: "https://u.test/dns-query"),
+            verdict: "consistent", latencyNanoseconds: 1_234_567)
+    }
+
+    func directory() throws -> URL {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("qlog-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory
+    }
+
+    func lines(_ directory: URL) throws -> [[String: Any]] {
+        try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted().flatMap { file in
+            try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8).split(separator: "\n").map {
+                try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+            }
+        }
+    }
+
+    @Test func everyEntryIsWrittenOrCountedAsDropped() throws {
+        let directory = try directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var settings = DaemonSettings.QueryLog(path: directory.appendingPathComponent("q.jsonl").path)
+        settings.bufferEntries = 4
+        let metrics = TestMetrics()
+        let log = QueryLog(settings: settings, metrics: metrics)
+        let sample = try entry("www.example.test")
+        let start = DispatchTime.now().uptimeNanoseconds
+        for _ in 0..<5_000 { log.record(sample) }
+        // The serving side never waited for the file.
+        #expect(DispatchTime.now().uptimeNanoseconds - start < 500_000_000)
+        log.stop()
+        let written = try metrics.expectCounter("httpdns_query_log_entries_total", [("outcome", "written")]).totalValue
+        let dropped = try metrics.expectCounter("httpdns_query_log_entries_total", [("outcome", "dropped")]).totalValue
+        #expect(written + dropped == 5_000)
+        #expect(dropped > 0)
+        #expect(try lines(directory).count == written)
+    }
+
+    @Test func linesCarryTheDocumentedKeysAndRotateBySize() throws {
+        let directory = try directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var settings = DaemonSettings.QueryLog(path: directory.appendingPathComponent("q.jsonl").path)
+        settings.maxBytes = 4_096
+        settings.keep = 2
+        settings.anonymizeIPv4 = 24
+        settings.anonymizeIPv6 = 48
+        let log = QueryLog(settings: settings, metrics: TestMetrics())
+        for index in 0..<100 {
+            log.record(try entry("n\(index).example.test", client: index % 2 == 0 ? "192.0.2.77" : "2001:db8:1:2::9"))
+            if index % 10 == 9 { usleep(20_000) }  // several batches, so that rotation has turns
+        }
+        log.stop()
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+        #expect(files == ["q.jsonl", "q.jsonl.1", "q.jsonl.2"])
+        for file in files {
+            let size = try FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent(file).path)[.size] as? Int ?? 0
+            #expect(size <= 4_096 + 10 * 400, "\(file): \(size)")
+        }
+        let first = try #require(try lines(directory).last)
+        #expect(
+            Set(first.keys) == ["time", "client", "transport", "name", "type", "rcode", "answers", "source", "upstream", "verdict", "latency_ms"])
+        #expect(first["time"] as? String == "2027-01-15T08:00:00.250Z")
+        #expect(first["rcode"] as? String == "NXDOMAIN")
+        #expect(first["latency_ms"] as? Double == 1.235)
+        let clients = Set(try lines(directory).compactMap { $0["client"] as? String })
+        #expect(clients == ["192.0.2.0", "2001:db8:1::"])
+    }
+
+    @Test func anonymisingCutsTheAddressAtThePrefix() {
+        var settings = DaemonSettings.QueryLog(path: "/dev/null")
+        settings.anonymizeIPv4 = 16
+        settings.anonymizeIPv6 = 56
+        #expect(QueryLog.anonymized(IPAddress("203.0.113.200")!, settings).description == "203.0.0.0")
+        #expect(QueryLog.anonymized(IPAddress("2001:db8:aaaa:bbcc::1")!, settings).description == "2001:db8:aaaa:bb00::")
+        settings.anonymizeIPv6 = 128
+        #expect(QueryLog.anonymized(IPAddress("2001:db8::1")!, settings).description == "2001:db8::1")
+        settings.anonymizeIPv4 = 0
+        #expect(QueryLog.anonymized(IPAddress("203.0.113.200")!, settings).description == "0.0.0.0")
+    }
+}
