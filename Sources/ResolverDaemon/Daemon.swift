@@ -152,7 +152,7 @@ final class DaemonState: Sendable {
         let verdict: String? = statuses.withLock { $0.isEmpty ? nil : $0[query.question.name.description]?.comparison.verdict.kind.rawValue }
         queryLog.record(
             QueryLog.Entry(
-                time: Date(), client: client, transport: transport, query: query, response: answer.bytes, provenance: answer.provenance,
+                time: QueryLog.now(), client: client, transport: transport, query: query, response: answer.bytes, provenance: answer.provenance,
                 verdict: verdict, latencyNanoseconds: DispatchTime.now().uptimeNanoseconds &- started))
     }
 

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# What the resolver features cost on the daemon's cached path (BENCHMARKS.md):
+#
+#   Scripts/bench-features.sh [ROUNDS] [SECONDS]     defaults 3 and 10
+#
+# Three daemons from one release build, each with the same upstream and 1,000 cached names:
+#   base      no local data, no query log
+#   querylog  base + query_log (a JSON line per question, on the same disk)
+#   blocklist base + a block list of 1,000,000 names and 1,000 local records (every question is
+#             checked against them; the asked names are in neither)
+# Clients, rounds interleaved, ROUNDS x SECONDS each: h2load GET (DoH, 1 connection, 64 streams) and
+# dnsperf over the UDP stub (64 in flight). Servers on CPU 0, clients on CPU 1. Prints q/s min /
+# median / max per daemon and the ratio of medians to base.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+. Scripts/lib.sh
+rounds=${1:-3}
+seconds=${2:-10}
+
+need_build_packages
+need_packages dnsperf nghttp2-client python3
+need_testenv_packages
+isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
+if [ -n "${RESOLVE_BIN:-}" ]; then
+    bin=$RESOLVE_BIN
+else
+    swift build -c release --product resolve 2>&1 | grep -E "error|warning: " || true
+    bin="$(swift build -c release --show-bin-path)/resolve"
+fi
+use_testenv
+
+work=$(mktemp -d)
+ca="$root/.testenv/ca/ca.pem"
+python3 - "$work" <<'PY'
+import random, sys
+work = sys.argv[1]
+rng = random.Random(7)
+with open(f"{work}/block.txt", "w") as out:
+    for i in range(1_000_000):
+        out.write(f"{rng.getrandbits(40):x}-{i % 1000}.ads-{i % 5000}.test\n")
+with open(f"{work}/records.yaml", "w") as out:
+    out.write("records:\n")
+    for i in range(1000):
+        out.write(f'  - "host{i}.home.test A 192.168.{i // 250}.{i % 250 + 1}"\n')
+PY
+declare -A port=([base]=18521 [querylog]=18523 [blocklist]=18525)
+daemons=(base querylog blocklist)
+pids=()
+for name in "${daemons[@]}"; do
+    p=${port[$name]}
+    cat >"$work/$name.yaml" <<YAML
+upstreams:
+  - {doh: "https://doh-a.test:$DOH_PORT/dns-query", bootstrap: [127.0.0.1]}
+ca_file: $ca
+allow_private: true
+system_dns: ["127.0.0.1:$SYSTEM_DNS_PORT"]
+listen: "127.0.0.1:$p"
+dns_listen: "127.0.0.1:$((p + 1))"
+tls: {cert: $root/.testenv/ca/daemon.test.pem, key: $root/.testenv/ca/daemon.test.key}
+limits: {max_concurrent_requests: 4096}
+YAML
+    case $name in
+        querylog) echo "query_log: {file: $work/queries.jsonl, max_bytes: 1000000000}" >>"$work/$name.yaml" ;;
+        blocklist) { echo "block: {lists: [$work/block.txt]}"; cat "$work/records.yaml"; } >>"$work/$name.yaml" ;;
+    esac
+    taskset -c 0 "$bin" daemon --config "$work/$name.yaml" --log-level warning 2>"$work/$name.log" &
+    pids+=($!)
+done
+on_exit "kill ${pids[*]} 2>/dev/null || true; rm -rf '$work'"
+for name in "${daemons[@]}"; do wait_for_port 127.0.0.1 "${port[$name]}" || { cat "$work/$name.log" >&2; exit 1; }; done
+
+for i in $(seq 0 999); do echo "w$i.bench.hd.test A"; done >"$work/cached.txt"
+python3 - "$work/cached.txt" >"$work/paths.txt" <<'PY'
+import base64, struct, sys
+for line in open(sys.argv[1]):
+    name = line.split()[0]
+    wire = struct.pack(">HHHHHH", 0, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0\0\1\0\1"
+    print("/dns-query?dns=" + base64.urlsafe_b64encode(wire).rstrip(b"=").decode())
+PY
+for name in "${daemons[@]}"; do
+    dnsperf -s 127.0.0.1 -p "$((${port[$name]} + 1))" -c 1 -q 64 -d "$work/cached.txt" -n 2 >/dev/null 2>&1
+done
+
+results="$work/results.txt"
+: >"$results"
+for _ in $(seq 1 "$rounds"); do
+    for name in "${daemons[@]}"; do
+        sed "s|^|https://127.0.0.1:${port[$name]}|" "$work/paths.txt" >"$work/h2load-$name.txt"
+        q=$(taskset -c 1 h2load -c 1 -m 64 -D "$seconds" -i "$work/h2load-$name.txt" 2>&1 | awk '/^finished in/ {q=$4; gsub(",", "", q)} END {print q}')
+        echo "h2load-doh $name $q" >>"$results"
+        q=$(taskset -c 1 dnsperf -s 127.0.0.1 -p "$((${port[$name]} + 1))" -c 1 -q 64 -d "$work/cached.txt" -l "$seconds" 2>&1 \
+            | awk '/Queries per second/ {print $4}')
+        echo "dnsperf-udp $name $q" >>"$results"
+    done
+done
+lines=$(wc -l <"$work/queries.jsonl" 2>/dev/null || echo 0)
+python3 - "$results" "$rounds" "$seconds" "$lines" <<'PY'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+print(f"cached path, {sys.argv[2]} x {sys.argv[3]} s per client and daemon, rounds interleaved; query log lines written: {sys.argv[4]}")
+print("\n| client | daemon | q/s min | median | max | median / base |")
+print("|---|---|---|---|---|---|")
+for client in ("h2load-doh", "dnsperf-udp"):
+    base = statistics.median(float(r[2]) for r in rows if r[0] == client and r[1] == "base")
+    for name in ("base", "querylog", "blocklist"):
+        values = sorted(float(r[2]) for r in rows if r[0] == client and r[1] == name)
+        median = statistics.median(values)
+        print(f"| {client} | {name} | {values[0]:,.0f} | {median:,.0f} | {values[-1]:,.0f} | {median / base:.3f} |")
+PY
