@@ -113,6 +113,8 @@ struct WatchHistoryEntry: Sendable {
 final class DaemonState: Sendable {
     private let runtime: Mutex<Runtime>
     private let statuses = Mutex<[String: WatchStatus]>([:])
+    /// Whether ``statuses`` holds anything (the query log asks it per question).
+    private let hasStatuses = Atomic<Bool>(false)
     /// The last ``historyLength`` checks of each watched host, oldest first (the status page).
     private let histories = Mutex<[String: [WatchHistoryEntry]]>([:])
     static let historyLength = 20
@@ -149,7 +151,9 @@ final class DaemonState: Sendable {
     /// Logs an answered question when the query log is on (one nil check when it is off).
     func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: String, started: UInt64) {
         guard let queryLog else { return }
-        let verdict: String? = statuses.withLock { $0.isEmpty ? nil : $0[query.question.name.description]?.comparison.verdict.kind.rawValue }
+        let verdict: String? =
+            hasStatuses.load(ordering: .relaxed)
+            ? statuses.withLock { $0[query.question.name.description]?.comparison.verdict.kind.rawValue } : nil
         queryLog.record(
             QueryLog.Entry(
                 time: QueryLog.now(), client: client, transport: transport, query: query, response: answer.bytes, provenance: answer.provenance,
@@ -171,6 +175,7 @@ final class DaemonState: Sendable {
             if list.count > Self.historyLength { list.removeFirst(list.count - Self.historyLength) }
             all[status.host] = list
         }
+        hasStatuses.store(true, ordering: .relaxed)
         return statuses.withLock { all in
             defer { all[status.host] = status }
             return all[status.host]?.comparison.verdict.kind

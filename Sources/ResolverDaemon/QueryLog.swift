@@ -167,11 +167,11 @@ final class QueryLog: Sendable {
                 second = seconds
                 secondText = Array(QueryLog.timestamp(seconds: seconds).utf8)
             }
-            out.append(contentsOf: #"{"time":""#.utf8)
+            Self.append(#"{"time":""#, to: &out)
             out.append(contentsOf: secondText)
             out.append(UInt8(ascii: "."))
             Self.digits(Int(entry.time / 1_000_000 % 1000), width: 3, to: &out)
-            out.append(contentsOf: #"Z""#.utf8)
+            Self.append(#"Z""#, to: &out)
             if let client = entry.client.flatMap(Self.address) {
                 field("client", to: &out)
                 out.append(UInt8(ascii: "\""))
@@ -194,16 +194,20 @@ final class QueryLog: Sendable {
             if let verdict = entry.verdict { string("verdict", verdict, to: &out) }
             field("latency_ms", to: &out)
             let micros = Int(min(entry.latencyNanoseconds, 1 << 50) / 1_000)
-            out.append(contentsOf: String(micros / 1000).utf8)
+            Self.decimal(micros / 1000, to: &out)
             out.append(UInt8(ascii: "."))
             Self.digits(micros % 1000, width: 3, to: &out)
-            out.append(contentsOf: "}\n".utf8)
+            Self.append("}\n", to: &out)
         }
 
         private func field(_ key: StaticString, to out: inout [UInt8]) {
-            out.append(contentsOf: #",""#.utf8)
-            out.append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
-            out.append(contentsOf: #"":"#.utf8)
+            Self.append(#",""#, to: &out)
+            Self.append(key, to: &out)
+            Self.append(#"":"#, to: &out)
+        }
+
+        static func append(_ text: StaticString, to out: inout [UInt8]) {
+            out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         }
 
         private func string(_ key: StaticString, _ value: String, to out: inout [UInt8]) {
@@ -228,7 +232,7 @@ final class QueryLog: Sendable {
             guard case let .v4(value) = ip else { return out.append(contentsOf: ip.description.utf8) }
             for shift in [24, 16, 8, 0] {
                 if shift != 24 { out.append(UInt8(ascii: ".")) }
-                out.append(contentsOf: String((value >> UInt32(shift)) & 0xff).utf8)
+                decimal(Int((value >> UInt32(shift)) & 0xff), to: &out)
             }
         }
 
@@ -264,17 +268,39 @@ final class QueryLog: Sendable {
 
         static func write(string: String, to out: inout [UInt8]) {
             out.append(UInt8(ascii: "\""))
-            for byte in string.utf8 {
-                switch byte {
-                case UInt8(ascii: "\""): out.append(contentsOf: [0x5c, 0x22])
-                case UInt8(ascii: "\\"): out.append(contentsOf: [0x5c, 0x5c])
-                case 0..<0x20:
-                    let hex = Array("0123456789abcdef".utf8)
-                    out.append(contentsOf: [0x5c, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0x0f)]])
-                default: out.append(byte)
+            var string = string
+            let copied = string.withUTF8 { bytes -> Bool in
+                // Most strings (URLs, sources, names) need no escape: one scan and one copy.
+                guard !bytes.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5c }) else { return false }
+                out.append(contentsOf: bytes)
+                return true
+            }
+            if !copied {
+                for byte in string.utf8 {
+                    switch byte {
+                    case UInt8(ascii: "\""): out.append(contentsOf: [0x5c, 0x22])
+                    case UInt8(ascii: "\\"): out.append(contentsOf: [0x5c, 0x5c])
+                    case 0..<0x20:
+                        let hex = Array("0123456789abcdef".utf8)
+                        out.append(contentsOf: [0x5c, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0x0f)]])
+                    default: out.append(byte)
+                    }
                 }
             }
             out.append(UInt8(ascii: "\""))
+        }
+
+        /// A non-negative integer in decimal, without a string.
+        static func decimal(_ value: Int, to out: inout [UInt8]) {
+            var digits = InlineArray<20, UInt8>(repeating: 0)
+            var count = 0
+            var rest = value
+            repeat {
+                digits[count] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+                count += 1
+            } while rest > 0
+            for index in stride(from: count - 1, through: 0, by: -1) { out.append(digits[index]) }
         }
 
         /// `"answers":[…]` (A and AAAA as addresses, CNAME as `CNAME target`, other types by name)
@@ -310,7 +336,9 @@ final class QueryLog: Sendable {
                             // Rare enough to decode the message for (compression pointers).
                             if decoded == nil { decoded = (try? DNSMessage(decoding: response))?.answers.filter { $0.type == .cname } ?? [] }
                             var target = "?"
-                            if let aliases = decoded, cnames < aliases.count, case let .cname(name) = aliases[cnames].data { target = name.description }
+                            if let aliases = decoded, cnames < aliases.count, case let .cname(name) = aliases[cnames].data {
+                                target = name.description
+                            }
                             cnames += 1
                             write(string: "CNAME " + target, to: &list)
                         default:
@@ -329,11 +357,11 @@ final class QueryLog: Sendable {
                 }
             }
             list.append(UInt8(ascii: "]"))
-            out.append(contentsOf: #","answers":"#.utf8)
+            append(#","answers":"#, to: &out)
             out.append(contentsOf: list)
             if let ede {
-                out.append(contentsOf: #","ede":"#.utf8)
-                out.append(contentsOf: String(ede).utf8)
+                append(#","ede":"#, to: &out)
+                decimal(ede, to: &out)
             }
         }
 
@@ -371,7 +399,8 @@ final class QueryLog: Sendable {
         var parts = tm()
         gmtime_r(&value, &parts)
         func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))"
+        return
+            "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))"
     }
 
     /// Nanoseconds since 1970 now (CLOCK_REALTIME).
