@@ -134,6 +134,29 @@ package struct DaemonSettings: Sendable {
     package var sharedCache: SharedCacheSettings?
     /// `query_log`: where every answered question is logged, or nil (off, the default).
     package var queryLog: QueryLog?
+    /// `rate_limit`: questions per second per client network, or nil (no limit, the default).
+    package var rateLimit: RateLimit?
+
+    /// `rate_limit`: a token bucket per client network on the stub (UDP, TCP) and DoH.
+    package struct RateLimit: Sendable, Hashable {
+        package var queriesPerSecond: Double
+        /// The bucket's size: questions a quiet client may send at once. Default twice the rate.
+        package var burst: Double
+        package var ipv4Prefix = 24
+        package var ipv6Prefix = 56
+        /// What a client past its limit gets: `refused` (REFUSED, as small as the query) or `drop`
+        /// (nothing over UDP and TCP; HTTP 429 over DoH).
+        package var action = Action.refused
+
+        package enum Action: String, Sendable, Hashable, CaseIterable {
+            case refused, drop
+        }
+
+        package init(queriesPerSecond: Double, burst: Double? = nil) {
+            self.queriesPerSecond = queriesPerSecond
+            self.burst = burst ?? queriesPerSecond * 2
+        }
+    }
 
     /// `query_log`: JSON Lines, rotated by size, written off the serving path.
     package struct QueryLog: Sendable, Hashable {
@@ -319,6 +342,7 @@ private struct Reader {
             "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
             "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl", "forward", "query_log",
+            "rate_limit",
         ]
         var dnssec = DNSSECSettings()
         var local = LocalZone.Builder()
@@ -380,6 +404,7 @@ private struct Reader {
                 do { text = try String(contentsOfFile: file, encoding: .utf8) } catch { throw fail(value, key, "cannot read '\(file)'") }
                 do { dnssec.anchors = try TrustAnchors(presentation: text) } catch { throw fail(value, key, "\(file): \(error)") }
             case "query_log": config.daemon.queryLog = try queryLog(value)
+            case "rate_limit": config.daemon.rateLimit = try rateLimit(value)
             case "forward":
                 guard case let .sequence(list) = value, !list.isEmpty else { throw fail(value, key, "expected a list of {zones, upstreams}") }
                 for (index, item) in list.enumerated() { forwardZones.append(try forwardZone(item, "forward[\(index)]")) }
@@ -419,6 +444,32 @@ private struct Reader {
         config.lookup.options = options
         do { try config.lookup.configuration.validate() } catch { throw fail(root, "upstreams", error.message) }
         return config
+    }
+
+    /// `rate_limit:` — `queries_per_second`, `burst`, `ipv4_prefix`, `ipv6_prefix`, `action`.
+    func rateLimit(_ node: Node) throws(DNSError) -> DaemonSettings.RateLimit {
+        var rate: Double?, burst: Double?, v4 = 24, v6 = 56, action = DaemonSettings.RateLimit.Action.refused
+        let keys: Set<String> = ["queries_per_second", "burst", "ipv4_prefix", "ipv6_prefix", "action"]
+        for (name, _, value) in try mapping(node, "rate_limit", allowed: keys) {
+            let path = "rate_limit.\(name)"
+            switch name {
+            case "queries_per_second", "burst":
+                guard case .scalar = value, let number = value.float, number.isFinite, number >= 1, number <= 10_000_000 else {
+                    throw fail(value, path, "expected a number from 1 to 10000000, got '\(value.string ?? "?")'")
+                }
+                if name == "burst" { burst = number } else { rate = number }
+            case "ipv4_prefix": v4 = try integer(value, path, 0...32)
+            case "ipv6_prefix": v6 = try integer(value, path, 0...64)
+            case "action": action = try enumeration(value, path, DaemonSettings.RateLimit.Action.self)
+            default: break
+            }
+        }
+        guard let rate else { throw fail(node, "rate_limit", "needs queries_per_second") }
+        var limit = DaemonSettings.RateLimit(queriesPerSecond: rate, burst: burst)
+        limit.ipv4Prefix = v4
+        limit.ipv6Prefix = v6
+        limit.action = action
+        return limit
     }
 
     /// `query_log:` — `file`, `max_bytes`, `keep`, `anonymize: {ipv4_prefix, ipv6_prefix}`, `buffer`.

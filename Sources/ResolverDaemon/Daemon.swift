@@ -133,6 +133,8 @@ final class DaemonState: Sendable {
     let privilegesDropped = Atomic<Bool>(false)
     /// The query log (`query_log:`), or nil when off.
     let queryLog: QueryLog?
+    /// Per-client rate limits (`rate_limit:`), or nil when off.
+    let rateLimiter: RateLimiter?
 
     init(
         runtime: Runtime, configPath: String?, adjust: @escaping @Sendable (inout ConfigFile) -> Void = { _ in }, metrics: DaemonMetrics,
@@ -144,9 +146,22 @@ final class DaemonState: Sendable {
         self.metrics = metrics
         self.logger = logger
         queryLog = runtime.config.daemon.queryLog.map { QueryLog(settings: $0, metrics: metrics.factory) }
+        rateLimiter = runtime.config.daemon.rateLimit.map { RateLimiter(settings: $0, metrics: metrics.factory) }
     }
 
     var current: Runtime { runtime.withLock { $0 } }
+
+    /// Whether a question from `client` may be answered (always, without `rate_limit:`).
+    func allows(_ client: SocketAddress?, transport: RateLimiter.Transport) -> Bool {
+        rateLimiter?.allows(client, transport: transport) ?? true
+    }
+
+    /// The REFUSED reply to a limited client's `wire`, or nil when it gets none (`action: drop`, or
+    /// not a query).
+    func limitedReply(to wire: [UInt8]) -> [UInt8]? {
+        guard rateLimiter?.settings.action == .refused, let query = try? DNSQuery(wire) else { return nil }
+        return DNSResponseWriter(answering: query, rcode: ResponseCode.refused.rawValue).finish()
+    }
 
     /// Logs an answered question when the query log is on (one nil check when it is off).
     func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: String, started: UInt64) {
@@ -671,6 +686,7 @@ struct Reloader: Service {
                 ("limits.request_timeout", config.daemon.limits.requestTimeout != running.daemon.limits.requestTimeout),
                 ("limits.idle_timeout", config.daemon.limits.idleTimeout != running.daemon.limits.idleTimeout),
                 ("query_log", config.daemon.queryLog != running.daemon.queryLog),
+                ("rate_limit", config.daemon.rateLimit != running.daemon.rateLimit),
             ] where changed {
                 logger.warning("\(key) changed: takes effect after a restart", metadata: ["key": "\(key)"])
             }

@@ -95,3 +95,52 @@ import Testing
         #expect(QueryLog.anonymized(IPAddress("203.0.113.200")!, settings).description == "0.0.0.0")
     }
 }
+
+/// The token buckets of `rate_limit:` on a manual clock.
+@Suite struct RateLimiterTests {
+    func limiter(rate: Double = 10, burst: Double = 5) -> RateLimiter {
+        var settings = DaemonSettings.RateLimit(queriesPerSecond: rate, burst: burst)
+        settings.ipv6Prefix = 56
+        return RateLimiter(settings: settings, metrics: TestMetrics())
+    }
+
+    @Test func aBurstThenTheRate() throws {
+        let limiter = limiter()
+        let client = try SocketAddress(ipAddress: "192.0.2.10", port: 5353)
+        let start: UInt64 = 1_000_000_000
+        let burst = (0..<8).map { _ in limiter.allows(client, transport: .udp, now: start) }
+        #expect(burst == [true, true, true, true, true, false, false, false])
+        // 10 per second: one more token after 100 ms, not before.
+        #expect(!limiter.allows(client, transport: .udp, now: start + 90_000_000))
+        #expect(limiter.allows(client, transport: .udp, now: start + 200_000_000))
+        // Quiet for a second: the bucket is full again, but never beyond the burst.
+        let later = (0..<7).map { _ in limiter.allows(client, transport: .udp, now: start + 5_000_000_000) }
+        #expect(later.filter { $0 }.count == 5)
+    }
+
+    @Test func neighboursShareTheirNetworksBucket() throws {
+        let limiter = limiter(burst: 1)
+        let now: UInt64 = 1
+        #expect(limiter.allows(try SocketAddress(ipAddress: "192.0.2.10", port: 1), transport: .udp, now: now))
+        #expect(!limiter.allows(try SocketAddress(ipAddress: "192.0.2.200", port: 2), transport: .tcp, now: now))
+        #expect(limiter.allows(try SocketAddress(ipAddress: "192.0.3.10", port: 1), transport: .udp, now: now))
+        #expect(limiter.allows(try SocketAddress(ipAddress: "2001:db8:0:100::1", port: 1), transport: .doh, now: now))
+        #expect(!limiter.allows(try SocketAddress(ipAddress: "2001:db8:0:1ff::9", port: 1), transport: .doh, now: now))
+        #expect(limiter.allows(try SocketAddress(ipAddress: "2001:db8:0:200::1", port: 1), transport: .doh, now: now))
+        // A Unix socket or no address: not limited.
+        #expect(limiter.allows(nil, transport: .doh, now: now))
+    }
+
+    @Test func manyNetworksDoNotGrowTheTableWithoutBound() throws {
+        let limiter = limiter(rate: 1, burst: 2)
+        var admitted = 0
+        for index in 0..<(16 * RateLimiter.maxBucketsPerShard + 5_000) {
+            if limiter.take(UInt64(index) << 8, now: 1) { admitted += 1 }
+        }
+        // The table filled, then new networks were limited at once (nobody had refilled).
+        #expect(admitted <= 16 * RateLimiter.maxBucketsPerShard)
+        #expect(admitted > 15 * RateLimiter.maxBucketsPerShard)
+        // Later, refilled buckets make room again.
+        #expect(limiter.take(UInt64.max >> 2, now: 10_000_000_000))
+    }
+}

@@ -154,6 +154,13 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
         let envelope = unwrapInboundIn(data)
         let wire = Array(buffer: envelope.data)
         let started = state.queryLog == nil ? 0 : DispatchTime.now().uptimeNanoseconds
+        guard state.allows(envelope.remoteAddress, transport: .udp) else {
+            if let refused = state.limitedReply(to: wire) {
+                context.write(
+                    wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: refused))), promise: nil)
+            }
+            return
+        }
         switch StubDatagram.reply(to: wire, state: state, transport: .udp) {
         case .none:
             return
@@ -290,6 +297,10 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
             let wire = buffer.readBytes(length: Int(length)) ?? []
             lastActivity = now
             let started = state.queryLog == nil ? 0 : DispatchTime.now().uptimeNanoseconds
+            guard state.allows(context.remoteAddress, transport: .tcp) else {
+                if let refused = state.limitedReply(to: wire) { write(refused, context: context) }
+                continue
+            }
             switch StubDatagram.reply(to: wire, state: state, transport: .tcp) {
             case .now(let response):
                 write(response, context: context)

@@ -113,6 +113,12 @@ final class RequestGateway: Sendable {
             metrics.dohMalformed.increment()
             return .ready(record(.text(400, "not a DNS query: \(error.reason)\n"), route: route, method: method, started: started))
         }
+        if !state.allows(channel.remoteAddress, transport: .doh) {
+            guard let refused = state.limitedReply(to: wire) else {
+                return .ready(record(.text(429, "rate limited\n", headers: [("retry-after", "1")]), route: route, method: method, started: started))
+            }
+            return .ready(record(Self.dnsAnswer(.init(bytes: refused, minTTL: 0)), route: route, method: method, started: started))
+        }
         let resolver = runtime.resolver
         if let answer = state.answerWithoutWaiting(query, runtime: runtime) {
             metrics.dohAnswered(post: method == "POST", nanoseconds: DispatchTime.now().uptimeNanoseconds - started)
