@@ -16,6 +16,9 @@ need_packages chromium libnss3-tools
 need_packages systemd
 # The pool test: dnsdist 1.7 in front of three daemons under dnsperf load.
 need_packages dnsdist dnsperf
+# DNS over TLS served to Debian's stubby (a real DoT stub); it is started only by the test, with its
+# own config naming our loopback daemon as its one upstream.
+need_packages stubby
 # The shared cache (cache.shared) against a real Redis.
 need_packages redis-server
 need_testenv_packages

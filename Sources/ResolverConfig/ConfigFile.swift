@@ -112,6 +112,8 @@ package struct DaemonSettings: Sendable {
     package var listen = "127.0.0.1:8053"
     /// The optional plain-DNS stub.
     package var dnsListen: String?
+    /// The optional DNS-over-TLS listener (RFC 7858), with the `tls:` certificate.
+    package var dotListen: String?
     package var watch: [Watch] = []
     /// HTTPS: a PEM certificate chain and its key. With it the listener speaks TLS with HTTP/2 and
     /// HTTP/1.1 offered by ALPN; without it, plain HTTP/1.1.
@@ -342,7 +344,7 @@ private struct Reader {
             "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
             "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl", "forward", "query_log",
-            "rate_limit",
+            "rate_limit", "dot_listen",
         ]
         var dnssec = DNSSECSettings()
         var local = LocalZone.Builder()
@@ -368,6 +370,7 @@ private struct Reader {
             case "cache": try cache(value, into: &options, config: &config)
             case "listen": config.daemon.listen = try endpoint(value, key)
             case "dns_listen": config.daemon.dnsListen = try endpoint(value, key)
+            case "dot_listen": config.daemon.dotListen = try endpoint(value, key, defaultPort: 853)
             case "watch":
                 // `watch:` with nothing after it: no watched hosts.
                 if case let .scalar(scalar) = value, ["", "~", "null"].contains(scalar.string) { continue }
@@ -422,6 +425,9 @@ private struct Reader {
             }
         }
         guard !upstreams.isEmpty else { throw fail(root, "upstreams", "at least one trusted upstream is required") }
+        if config.daemon.dotListen != nil, config.daemon.tls == nil {
+            throw fail(root, "dot_listen", "needs tls: (the certificate DNS over TLS is served with)")
+        }
         for (key, value) in localNodes {
             switch key {
             case "records": try records(value, into: &local)
@@ -916,9 +922,13 @@ private struct Reader {
         return DaemonSettings.Watch(host: host, port: port, interval: interval, httpsRecords: httpsRecords)
     }
 
-    /// A listener: `IPv4:port` or `[IPv6]:port`, parsed as the daemon binds it.
-    func endpoint(_ node: Node, _ key: String) throws(DNSError) -> String {
+    /// A listener: `IPv4:port` or `[IPv6]:port`, parsed as the daemon binds it; with a
+    /// `defaultPort`, an address alone too.
+    func endpoint(_ node: Node, _ key: String, defaultPort: Int? = nil) throws(DNSError) -> String {
         let value = try string(node, key)
+        if let defaultPort, let (address, port) = IPAddress.endpoint(value), port == nil {
+            return address.family == .ipv6 ? "[\(address)]:\(defaultPort)" : "\(address):\(defaultPort)"
+        }
         guard let (_, port) = IPAddress.endpoint(value), port != nil else {
             throw fail(node, key, "expected IPv4:port or [IPv6]:port, got '\(value)'")
         }

@@ -281,7 +281,8 @@ package final class Daemon: Sendable {
     private let exposition: @Sendable () -> [UInt8]
     private let signals: [UnixSignal]
     private let group = Mutex<ServiceGroup?>(nil)
-    private let bound = Mutex<(http: SocketAddress?, dnsUDP: SocketAddress?, dnsTCP: SocketAddress?, proxy: SocketAddress?)>((nil, nil, nil, nil))
+    private let bound = Mutex<(http: SocketAddress?, dnsUDP: SocketAddress?, dnsTCP: SocketAddress?, proxy: SocketAddress?, dot: SocketAddress?)>(
+        (nil, nil, nil, nil, nil))
     private let started = Mutex<[CheckedContinuation<Void, Never>]?>([])
     private let notifier: SystemdNotifier?
     /// Startup: READY=1 goes out once every listener is bound and the first readiness check is done.
@@ -321,6 +322,7 @@ package final class Daemon: Sendable {
         _ = try Self.tlsContext(config)
         _ = try Self.listenAddress(config.daemon.listen)
         if let dns = config.daemon.dnsListen { _ = try Self.listenAddress(dns, key: "dns_listen") }
+        if let dot = config.daemon.dotListen { _ = try Self.listenAddress(dot, key: "dot_listen") }
         if let proxy = config.daemon.proxyListen { _ = try Self.listenAddress(proxy, key: "proxy_listen") }
         state = DaemonState(runtime: runtime, configPath: configPath, adjust: adjust, metrics: DaemonMetrics(factory: metrics), logger: logger)
         Self.logLocalData(config, logger: logger)
@@ -333,6 +335,7 @@ package final class Daemon: Sendable {
     package var httpAddress: SocketAddress? { bound.withLock { $0.http } }
     package var dnsAddress: SocketAddress? { bound.withLock { $0.dnsUDP } }
     package var proxyAddress: SocketAddress? { bound.withLock { $0.proxy } }
+    package var dotAddress: SocketAddress? { bound.withLock { $0.dot } }
 
     /// Waits until the listeners are bound.
     package func waitUntilListening() async {
@@ -349,8 +352,13 @@ package final class Daemon: Sendable {
     private func listening() {
         let dnsExpected = state.current.config.daemon.dnsListen != nil
         let proxyExpected = state.current.config.daemon.proxyListen != nil
-        let ready = bound.withLock {
-            $0.http != nil && (!dnsExpected || ($0.dnsUDP != nil && $0.dnsTCP != nil)) && (!proxyExpected || $0.proxy != nil)
+        let dotExpected = state.current.config.daemon.dotListen != nil
+        let ready = bound.withLock { bound -> Bool in
+            let http = bound.http != nil
+            let dns = !dnsExpected || (bound.dnsUDP != nil && bound.dnsTCP != nil)
+            let proxy = !proxyExpected || bound.proxy != nil
+            let dot = !dotExpected || bound.dot != nil
+            return http && dns && proxy && dot
         }
         guard ready else { return }
         let waiting = started.withLock { waiting in
@@ -470,6 +478,19 @@ package final class Daemon: Sendable {
             }
             services.append(service(stub))
         }
+        if let dotListen = config.daemon.dotListen, let dotContext = try Self.tlsContext(config, protocols: ["dot"]) {
+            let (dotHost, dotPort) = try Self.listenAddress(dotListen, key: "dot_listen")
+            let limits = config.daemon.limits
+            var dot = DoTListener(
+                state: state, host: dotHost, port: dotPort, sslContext: dotContext, maxConnections: maxConnections,
+                handshakeTimeout: .milliseconds(Int64(limits.requestTimeout / .milliseconds(1))),
+                lookups: LookupBudget(limit: DNSStub.maxInFlight))
+            dot.onBound = { [self] address in
+                bound.withLock { $0.dot = address }
+                listening()
+            }
+            services.append(service(dot))
+        }
         if let proxyListen = config.daemon.proxyListen {
             let (proxyHost, proxyPort) = try Self.listenAddress(proxyListen, key: "proxy_listen")
             var proxy = ProxyListener(
@@ -515,7 +536,7 @@ package final class Daemon: Sendable {
     /// With `tls:`, the TLS context of the HTTPS listener, which offers HTTP/2 and HTTP/1.1 by ALPN
     /// (what DoH clients expect); nil for plain HTTP/1.1. Built while the config is read, so that a
     /// key that does not match the certificate is an error of the config, not of the listener.
-    static func tlsContext(_ config: ConfigFile) throws(DNSError) -> NIOSSLContext? {
+    static func tlsContext(_ config: ConfigFile, protocols: [String] = ["h2", "http/1.1"]) throws(DNSError) -> NIOSSLContext? {
         guard let files = config.daemon.tls else { return nil }
         let chain: [NIOSSLCertificate]
         let key: NIOSSLPrivateKey
@@ -532,7 +553,7 @@ package final class Daemon: Sendable {
         guard !chain.isEmpty else { throw DNSError(.invalidConfiguration, "tls.cert: '\(files.certificate)' holds no certificate") }
         var tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
         tls.minimumTLSVersion = .tlsv12
-        tls.applicationProtocols = ["h2", "http/1.1"]
+        tls.applicationProtocols = protocols
         // After our close_notify, wait at most this long for the client's before closing the socket
         // (NIOSSL waits 5 s by default): the wait lets the client read the last answer before a
         // close turns into a reset, but a client that never answers held the descriptor, and the
@@ -681,6 +702,7 @@ struct Reloader: Service {
             for (key, changed) in [
                 ("listen", config.daemon.listen != running.daemon.listen), ("tls", config.daemon.tls != running.daemon.tls),
                 ("dns_listen", config.daemon.dnsListen != running.daemon.dnsListen),
+                ("dot_listen", config.daemon.dotListen != running.daemon.dotListen),
                 ("proxy_listen", config.daemon.proxyListen != running.daemon.proxyListen),
                 ("limits.max_connections", config.daemon.limits.maxConnections != running.daemon.limits.maxConnections),
                 ("limits.request_timeout", config.daemon.limits.requestTimeout != running.daemon.limits.requestTimeout),

@@ -21,21 +21,22 @@ final class DaemonMetrics: Sendable {
     /// The series of answered DoH GETs and POSTs, made once: the hot path takes no lock for them.
     private let dohAnswered: (get: (Counter, Timer), post: (Counter, Timer))
     let dohMalformed: Counter
-    private let stubQueries: (udp: Counter, tcp: Counter)
-    private let stubMalformed: (udp: Counter, tcp: Counter)
-    private let stubDropped: (udp: Counter, tcp: Counter)
+    private let stubQueries: (udp: Counter, tcp: Counter, dot: Counter)
+    private let stubMalformed: (udp: Counter, tcp: Counter, dot: Counter)
+    private let stubDropped: (udp: Counter, tcp: Counter, dot: Counter)
     let stubTruncated: Counter
-    private let connectionsOpen: (https: Gauge, dns: Gauge)
+    private let connectionsOpen: (https: Gauge, dns: Gauge, dot: Gauge)
     private let rejected = Mutex<[String: Counter]>([:])
     let ready: Gauge
 
     init(factory: any MetricsFactory) {
         self.factory = factory
         dohMalformed = Counter(label: "httpdns_doh_malformed_total", factory: factory)
-        func pair(_ label: String) -> (Counter, Counter) {
+        func pair(_ label: String) -> (Counter, Counter, Counter) {
             (
                 Counter(label: label, dimensions: [("transport", "udp")], factory: factory),
-                Counter(label: label, dimensions: [("transport", "tcp")], factory: factory)
+                Counter(label: label, dimensions: [("transport", "tcp")], factory: factory),
+                Counter(label: label, dimensions: [("transport", "dot")], factory: factory)
             )
         }
         stubQueries = pair("httpdns_dns_stub_queries_total")
@@ -44,7 +45,8 @@ final class DaemonMetrics: Sendable {
         stubTruncated = Counter(label: "httpdns_dns_stub_truncated_total", factory: factory)
         connectionsOpen = (
             Gauge(label: "httpdns_connections_open", dimensions: [("listener", "http")], factory: factory),
-            Gauge(label: "httpdns_connections_open", dimensions: [("listener", "dns_tcp")], factory: factory)
+            Gauge(label: "httpdns_connections_open", dimensions: [("listener", "dns_tcp")], factory: factory),
+            Gauge(label: "httpdns_connections_open", dimensions: [("listener", "dot")], factory: factory)
         )
         ready = Gauge(label: "httpdns_ready", factory: factory)
         proxy = ProxySeries(factory: factory)
@@ -86,12 +88,24 @@ final class DaemonMetrics: Sendable {
         timer.recordNanoseconds(Int64(clamping: nanoseconds))
     }
 
-    func stubQuery(_ transport: DNSTransport) { (transport == .udp ? stubQueries.udp : stubQueries.tcp).increment() }
-    func stubMalformed(_ transport: DNSTransport) { (transport == .udp ? stubMalformed.udp : stubMalformed.tcp).increment() }
-    func stubDropped(_ transport: DNSTransport) { (transport == .udp ? stubDropped.udp : stubDropped.tcp).increment() }
+    func stubQuery(_ transport: DNSTransport) { Self.pick(stubQueries, transport).increment() }
+    func stubMalformed(_ transport: DNSTransport) { Self.pick(stubMalformed, transport).increment() }
+    func stubDropped(_ transport: DNSTransport) { Self.pick(stubDropped, transport).increment() }
+
+    private static func pick(_ series: (udp: Counter, tcp: Counter, dot: Counter), _ transport: DNSTransport) -> Counter {
+        switch transport {
+        case .udp: series.udp
+        case .tcp: series.tcp
+        case .dot: series.dot
+        }
+    }
 
     func connectionsOpen(_ listener: Listener, _ count: Int) {
-        (listener == .http ? connectionsOpen.https : connectionsOpen.dns).record(count)
+        switch listener {
+        case .http: connectionsOpen.https.record(count)
+        case .dnsTCP: connectionsOpen.dns.record(count)
+        case .dot: connectionsOpen.dot.record(count)
+        }
     }
 
     /// A connection closed by the daemon before or instead of serving it: `reason` is one of
@@ -177,10 +191,11 @@ final class DaemonMetrics: Sendable {
         Counter(label: "httpdns_watch_verdict_changes_total", dimensions: [("host", host)], factory: factory).increment()
     }
 
-    enum DNSTransport: Sendable { case udp, tcp }
+    enum DNSTransport: Sendable { case udp, tcp, dot }
 
     enum Listener: String, Sendable {
         case http
         case dnsTCP = "dns_tcp"
+        case dot
     }
 }

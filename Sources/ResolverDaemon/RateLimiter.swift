@@ -17,7 +17,7 @@ import Synchronization
 final class RateLimiter: Sendable {
     let settings: DaemonSettings.RateLimit
     private let shards: [Shard]
-    private let limited: (udp: Counter, tcp: Counter, doh: Counter)
+    private let limited: (udp: Counter, tcp: Counter, dot: Counter, doh: Counter)
     static let maxBucketsPerShard = 8_192
 
     struct Bucket {
@@ -29,7 +29,7 @@ final class RateLimiter: Sendable {
         let buckets = Mutex<[UInt64: Bucket]>([:])
     }
 
-    enum Transport { case udp, tcp, doh }
+    enum Transport { case udp, tcp, dot, doh }
 
     init(settings: DaemonSettings.RateLimit, metrics: any MetricsFactory) {
         self.settings = settings
@@ -37,7 +37,7 @@ final class RateLimiter: Sendable {
         func counter(_ transport: String) -> Counter {
             Counter(label: "httpdns_rate_limited_total", dimensions: [("transport", transport)], factory: metrics)
         }
-        limited = (counter("udp"), counter("tcp"), counter("doh"))
+        limited = (counter("udp"), counter("tcp"), counter("dot"), counter("doh"))
     }
 
     /// Whether a question from `client` may be answered now; a refusal is counted.
@@ -48,6 +48,7 @@ final class RateLimiter: Sendable {
             switch transport {
             case .udp: limited.udp.increment()
             case .tcp: limited.tcp.increment()
+            case .dot: limited.dot.increment()
             case .doh: limited.doh.increment()
             }
         }

@@ -69,6 +69,21 @@ struct CLI {
             stderr: String(decoding: stderr, as: UTF8.self))
     }
 
+    /// Starts a server that outlives the call and is not this process's child: Python's `Popen`
+    /// with every inherited descriptor closed and a session of its own, so that neither a pipe of
+    /// a later `run` (whose reader would wait for its end forever) nor this process's child
+    /// reaping is involved. Returns its PID, for `kill`.
+    static func startDetached(_ arguments: [String], log: String) async throws -> Int32? {
+        let script = """
+            import subprocess, sys
+            log = open(sys.argv[1], "ab")
+            child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True, start_new_session=True)
+            print(child.pid)
+            """
+        let output = try await run(["-c", script, log] + arguments, executable: "/usr/bin/python3")
+        return Int32(output.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
     /// Carries stderr from its reader thread; the semaphore orders the write before the read.
     private final class DataBox: @unchecked Sendable {
         var data = Data()

@@ -207,6 +207,9 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
 
     private let state: DaemonState
     private let lookups: LookupBudget
+    /// `tcp`, or `dot` behind a TLS handler (RFC 7858: the same framing inside TLS).
+    private let transport: DaemonMetrics.DNSTransport
+    private var transportName: String { transport == .dot ? "dot" : "tcp" }
     private var buffer = ByteBuffer()
     private var pending = 0
     private var heldRead = false
@@ -216,9 +219,10 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
     var context: ChannelHandlerContext?
     private var closing = false
 
-    init(state: DaemonState, lookups: LookupBudget) {
+    init(state: DaemonState, lookups: LookupBudget, transport: DaemonMetrics.DNSTransport = .tcp) {
         self.state = state
         self.lookups = lookups
+        self.transport = transport
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -297,16 +301,16 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
             let wire = buffer.readBytes(length: Int(length)) ?? []
             lastActivity = now
             let started = state.queryLog == nil ? 0 : DispatchTime.now().uptimeNanoseconds
-            guard state.allows(context.remoteAddress, transport: .tcp) else {
+            guard state.allows(context.remoteAddress, transport: transport == .dot ? .dot : .tcp) else {
                 if let refused = state.limitedReply(to: wire) { write(refused, context: context) }
                 continue
             }
-            switch StubDatagram.reply(to: wire, state: state, transport: .tcp) {
+            switch StubDatagram.reply(to: wire, state: state, transport: transport) {
             case .now(let response):
                 write(response, context: context)
             case .answer(let answer, let query):
                 write(answer.bytes, context: context)
-                state.logQuery(query, answer, client: context.remoteAddress, transport: "tcp", started: started)
+                state.logQuery(query, answer, client: context.remoteAddress, transport: transportName, started: started)
             case .none:
                 // A response, or less than a header: this stream cannot be trusted to be framed
                 // right any more.
@@ -314,7 +318,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
                 return
             case .lookup(let query):
                 guard lookups.enter() else {
-                    state.metrics.stubDropped(.tcp)
+                    state.metrics.stubDropped(transport)
                     lookups.reportDrop(state.logger)
                     write(DNSResponseWriter(answering: query, rcode: ResponseCode.serverFailure.rawValue).finish(), context: context)
                     continue
@@ -322,10 +326,11 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
                 pending += 1
                 let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
                 let state = self.state, lookups = self.lookups, eventLoop = context.eventLoop, client = context.remoteAddress
+                let transportName = self.transportName
                 Task {
                     let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
                     lookups.leave()
-                    state.logQuery(query, answer, client: client, transport: "tcp", started: started)
+                    state.logQuery(query, answer, client: client, transport: transportName, started: started)
                     eventLoop.execute { handler.value.finished(answer.bytes) }
                 }
             }
