@@ -519,7 +519,11 @@ private struct Reader {
                 guard case let .sequence(list) = value, !list.isEmpty else { throw fail(value, path, "expected a non-empty list") }
                 for (index, item) in list.enumerated() {
                     let itemPath = "\(path)[\(index)]"
-                    if case let .mapping(mapping) = item, mapping.count == 1, let (dnsKey, server) = mapping.first, dnsKey.string == "dns" {
+                    if case let .mapping(mapping) = item, mapping.count == 1, let stampNode = mapping["stamp"],
+                        let stamp = try? DNSStamp(try string(stampNode, "\(itemPath).stamp")), stamp.kind == .plain, let address = stamp.address
+                    {
+                        zone.plainDNS.append(address.family == .ipv6 ? "[\(address)]:\(stamp.port)" : "\(address):\(stamp.port)")
+                    } else if case let .mapping(mapping) = item, mapping.count == 1, let (dnsKey, server) = mapping.first, dnsKey.string == "dns" {
                         let text = try string(server, "\(itemPath).dns")
                         guard Self.isServer(text) else { throw fail(server, "\(itemPath).dns", "expected IP or IP:port, got '\(text)'") }
                         zone.plainDNS.append(text)
@@ -585,9 +589,15 @@ private struct Reader {
         {
             return try vendorUpstream(vendor, value, "\(key).\(vendor)")
         }
+        if case let .mapping(mapping) = node, let stampNode = mapping["stamp"] {
+            guard mapping.count == 1 else { throw fail(node, key, "a stamp: stands alone (it holds the address, host and path)") }
+            do { return try UpstreamEndpoint(stamp: try DNSStamp(try string(stampNode, "\(key).stamp"))) } catch {
+                throw fail(stampNode, "\(key).stamp", error.message)
+            }
+        }
         var url: String?, kind: UpstreamEndpoint.Kind?, bootstrap: [IPAddress] = [], pin: String?
         var method = UpstreamEndpoint.DoHMethod.get
-        for (name, nameNode, value) in try mapping(node, key, allowed: ["doh", "json", "bootstrap", "pin", "method"]) {
+        for (name, nameNode, value) in try mapping(node, key, allowed: ["doh", "json", "bootstrap", "pin", "method", "stamp"]) {
             let path = "\(key).\(name)"
             switch name {
             case "doh", "json":

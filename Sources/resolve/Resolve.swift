@@ -90,6 +90,11 @@ struct LookupOptions: ParsableArguments {
     @Option(name: .customLong("pin"), help: ArgumentHelp("SPKI pin for resolver NAME (sha256//BASE64); repeatable.", valueName: "NAME=PIN"))
     var pins: [String] = []
 
+    @Option(
+        name: .customLong("stamp"),
+        help: ArgumentHelp("Trusted resolver as a DNS stamp (sdns://, DoH without certificate hashes); repeatable.", valueName: "STAMP"))
+    var stamps: [String] = []
+
     @Option(name: .customLong("doh-method"), help: ArgumentHelp("RFC 8484 method: get or post (default get).", valueName: "METHOD"))
     var dohMethod: String = "get"
 
@@ -219,6 +224,7 @@ struct LookupOptions: ParsableArguments {
         var upstreams: [UpstreamEndpoint] = []
         do {
             for url in doh { upstreams.append(try UpstreamEndpoint(.doh(method), url: url)) }
+            for stamp in stamps { upstreams.append(try UpstreamEndpoint(stamp: try DNSStamp(stamp))) }
             for url in jsonAPI { upstreams.append(try UpstreamEndpoint(.json, url: url)) }
         } catch {
             throw ValidationError(error.message)
