@@ -128,6 +128,21 @@ extension DNSMessage {
     ///   - id: 0 for DoH, where it keeps HTTP caches effective (RFC 8484 §4.1).
     ///   - padded: whether the OPT record carries the padding option.
     /// - Returns: the query's wire form.
+    /// The one question of the query message `wire`.
+    /// - Throws: ``DNSError`` with ``DNSError/Code/invalidQuery`` when `wire` is not a query with one
+    ///   question.
+    public static func question(ofQuery wire: [UInt8]) throws(DNSError) -> Question {
+        do {
+            let message = try DNSMessage(decoding: wire)
+            guard !message.isResponse, message.questions.count == 1 else { throw DNSError(.invalidQuery, "not a query with one question") }
+            return message.questions[0]
+        } catch let error as DNSError {
+            throw error
+        } catch {
+            throw DNSError(.invalidQuery, "not a DNS message: \(error)")
+        }
+    }
+
     public static func query(name: DomainName, type: RecordType, id: UInt16 = 0, padded: Bool = true) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(128)

@@ -21,16 +21,7 @@ extension HTTPDNSResolver {
     ///   when every upstream failed (each attempt listed), `invalid_configuration` without a DoH
     ///   upstream, `invalid_query` when `query` is not a query with one question.
     public func forward(_ query: [UInt8]) async throws(DNSError) -> [UInt8] {
-        let question: DNSMessage.Question
-        do {
-            let message = try DNSMessage(decoding: query)
-            guard !message.isResponse, message.questions.count == 1 else { throw DNSError(.invalidQuery, "not a query with one question") }
-            question = message.questions[0]
-        } catch let error as DNSError {
-            throw error
-        } catch {
-            throw DNSError(.invalidQuery, "not a DNS message: \(error)")
-        }
+        let question = try DNSMessage.question(ofQuery: query)
         if let forwarder = forwarder(for: question.name) { return try await forwarder.forward(query) }
         let id = UInt16(query[0]) << 8 | UInt16(query[1])
         var wire = query

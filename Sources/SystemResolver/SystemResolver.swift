@@ -149,16 +149,7 @@ public final class SystemResolver: MessageExchanging, @unchecked Sendable {
     /// response with the query's ID (c-ares gives each query one of its own). A response whose RCODE
     /// c-ares treats as a server failure (SERVFAIL, REFUSED, NOTIMP) is an error, as in lookups.
     public func exchange(_ query: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
-        let question: DNSMessage.Question
-        do {
-            let message = try DNSMessage(decoding: query)
-            guard !message.isResponse, message.questions.count == 1 else { throw DNSError(.invalidQuery, "not a query with one question") }
-            question = message.questions[0]
-        } catch let error as DNSError {
-            throw error
-        } catch {
-            throw DNSError(.invalidQuery, "not a DNS message: \(error)")
-        }
+        let question = try DNSMessage.question(ofQuery: query)
         let raw = try await exchange(question, wire: query, timeout: timeout)
         guard var answer = raw.answer, answer.count >= 12 else {
             switch Self.interpret(status: raw.status, answer: nil, question: question, server: identifier) {
