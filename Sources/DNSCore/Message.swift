@@ -119,15 +119,6 @@ extension DNSMessage {
     /// The UDP payload size advertised in the OPT record (DNS Flag Day 2020).
     public static let advertisedPayloadSize: UInt16 = 1232
 
-    /// Encodes a recursive query for `name`/`type` with an EDNS(0) OPT record padded to a multiple
-    /// of 128 octets (RFC 8467).
-    ///
-    /// - Parameters:
-    ///   - name: the name asked.
-    ///   - type: the record type asked.
-    ///   - id: 0 for DoH, where it keeps HTTP caches effective (RFC 8484 §4.1).
-    ///   - padded: whether the OPT record carries the padding option.
-    /// - Returns: the query's wire form.
     /// The one question of the query message `wire`.
     /// - Throws: ``DNSError`` with ``DNSError/Code/invalidQuery`` when `wire` is not a query with one
     ///   question.
@@ -143,6 +134,15 @@ extension DNSMessage {
         }
     }
 
+    /// Encodes a recursive query for `name`/`type` with an EDNS(0) OPT record padded to a multiple
+    /// of 128 octets (RFC 8467).
+    ///
+    /// - Parameters:
+    ///   - name: the name asked.
+    ///   - type: the record type asked.
+    ///   - id: 0 for DoH, where it keeps HTTP caches effective (RFC 8484 §4.1).
+    ///   - padded: whether the OPT record carries the padding option.
+    /// - Returns: the query's wire form.
     public static func query(name: DomainName, type: RecordType, id: UInt16 = 0, padded: Bool = true) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(128)
