@@ -1274,6 +1274,113 @@ proxy: {{connect_ports: [18480], allow_private_destinations: true}}""")
         self.assertLegitTunnel()
 
 
+DOT_PORT = 18646
+
+
+class DoTAttacks(AdversarialTestCase):
+    """The DNS-over-TLS listener (dot_listen) against silent, half-handshaken, never-reading and
+    garbage clients: each is closed or held at a bounded cost while a legitimate DoT client, and the
+    DoH and UDP ones, are answered."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon(http_port=18644, dns_port=18645, extra=f'dot_listen: "127.0.0.1:{DOT_PORT}"')
+        try:
+            assert legit_doh(18644)[0] == 200
+            deadline = time.time() + 10
+            while "dns over tls listening" not in cls.daemon.log_text() and time.time() < deadline:
+                time.sleep(0.1)
+        except BaseException:
+            cls.daemon.stop()
+            raise
+
+    def legit_dot(self):
+        context = ssl.create_default_context(cafile=CA)
+        start = time.monotonic()
+        with socket.create_connection(("127.0.0.1", DOT_PORT), timeout=5) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                wire = query_wire(id=0x4242)
+                tls.sendall(struct.pack(">H", len(wire)) + wire)
+                size = struct.unpack(">H", tls.recv(2))[0]
+                answer = b""
+                while len(answer) < size:
+                    answer += tls.recv(size - len(answer))
+        return dns.message.from_wire(answer), time.monotonic() - start
+
+    def assertLegitAnswered(self, within=1.0):
+        super().assertLegitAnswered(within)
+        message, seconds = self.legit_dot()
+        self.assertEqual(message.id, 0x4242)
+        self.assertEqual(message.rcode(), dns.rcode.NOERROR)
+        self.assertLess(seconds, within, f"a legitimate DoT query took {seconds:.2f} s")
+
+    def test_silent_and_half_handshaken_dot_connections_are_closed_after_the_timeout(self):
+        before = self.daemon.fds()
+        silent = [socket.create_connection(("127.0.0.1", DOT_PORT)) for _ in range(100)]
+        half = []
+        for _ in range(20):
+            sock = socket.create_connection(("127.0.0.1", DOT_PORT))
+            sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(20))  # half a ClientHello
+            half.append(sock)
+        time.sleep(0.5)
+        self.assertLegitAnswered()
+        self.assertGreater(self.daemon.fds(), before + 100)
+        time.sleep(4.5)  # request_timeout 3 s
+        for sock in silent + half:
+            sock.settimeout(0.5)
+            try:
+                self.assertEqual(sock.recv(100), b"", "closed by the daemon")
+            except (ConnectionResetError, socket.timeout) as error:
+                self.assertIsInstance(error, ConnectionResetError, "still open after the timeout")
+            sock.close()
+        self.assertLess(self.daemon.fds(), before + 20)
+
+    def test_a_dot_client_that_never_reads_holds_bounded_memory(self):
+        context = ssl.create_default_context(cafile=CA)
+        query = query_wire("big.hd.test", id=7)
+        framed = struct.pack(">H", len(query)) + query
+        socks = []
+        for _ in range(2):
+            raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            raw.connect(("127.0.0.1", DOT_PORT))
+            tls = context.wrap_socket(raw, server_hostname="localhost")
+            tls.settimeout(5)
+            sent = 0
+            try:
+                while sent < 50_000:
+                    tls.sendall(framed * 500)
+                    sent += 500
+            except (socket.timeout, OSError):
+                pass  # the daemon stopped reading: what backpressure looks like
+            socks.append(tls)
+        # What the kernel's buffers took (a loopback socket takes megabytes) is answered until the
+        # answers fill the other way; then the connections are not read. That burst can hold an
+        # event loop for most of a second in a debug build: wait for it, then every client must be
+        # answered at once while the two connections stay open and unread.
+        deadline = time.time() + 5
+        while legit_doh(self.daemon.http_port)[1] >= 0.2 and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertLegitAnswered()
+        self.assertBounded(60)
+        for sock in socks:
+            sock.close()
+
+    def test_garbage_on_the_dot_port_is_closed_and_hurts_nobody(self):
+        generator = random.Random(11)
+        for _ in range(50):
+            sock = socket.create_connection(("127.0.0.1", DOT_PORT), timeout=5)
+            try:
+                sock.sendall(bytes(generator.getrandbits(8) for _ in range(generator.randint(1, 3000))))
+                while sock.recv(4096):
+                    pass
+            except (ConnectionResetError, BrokenPipeError, socket.timeout):
+                pass
+            sock.close()
+        self.assertIsNone(self.daemon.process.poll(), "the daemon is still running")
+        self.assertLegitAnswered()
+
+
 if __name__ == "__main__":
     BINARY = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=2)
