@@ -293,13 +293,15 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
 
     /// Answers complete queries while there is room; keeps the rest in the buffer.
     private func answerWhatFits(context: ChannelHandlerContext) {
-        while !closing, pending < Self.maxPending, context.channel.isWritable,
+        var answered = 0
+        while !closing, pending < Self.maxPending, context.channel.isWritable, answered < Self.answersPerTurn,
             let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self),
             buffer.readableBytes >= 2 + Int(length)
         {
             buffer.moveReaderIndex(forwardBy: 2)
             let wire = buffer.readBytes(length: Int(length)) ?? []
             lastActivity = now
+            answered += 1
             let started = state.queryLog == nil ? 0 : DispatchTime.now().uptimeNanoseconds
             guard state.allows(context.remoteAddress, transport: transport == .dot ? .dot : .tcp) else {
                 if let refused = state.limitedReply(to: wire) { write(refused, context: context) }
@@ -337,7 +339,26 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
         }
         buffer.discardReadBytes()
         partialSince = buffer.readableBytes > 0 ? (partialSince ?? now) : nil
+        // A turn's worth answered and more queries waiting: the rest in a later turn of the event
+        // loop, so that one pipelining client (thousands of queries in the kernel's buffers) does
+        // not keep the loop from every other connection on it.
+        if answered == Self.answersPerTurn, !continuing, hasCompleteFrame {
+            continuing = true
+            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+            context.eventLoop.execute {
+                let handler = handler.value
+                handler.continuing = false
+                guard let context = handler.context else { return }
+                handler.answerWhatFits(context: context)
+                context.flush()
+                handler.resumeIfHeld(context: context)
+            }
+        }
     }
+
+    /// Queries answered in one turn of the event loop before the rest wait for the next.
+    static let answersPerTurn = 64
+    private var continuing = false
 
     private func finished(_ response: [UInt8]) {
         pending -= 1
