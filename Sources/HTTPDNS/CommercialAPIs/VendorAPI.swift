@@ -143,7 +143,7 @@ extension UpstreamEndpoint {
     ///   - allowPlainHTTP: accept `http://` for an API mode that sends names and answers in the clear.
     /// - Throws: ``/DNSCore/DNSError`` (`invalid_configuration`) for a bad URL, a key of the wrong length, a
     ///   batch size over the limit, or plain HTTP without encryption or `allowPlainHTTP`.
-    /// - Returns: the upstream, ready for ``HTTPDNSConfiguration/init(upstreams:caFile:preresolve:dnssec:)``.
+    /// - Returns: the upstream, ready for ``HTTPDNSConfiguration/init(upstreams:caFile:preresolve:dnssec:localZone:forwardZones:)``.
     public static func vendor(
         _ api: VendorAPI, endpoint: String, bootstrap: [String] = [], tlsName: String? = nil,
         clientIP: String? = nil, batchSize: Int? = nil, allowPlainHTTP: Bool = false
