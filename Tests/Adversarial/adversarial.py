@@ -293,6 +293,29 @@ class AdversarialTestCase(unittest.TestCase):
         growth = self.daemon.rss_mb() - self.test_baseline_rss
         self.assertLess(growth, rss_growth_mb, f"RSS grew by {growth:.0f} MB")
 
+    def assertSilentAndHalfHandshakenClosed(self, port, silent_count, held):
+        """`silent_count` connections that send nothing and 20 that send half a ClientHello to
+        `port`: at least `held` descriptors held while a legitimate client is answered, all closed after request_timeout (3 s)."""
+        before = self.daemon.fds()
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(silent_count)]
+        half = []
+        for _ in range(20):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(20))  # half a ClientHello
+            half.append(sock)
+        time.sleep(0.5)
+        self.assertLegitAnswered()
+        self.assertGreater(self.daemon.fds(), before + held)
+        time.sleep(4.5)  # request_timeout 3 s
+        for sock in silent + half:
+            sock.settimeout(0.5)
+            try:
+                self.assertEqual(sock.recv(100), b"", "closed by the daemon")
+            except (ConnectionResetError, socket.timeout) as error:
+                self.assertIsInstance(error, ConnectionResetError, "still open after the timeout")
+            sock.close()
+        self.assertLess(self.daemon.fds(), before + 20)
+
     def during(self, attack, seconds):
         """Runs `attack` in a thread while a legitimate client checks in every 0.2 s."""
         errors = []
@@ -581,25 +604,7 @@ class HTTP2Attacks(AdversarialTestCase):
 
 class ConnectionAttacks(AdversarialTestCase):
     def test_silent_and_half_handshaken_connections_are_closed_after_the_timeout(self):
-        before = self.daemon.fds()
-        silent = [socket.create_connection(("127.0.0.1", self.daemon.http_port)) for _ in range(300)]
-        half = []
-        for _ in range(20):
-            sock = socket.create_connection(("127.0.0.1", self.daemon.http_port))
-            sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(20))  # half a ClientHello
-            half.append(sock)
-        time.sleep(0.5)
-        self.assertLegitAnswered()
-        self.assertGreater(self.daemon.fds(), before + 250)
-        time.sleep(4.5)  # request_timeout 3 s
-        for sock in silent + half:
-            sock.settimeout(0.5)
-            try:
-                self.assertEqual(sock.recv(100), b"", "closed by the daemon")
-            except (ConnectionResetError, socket.timeout) as error:
-                self.assertIsInstance(error, ConnectionResetError, "still open after the timeout")
-            sock.close()
-        self.assertLess(self.daemon.fds(), before + 20)
+        self.assertSilentAndHalfHandshakenClosed(self.daemon.http_port, 300, held=250)
 
     def test_connections_over_the_limit_are_closed_at_once(self):
         sockets = [socket.create_connection(("127.0.0.1", self.daemon.http_port)) for _ in range(650)]
@@ -1315,25 +1320,7 @@ class DoTAttacks(AdversarialTestCase):
         self.assertLess(seconds, within, f"a legitimate DoT query took {seconds:.2f} s")
 
     def test_silent_and_half_handshaken_dot_connections_are_closed_after_the_timeout(self):
-        before = self.daemon.fds()
-        silent = [socket.create_connection(("127.0.0.1", DOT_PORT)) for _ in range(100)]
-        half = []
-        for _ in range(20):
-            sock = socket.create_connection(("127.0.0.1", DOT_PORT))
-            sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(20))  # half a ClientHello
-            half.append(sock)
-        time.sleep(0.5)
-        self.assertLegitAnswered()
-        self.assertGreater(self.daemon.fds(), before + 100)
-        time.sleep(4.5)  # request_timeout 3 s
-        for sock in silent + half:
-            sock.settimeout(0.5)
-            try:
-                self.assertEqual(sock.recv(100), b"", "closed by the daemon")
-            except (ConnectionResetError, socket.timeout) as error:
-                self.assertIsInstance(error, ConnectionResetError, "still open after the timeout")
-            sock.close()
-        self.assertLess(self.daemon.fds(), before + 20)
+        self.assertSilentAndHalfHandshakenClosed(DOT_PORT, 100, held=100)
 
     def test_a_dot_client_that_never_reads_holds_bounded_memory(self):
         context = ssl.create_default_context(cafile=CA)
