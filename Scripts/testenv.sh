@@ -8,11 +8,13 @@
 # Everything lives in .testenv/ (git-ignored). Idempotent: start on a running environment restarts it.
 #
 # Servers (all on loopback, all names under .test, RFC 6761):
-#   doh-a.test  BIND 9.18 named, DoH on 127.0.0.1:18443 and [::1]:18443, plain DNS 127.0.0.1:18053
+#   doh-a.test  BIND 9.18 named, DoH on 127.0.0.1:18443 and [::1]:18443, plain DNS 127.0.0.1:18053,
+#               DoT 127.0.0.1:18853
 #   doh-b.test  BIND 9.18 named, DoH on 127.0.0.1:18444, plain DNS 127.0.0.1:18054 (same zone data)
 #               (named binds only addresses assigned to an interface, and lo has just 127.0.0.1)
 #   unbound     a validating recursive resolver (the DNSSEC peer, and a DoH upstream that follows
 #               CNAMEs across zones): DoH 127.0.0.1:18446 (doh-v.test), plain DNS 127.0.0.1:18056,
+#               DoT 127.0.0.1:18857,
 #               iterating to doh-a's plain DNS for sig.test and hd.test only, with sig.test's anchor
 #   nginx       127.0.0.3:18443: hostile.test (broken resolvers: HTML, 500, wrong type, oversized,
 #               truncated, mismatched, garbage; the default server, so any other SNI gets its
@@ -162,8 +164,8 @@ write_zone() {
     } >"$file"
 }
 
-write_named_conf() { # dir doh-port dns-port listen-v6 cert sig-zone-dir
-    local dir=$1 doh_port=$2 dns_port=$3 doh_v6=$4 cert=$5 sig_dir=$6
+write_named_conf() { # dir doh-port dns-port listen-v6 cert sig-zone-dir [dot-port]
+    local dir=$1 doh_port=$2 dns_port=$3 doh_v6=$4 cert=$5 sig_dir=$6 dot_port=${7:-}
     mkdir -p "$dir"
     write_zone "$dir/hd.test.zone"
     printf '$TTL 300\n@ IN SOA ns.hd.test. admin.hd.test. 1 3600 600 86400 60\n@ IN NS ns.hd.test.\n10 IN PTR www.hd.test.\n' >"$dir/reverse.zone"
@@ -179,6 +181,7 @@ options {
     listen-on port $dns_port { 127.0.0.1; };
     listen-on port $doh_port tls local-tls http local-http { 127.0.0.1; };
     listen-on-v6 port $doh_port tls local-tls http local-http { $doh_v6; };
+$([ -n "$dot_port" ] && echo "    listen-on port $dot_port tls local-tls { 127.0.0.1; };")
     recursion no;
     dnssec-validation no;
     minimal-responses yes;
@@ -294,7 +297,9 @@ write_unbound() { # the validating peer: iterates only to named-a; "." goes nowh
 server:
     interface: 127.0.0.1@$VALIDATOR_DOH_PORT
     interface: 127.0.0.1@$VALIDATOR_DNS_PORT
+    interface: 127.0.0.1@$VALIDATOR_DOT_PORT
     https-port: $VALIDATOR_DOH_PORT
+    tls-port: $VALIDATOR_DOT_PORT
     tls-service-key: "$ca_dir/doh-v.test.key"
     tls-service-pem: "$ca_dir/doh-v.test.pem"
     http-endpoint: "/dns-query"
@@ -595,7 +600,7 @@ start() {
     mkdir -p "$env_dir"
     make_ca
     sign_tree
-    write_named_conf "$env_dir/named-a" "$DOH_PORT" "$DNS_PORT" "::1" doh-a.test "$env_dir/sig"
+    write_named_conf "$env_dir/named-a" "$DOH_PORT" "$DNS_PORT" "::1" doh-a.test "$env_dir/sig" "$DOT_PORT"
     write_named_conf "$env_dir/named-b" "$DOH_PORT_B" "$DNS_PORT_B" "none" doh-b.test "$env_dir/sig/tampered"
     write_hostile
     write_dnsmasq

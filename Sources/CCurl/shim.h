@@ -55,6 +55,9 @@ static inline CURLcode httpdns_easy_getinfo_string(CURL *handle, CURLINFO info, 
 static inline CURLcode httpdns_easy_getinfo_pointer(CURL *handle, CURLINFO info, void **value) {
     return curl_easy_getinfo(handle, info, value);
 }
+static inline CURLcode httpdns_easy_getinfo_socket(CURL *handle, CURLINFO info, curl_socket_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
 static inline CURLMcode httpdns_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);
 }

@@ -43,6 +43,11 @@ package struct CurlRequest: Sendable {
     /// Stop once connected (TCP, and the TLS handshake for `https`), sending no request
     /// (`CURLOPT_CONNECT_ONLY`): what a probe measures.
     package var connectOnly = false
+    /// Offer application protocols in the TLS handshake (ALPN); off for a connection that carries
+    /// no HTTP (DNS over TLS, ``CurlConnection``).
+    package var offersALPN = true
+    /// Keep the peer's certificate chain (`CURLOPT_CERTINFO`), for checks beyond the CA's.
+    package var collectsCertificates = false
     /// Open a connection of its own and close it afterwards (`CURLOPT_FRESH_CONNECT`,
     /// `CURLOPT_FORBID_REUSE`), so that what is measured is this connection and nothing is pooled.
     package var freshConnection = false

@@ -12,6 +12,8 @@ public struct Resolution: Sendable, Hashable {
         case doh
         /// A trusted resolver speaking the JSON API.
         case json
+        /// A trusted RFC 7858 DNS-over-TLS resolver.
+        case dot
         /// A fresh cached answer.
         case cache
         /// An expired cached answer served within the stale window (RFC 8767).

@@ -40,6 +40,9 @@ public struct UpstreamEndpoint: Sendable, Hashable {
         case doh(DoHMethod)
         /// The JSON API (`application/dns-json`, `?name=&type=`).
         case json
+        /// RFC 7858 DNS over TLS (``UpstreamEndpoint/dot(_:bootstrap:tlsName:pinnedPublicKey:)``),
+        /// identified as `tls://host:port`.
+        case dot
         /// A commercial HTTPDNS service's own API (``UpstreamEndpoint/vendor(_:endpoint:bootstrap:tlsName:clientIP:batchSize:allowPlainHTTP:)``).
         case vendor(VendorAPI)
     }
@@ -85,7 +88,7 @@ public struct UpstreamEndpoint: Sendable, Hashable {
         else {
             throw DNSError(.invalidConfiguration, "'\(url)' is not a URL")
         }
-        guard scheme == "https" || (scheme == "http" && allowsPlainHTTP) else {
+        guard scheme == "https" || (scheme == "http" && allowsPlainHTTP) || (scheme == "tls" && kind == .dot) else {
             if scheme == "http", case .vendor = kind {
                 throw DNSError(
                     .invalidConfiguration,
@@ -97,7 +100,12 @@ public struct UpstreamEndpoint: Sendable, Hashable {
             throw DNSError(.invalidConfiguration, "'\(url)': credentials and fragments are not allowed")
         }
         if case let .vendor(api) = kind { try VendorKeys.validate(api) }
-        let port = components.port ?? (scheme == "http" ? 80 : 443)
+        if kind == .dot {
+            guard scheme == "tls", components.path.isEmpty || components.path == "/", components.query == nil else {
+                throw DNSError(.invalidConfiguration, "'\(url)': a DoT server is host[:port], without a path")
+            }
+        }
+        let port = components.port ?? (scheme == "http" ? 80 : scheme == "tls" ? 853 : 443)
         guard (1...65535).contains(port) else {
             throw DNSError(.invalidConfiguration, "'\(url)': port \(port) is out of range")
         }
@@ -130,6 +138,38 @@ public struct UpstreamEndpoint: Sendable, Hashable {
         pinnedPublicKey: String? = nil
     ) throws(DNSError) -> UpstreamEndpoint {
         try UpstreamEndpoint(.json, url: url, bootstrap: try parse(bootstrap), pinnedPublicKey: pinnedPublicKey)
+    }
+
+    /// An RFC 7858 DNS-over-TLS resolver: `host[:port]` (port 853 by default), `[IPv6]:port`, or
+    /// `tls://host[:port]`.
+    /// - Parameters:
+    ///   - bootstrap: the host's addresses, required unless the host is an IP literal.
+    ///   - tlsName: the name the certificate is checked against when the host is not it (a server
+    ///     given by its address: `127.0.0.1:853` with `dns.example`, unbound's `@853#name`).
+    ///   - pinnedPublicKey: SPKI pins, `sha256//BASE64`, checked after normal validation.
+    public static func dot(
+        _ address: String, bootstrap: [String] = [], tlsName: String? = nil, pinnedPublicKey: String? = nil
+    ) throws(DNSError) -> UpstreamEndpoint {
+        var text = address.lowercased().hasPrefix("tls://") ? String(address.dropFirst(6)) : address
+        if let ip = IPAddress(text), ip.family == .ipv6 { text = "[\(text)]" }
+        guard let parsed = URLComponents(string: "tls://" + text), let host = parsed.host, !host.isEmpty else {
+            throw DNSError(.invalidConfiguration, "'\(address)' is not a DoT server (host[:port])")
+        }
+        let port = parsed.port ?? 853
+        var endpoint = try UpstreamEndpoint(
+            .dot, url: "tls://\(host):\(port)", bootstrap: try parse(bootstrap), pinnedPublicKey: pinnedPublicKey, allowsPlainHTTP: false)
+        guard parsed.path.isEmpty, parsed.query == nil else {
+            throw DNSError(.invalidConfiguration, "'\(address)': a DoT server is host[:port], without a path")
+        }
+        if let tlsName {
+            if IPAddress(tlsName) == nil {
+                do { _ = try DomainName(tlsName) } catch {
+                    throw DNSError(.invalidConfiguration, "tls_name '\(tlsName)': \(error.message)")
+                }
+            }
+            endpoint.tlsName = tlsName.lowercased()
+        }
+        return endpoint
     }
 
     static func parse(_ addresses: [String]) throws(DNSError) -> [IPAddress] {

@@ -65,6 +65,7 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
             switch endpoint.kind {
             case let .doh(method): return DoHUpstream(endpoint: endpoint, method: method, transport: transport)
             case .json: return JSONUpstream(endpoint: endpoint, transport: transport)
+            case .dot: return DoTUpstream(endpoint: endpoint, trust: transport.trust)
             case let .vendor(api): return VendorUpstream(endpoint: endpoint, api: api, transport: transport)
             }
         }

@@ -595,15 +595,17 @@ private struct Reader {
                 throw fail(stampNode, "\(key).stamp", error.message)
             }
         }
-        var url: String?, kind: UpstreamEndpoint.Kind?, bootstrap: [IPAddress] = [], pin: String?
+        var url: String?, kind: UpstreamEndpoint.Kind?, bootstrap: [IPAddress] = [], pin: String?, tlsName: String?
         var method = UpstreamEndpoint.DoHMethod.get
-        for (name, nameNode, value) in try mapping(node, key, allowed: ["doh", "json", "bootstrap", "pin", "method", "stamp"]) {
+        for (name, nameNode, value) in try mapping(node, key, allowed: ["doh", "json", "dot", "bootstrap", "pin", "method", "tls_name", "stamp"]) {
             let path = "\(key).\(name)"
             switch name {
-            case "doh", "json":
-                guard url == nil else { throw fail(nameNode, path, "give either doh or json, not both") }
+            case "doh", "json", "dot":
+                guard url == nil else { throw fail(nameNode, path, "give one of doh, json or dot") }
                 url = try string(value, path)
-                kind = name == "doh" ? .doh(.get) : .json
+                kind = name == "doh" ? .doh(.get) : name == "dot" ? .dot : .json
+            case "tls_name":
+                tlsName = try string(value, path)
             case "bootstrap":
                 for text in try strings(value, path) {
                     guard let ip = IPAddress(text) else { throw fail(value, path, "'\(text)' is not an IP address") }
@@ -618,9 +620,15 @@ private struct Reader {
             default: break
             }
         }
-        guard let url, var kind else { throw fail(node, key, "needs doh: URL or json: URL") }
+        guard let url, var kind else { throw fail(node, key, "needs doh: URL, json: URL or dot: HOST[:PORT]") }
         if case .doh = kind { kind = .doh(method) }
+        if tlsName != nil, kind != .dot { throw fail(node, key, "tls_name is for dot: servers (DoH checks the URL's host)") }
         do {
+            if kind == .dot {
+                var endpoint = try UpstreamEndpoint.dot(url, tlsName: tlsName, pinnedPublicKey: pin)
+                endpoint.bootstrap = bootstrap
+                return endpoint
+            }
             return try UpstreamEndpoint(kind, url: url, bootstrap: bootstrap, pinnedPublicKey: pin)
         } catch {
             throw fail(node, key, error.message)

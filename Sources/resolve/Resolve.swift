@@ -73,6 +73,13 @@ struct LookupOptions: ParsableArguments {
     var doh: [String] = []
 
     @Option(
+        name: .customLong("dot"),
+        help: ArgumentHelp(
+            "Trusted RFC 7858 DNS-over-TLS resolver, HOST[:PORT] (853 by default); #NAME checks the certificate against NAME "
+                + "(127.0.0.1:853#dns.example); repeatable.", valueName: "HOST[:PORT][#NAME]"))
+    var dot: [String] = []
+
+    @Option(
         name: .customLong("json-api"),
         help: ArgumentHelp("Trusted resolver speaking the JSON API (application/dns-json); repeatable.", valueName: "URL"))
     var jsonAPI: [String] = []
@@ -224,6 +231,10 @@ struct LookupOptions: ParsableArguments {
         var upstreams: [UpstreamEndpoint] = []
         do {
             for url in doh { upstreams.append(try UpstreamEndpoint(.doh(method), url: url)) }
+            for server in dot {
+                let parts = server.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+                upstreams.append(try .dot(parts[0], tlsName: parts.count == 2 ? parts[1] : nil))
+            }
             for stamp in stamps { upstreams.append(try UpstreamEndpoint(stamp: try DNSStamp(stamp))) }
             for url in jsonAPI { upstreams.append(try UpstreamEndpoint(.json, url: url)) }
         } catch {
