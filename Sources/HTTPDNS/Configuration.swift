@@ -143,10 +143,14 @@ public struct UpstreamEndpoint: Sendable, Hashable {
     /// An RFC 7858 DNS-over-TLS resolver: `host[:port]` (port 853 by default), `[IPv6]:port`, or
     /// `tls://host[:port]`.
     /// - Parameters:
+    ///   - address: `host[:port]`, `[IPv6]:port` or `tls://host[:port]`.
     ///   - bootstrap: the host's addresses, required unless the host is an IP literal.
     ///   - tlsName: the name the certificate is checked against when the host is not it (a server
     ///     given by its address: `127.0.0.1:853` with `dns.example`, unbound's `@853#name`).
     ///   - pinnedPublicKey: SPKI pins, `sha256//BASE64`, checked after normal validation.
+    /// - Returns: the endpoint, identified as `tls://host:port`.
+    /// - Throws: ``/DNSCore/DNSError`` with ``/DNSCore/DNSError/Code/invalidConfiguration`` for an
+    ///   address that is not `host[:port]` or a `tls_name` that is not a name or address.
     public static func dot(
         _ address: String, bootstrap: [String] = [], tlsName: String? = nil, pinnedPublicKey: String? = nil
     ) throws(DNSError) -> UpstreamEndpoint {
