@@ -68,6 +68,10 @@ public struct UpstreamEndpoint: Sendable, Hashable {
     public var tlsName: String?
     /// The client address sent for ECS-accurate answers (vendor services). Default: none.
     public var clientIP: IPAddress?
+    /// SHA-256 digests of DER `tbsCertificate`s (a DNS stamp's hashes): one certificate of the chain
+    /// the server presents must have one of them, checked after normal validation on each DoT
+    /// connection before any query is sent. Default: none.
+    public var certificateHashes: [[UInt8]] = []
     /// Names per batch request (vendor services; 1 for DoH and JSON, which ask one name at a time).
     public var batchSize = 1
 

@@ -158,33 +158,34 @@ public struct DNSStamp: Sendable, Hashable {
 }
 
 extension UpstreamEndpoint {
-    /// The DoH upstream a DoH stamp describes: `https://host[:port]/path`, reached at the stamp's
-    /// address (and its bootstrap addresses), the certificate checked against the host name.
+    /// The upstream a DoH or DoT stamp describes — `https://host[:port]/path` or `tls://host:port` —
+    /// reached at the stamp's address (and its bootstrap addresses), the certificate checked against
+    /// the host name. A DoT stamp's certificate hashes become ``certificateHashes``.
     /// - Throws: ``/DNSCore/DNSError`` with ``/DNSCore/DNSError/Code/invalidConfiguration`` for a stamp
-    ///   that is not DoH (plain DNS is not a trusted upstream; DoT upstreams are not available), that
-    ///   carries certificate hashes (a `tbsCertificate` digest is not a public-key pin, and this
-    ///   version does not check them: give the resolver as `doh:` with `pin:` instead), or that gives
-    ///   no address to reach the host by.
+    ///   that is plain DNS (not a trusted upstream), a DoH stamp that carries certificate hashes (a
+    ///   `tbsCertificate` digest is not a public-key pin, and only DoT connections check them: give
+    ///   the resolver as `doh:` with `pin:` instead), or one that gives no address to reach the host by.
     public init(stamp: DNSStamp) throws(DNSError) {
+        let bootstrap = (stamp.address.map { [$0] } ?? []) + stamp.bootstrap.filter { $0 != stamp.address }
         switch stamp.kind {
         case .plain:
             throw DNSError(.invalidConfiguration, "a plain DNS stamp cannot be a trusted upstream (no encryption); use it in forward: as dns:")
         case .dot:
-            throw DNSError(
-                .invalidConfiguration, "a DoT stamp: DNS over TLS upstreams are not available in this version; use the resolver's DoH stamp")
+            guard let host = stamp.host ?? stamp.address?.description else { throw DNSError(.invalidConfiguration, "the DoT stamp has no host") }
+            self = try .dot(IPAddress(host).map { "\($0.urlHost):\(stamp.port)" } ?? "\(host):\(stamp.port)")
+            self.bootstrap = bootstrap.filter { $0.description != self.host }
+            certificateHashes = stamp.certificateHashes
         case .doh:
-            break
+            guard stamp.certificateHashes.isEmpty else {
+                throw DNSError(
+                    .invalidConfiguration,
+                    "the DoH stamp for \(stamp.host ?? "?") carries certificate hashes (SHA-256 of a tbsCertificate in its chain), which are checked on DoT connections only; give it as doh: with pin: sha256//… (its public key) instead"
+                )
+            }
+            guard let host = stamp.host, let path = stamp.path else { throw DNSError(.invalidConfiguration, "the DoH stamp has no host or path") }
+            let authority = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+            let url = "https://\(authority)\(stamp.port == 443 ? "" : ":\(stamp.port)")\(path)"
+            try self.init(.doh(.get), url: url, bootstrap: bootstrap)
         }
-        guard stamp.certificateHashes.isEmpty else {
-            throw DNSError(
-                .invalidConfiguration,
-                "the DoH stamp for \(stamp.host ?? "?") carries certificate hashes (SHA-256 of a tbsCertificate in its chain), which this version does not check; give it as doh: with pin: sha256//… (its public key) instead"
-            )
-        }
-        guard let host = stamp.host, let path = stamp.path else { throw DNSError(.invalidConfiguration, "the DoH stamp has no host or path") }
-        let bootstrap = (stamp.address.map { [$0] } ?? []) + stamp.bootstrap.filter { $0 != stamp.address }
-        let authority = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
-        let url = "https://\(authority)\(stamp.port == 443 ? "" : ":\(stamp.port)")\(path)"
-        try self.init(.doh(.get), url: url, bootstrap: bootstrap)
     }
 }

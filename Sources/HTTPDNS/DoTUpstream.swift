@@ -1,3 +1,4 @@
+import Crypto
 import CurlSupport
 import DNSCore
 import Foundation
@@ -132,6 +133,7 @@ final class DoTClient: Sendable {
         let name = endpoint.tlsName ?? endpoint.host
         let authority = IPAddress(name)?.urlHost ?? name
         var request = CurlRequest(url: "https://\(authority):\(endpoint.port)/", timeout: budget, trust: trust)
+        request.collectsCertificates = !endpoint.certificateHashes.isEmpty
         let addresses =
             endpoint.hostIsLiteral
             ? (name == endpoint.host ? [] : [IPAddress(endpoint.host).map(\.urlHost) ?? endpoint.host])
@@ -140,6 +142,36 @@ final class DoTClient: Sendable {
             (request.connectTo, request.resolve) = Pinning.pin(host: name, port: endpoint.port, to: addresses)
         }
         return request
+    }
+
+    /// Whether a certificate of `chain` (DER) has a `tbsCertificate` whose SHA-256 is one of the
+    /// endpoint's hashes; true when it has none.
+    func chainMatchesHashes(_ chain: [[UInt8]]) -> Bool {
+        guard !endpoint.certificateHashes.isEmpty else { return true }
+        return chain.contains { certificate in
+            guard let tbs = Self.tbsCertificate(certificate) else { return false }
+            return endpoint.certificateHashes.contains(Array(SHA256.hash(data: tbs)))
+        }
+    }
+
+    /// The first element of a DER `Certificate` SEQUENCE, tag and length included (RFC 5280 §4.1).
+    static func tbsCertificate(_ der: [UInt8]) -> ArraySlice<UInt8>? {
+        /// The content's start and end of the element at `offset`, when it is a SEQUENCE that fits.
+        func sequence(at offset: Int, within end: Int) -> (content: Int, end: Int)? {
+            guard offset + 2 <= end, der[offset] == 0x30 else { return nil }
+            var length = Int(der[offset + 1])
+            var content = offset + 2
+            if length & 0x80 != 0 {
+                let count = length & 0x7f
+                guard (1...3).contains(count), content + count <= end else { return nil }
+                length = der[content..<content + count].reduce(0) { $0 << 8 | Int($1) }
+                content += count
+            }
+            guard length <= end - content else { return nil }
+            return (content, content + length)
+        }
+        guard let outer = sequence(at: 0, within: der.count), let inner = sequence(at: outer.content, within: outer.end) else { return nil }
+        return der[outer.content..<inner.end]
     }
 }
 
@@ -162,14 +194,15 @@ private final class DoTWorker {
     var retryLength = 0
     var input: [UInt8] = []
     var lastReceived = ContinuousClock.now
+    /// Answers on the current connection: one that closes after answering some has made progress
+    /// (servers limit queries per connection), and its unanswered queries go out again freely.
+    var answered = 0
     var lastUsed = ContinuousClock.now
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 8)
 
     init(client: DoTClient) { self.client = client }
 
     deinit { buffer.deallocate() }
-
-    var label: String { client.endpoint.url }
 
     func run() {
         while true {
@@ -204,14 +237,14 @@ private final class DoTWorker {
     func expire(_ now: ContinuousClock.Instant) {
         waiting.removeAll { job in
             guard job.deadline <= now else { return false }
-            client.finish(job.token, .failure(DNSError(.timeout, "\(label): no connection within the time left")))
+            client.finish(job.token, .failure(DNSError(.timeout, "no connection within the time left")))
             return true
         }
         var silent = false
         for (id, flight) in inFlight where flight.job.deadline <= now {
             inFlight[id] = nil
             if lastReceived < flight.sentAt { silent = true }
-            client.finish(flight.job.token, .failure(DNSError(.timeout, "\(label): no answer in time")))
+            client.finish(flight.job.token, .failure(DNSError(.timeout, "no answer in time")))
         }
         if silent { drop("the connection went silent") }
     }
@@ -220,7 +253,15 @@ private final class DoTWorker {
         guard let first = waiting.map(\.deadline).min() else { return }
         let budget = first - .now
         do {
-            connection = try CurlConnection.open(client.connectRequest(budget: budget))
+            let opened = try CurlConnection.open(client.connectRequest(budget: budget))
+            guard client.chainMatchesHashes(opened.certificates) else {
+                let failure = DNSError(.tlsFailed, "no certificate of the server's chain matches the stamp's certificate hashes")
+                for job in waiting { client.finish(job.token, .failure(failure)) }
+                waiting = []
+                return
+            }
+            connection = opened
+            answered = 0
             lastReceived = .now
             lastUsed = .now
         } catch {
@@ -319,7 +360,7 @@ private final class DoTWorker {
         while input.count - start >= 2 {
             let length = Int(input[start]) << 8 | Int(input[start + 1])
             guard length >= 12 else {
-                fail(DNSError(.malformedResponse, "\(label): a \(length)-byte message is not a DNS response"))
+                fail(DNSError(.malformedResponse, "a \(length)-byte message is not a DNS response"))
                 return
             }
             guard input.count - start - 2 >= length else { break }
@@ -330,6 +371,7 @@ private final class DoTWorker {
             guard let flight = inFlight.removeValue(forKey: id) else { continue }
             message[0] = flight.job.wire[0]
             message[1] = flight.job.wire[1]
+            answered += 1
             client.finish(flight.job.token, .success(message))
         }
         input.removeFirst(start)
@@ -344,13 +386,16 @@ private final class DoTWorker {
         _ = setsockopt(socket, Int32(IPPROTO_TCP), TCP_QUICKACK, &on, socklen_t(MemoryLayout<Int32>.size))
     }
 
-    /// Closes the connection after a failure: queries sent on it and not answered go out again once
-    /// on a new connection (RFC 7766 §6.2.1), others fail.
+    /// Closes the connection after a failure: queries sent on it and not answered go out again on a
+    /// new connection (RFC 7766 §6.2.1) — always when it answered others first, else once.
     func drop(_ why: String) {
+        let progressed = answered > 0
         close()
         for flight in inFlight.values {
-            if flight.job.retried {
-                client.finish(flight.job.token, .failure(DNSError(.connectFailed, "\(label): \(why)")))
+            if progressed {
+                waiting.append(flight.job)
+            } else if flight.job.retried {
+                client.finish(flight.job.token, .failure(DNSError(.connectFailed, "\(why)")))
             } else {
                 var job = flight.job
                 job.retried = true

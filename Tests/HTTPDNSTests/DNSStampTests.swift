@@ -107,7 +107,35 @@ import Testing
         let dot = try DNSStamp(Self.build(3, address: "192.0.2.2", host: "dot.test"))
         #expect(dot.kind == .dot)
         #expect(dot.port == 853)
-        #expect(throws: DNSError.self) { try UpstreamEndpoint(stamp: dot) }
+        let dotEndpoint = try UpstreamEndpoint(stamp: dot)
+        #expect(dotEndpoint.kind == .dot)
+        #expect(dotEndpoint.url == "tls://dot.test:853")
+        #expect(dotEndpoint.bootstrap == [IPAddress("192.0.2.2")!])
+        let hashes = [[UInt8](repeating: 7, count: 32), [UInt8](repeating: 9, count: 32)]
+        let pinned = try UpstreamEndpoint(stamp: try DNSStamp(Self.build(3, address: "192.0.2.2:8853", hashes: hashes, host: "dot.test")))
+        #expect(pinned.url == "tls://dot.test:8853")
+        #expect(pinned.certificateHashes == hashes)
+    }
+
+    @Test func dotServersParse() throws {
+        let cases: [(String, String?, String, Int)] = [
+            ("dns.test", nil, "tls://dns.test:853", 853),
+            ("tls://dns.test:8853", nil, "tls://dns.test:8853", 8853),
+            ("127.0.0.1:18853", "doh-a.test", "tls://127.0.0.1:18853", 18853),
+            ("::1", nil, "tls://[::1]:853", 853),
+            ("[2001:db8::1]:5353", "dns.test", "tls://[2001:db8::1]:5353", 5353),
+        ]
+        for (text, tlsName, url, port) in cases {
+            let endpoint = try UpstreamEndpoint.dot(text, bootstrap: ["192.0.2.1"], tlsName: tlsName)
+            #expect(endpoint.kind == .dot)
+            #expect(endpoint.url == url, "\(text)")
+            #expect(endpoint.port == port, "\(text)")
+            #expect(endpoint.tlsName == tlsName)
+        }
+        for text in ["", "tls://", "dns.test/path", "dns.test:0", "dns.test:99999", "https://dns.test", "bad..name"] {
+            #expect(throws: DNSError.self, "\(text)") { try UpstreamEndpoint.dot(text) }
+        }
+        #expect(throws: DNSError.self) { try UpstreamEndpoint.dot("dns.test", tlsName: "bad..name") }
     }
 
     @Test func brokenStampsAreRefusedWithoutACrash() throws {

@@ -32,6 +32,8 @@ public enum TestEnvironment {
     public static let dohPort = port("DOH_PORT")
     public static let dohPortB = port("DOH_PORT_B")
     public static let dnsPort = port("DNS_PORT")
+    /// doh-a's DNS over TLS (BIND 9.18).
+    public static let dotPort = port("DOT_PORT")
     /// doh-b's plain DNS (the same zones, signed with its own keys).
     public static let dnsPortB = port("DNS_PORT_B")
     /// dnsmasq, the "system" DNS: honest for hd.test, lying for hijacked.hd.test.
@@ -41,6 +43,8 @@ public enum TestEnvironment {
     /// unbound, validating and recursive over doh-a's zones (follows CNAMEs across zones): DoH and plain DNS.
     public static let validatorDoH = "https://doh-v.test:\(port("VALIDATOR_DOH_PORT"))/dns-query"
     public static let validatorDNSPort = port("VALIDATOR_DNS_PORT")
+    /// unbound's DNS over TLS (doh-v.test).
+    public static let validatorDotPort = port("VALIDATOR_DOT_PORT")
     /// The trust anchor of the signed tree under sig.test (its DS, written by testenv at start).
     public static let sigTreeAnchors = root + "/.testenv/sig.test.anchors"
     public static let dohB = "https://doh-b.test:\(dohPortB)/dns-query"
