@@ -61,6 +61,9 @@ IMPOSTOR_CA = 18683          # DoH with a certificate for doh-a.test's name... f
 VENDOR_MITM = 18684          # plain HTTP between the client and the vendor fake
 DAEMON_HTTP, DAEMON_DNS, DAEMON_PROXY = 18685, 18686, 18687
 TRAP_PORT = 18688
+FORGER_DOT = 18689           # DoT with doh-a.test's certificate: the lying upstream
+DOT_IMPOSTOR_NAME = 18692    # DoT with a test-CA certificate for another name (hostile.test)
+DOT_IMPOSTOR_CA = 18695      # DoT with a certificate from another CA
 FORGED = "127.0.0.66"        # what every forgery tries to get used; a trap listens there
 BINARY = None
 
@@ -328,6 +331,14 @@ def tls_server(port, cert, key):
     return serve(server)
 
 
+def dot_server(port, cert, key):
+    server = ThreadingTCP(("127.0.0.1", port), DNSTCPHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return serve(server)
+
+
 def start_forger():
     serve(ThreadingUDP(("127.0.0.1", FORGER_DNS), DNSUDPHandler))
     serve(ThreadingTCP(("127.0.0.1", FORGER_DNS), DNSTCPHandler))
@@ -336,6 +347,9 @@ def start_forger():
     # other-ca's certificate for bank.hd.test: neither the right CA nor the right name.
     tls_server(IMPOSTOR_CA, f"{ENV}/ca/impostor.pem", f"{ENV}/ca/impostor.key")
     serve(HTTPServer(("127.0.0.1", VENDOR_MITM), VendorMITM))
+    dot_server(FORGER_DOT, f"{ENV}/ca/doh-a.test.pem", f"{ENV}/ca/doh-a.test.key")
+    dot_server(DOT_IMPOSTOR_NAME, f"{ENV}/ca/hostile.test.pem", f"{ENV}/ca/hostile.test.key")
+    dot_server(DOT_IMPOSTOR_CA, f"{ENV}/ca/impostor.pem", f"{ENV}/ca/impostor.key")
 
 
 # --- The rows --------------------------------------------------------------------------------
@@ -359,6 +373,7 @@ class Row:
 
 
 DOH = f'{{doh: "https://doh-a.test:{FORGER_DOH}/dns-query", bootstrap: [127.0.0.1]}}'
+DOT = f'{{dot: "127.0.0.1:{FORGER_DOT}", tls_name: doh-a.test}}'
 
 
 def vendor_upstream(kind):
@@ -489,6 +504,23 @@ def dns_wire_rows():
             json_body=lambda n, t: json_answer(n, t, answers=[{"name": n, "type": 1, "TTL": 300, "data": FORGED}])),
         Row("doh-plain-http", "a downgrade to plain HTTP", f'{{doh: "http://doh-a.test:{FORGER_DOH}/dns-query", bootstrap: [127.0.0.1]}}',
             name, set(), forge=only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)])), config_error=True, daemon=False),
+    ]
+    # The same lies over DNS over TLS (the forger holds doh-a.test's certificate), and the impostors.
+    forged_a = only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)]))
+    rows += [
+        Row("dot-other-name", "an answer for another name over DoT", DOT, name, {"mismatched_response"}, forge=only(name, "A", other_name)),
+        Row("dot-not-a-response", "a query echoed back over DoT (QR clear)", DOT, name, {"mismatched_response", "malformed_response"},
+            forge=only(name, "A", not_a_response)),
+        Row("dot-pointer-loop", "a compression loop over DoT", DOT, name, {"malformed_response"}, forge=only(name, "A", pointer_loop)),
+        Row("dot-truncated", "a cut answer over DoT", DOT, name, {"malformed_response"}, forge=only(name, "A", truncated)),
+        Row("dot-trailing", "padding after the message over DoT", DOT, name, {"malformed_response"}, forge=only(name, "A", trailing)),
+        Row("dot-other-family", "an AAAA in an A answer over DoT", DOT, name, {"nodata"}, forge=only(name, "A", other_family)),
+        Row("dot-tls-other-name", "a DoT server with another name's certificate (test CA)",
+            f'{{dot: "127.0.0.1:{DOT_IMPOSTOR_NAME}", tls_name: doh-a.test}}', name, {"tls_failed"}, forge=forged_a),
+        Row("dot-tls-other-ca", "a DoT server with a certificate from another CA",
+            f'{{dot: "127.0.0.1:{DOT_IMPOSTOR_CA}", tls_name: doh-a.test}}', name, {"tls_failed"}, forge=forged_a),
+        Row("dot-plaintext", "a downgrade to plain DNS over TCP on the DoT port",
+            f'{{dot: "127.0.0.1:{FORGER_DNS}", tls_name: doh-a.test}}', name, {"tls_failed", "timeout"}, forge=forged_a),
     ]
     return rows
 
