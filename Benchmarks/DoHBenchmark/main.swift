@@ -3,6 +3,8 @@
 //   doh-benchmark latency    URL BOOTSTRAP CA COUNT          distinct names, one in flight, warm connection
 //   doh-benchmark throughput URL BOOTSTRAP CA COUNT INFLIGHT distinct names, INFLIGHT concurrent
 //
+// URL `tls://HOST:PORT#NAME` measures a DoT upstream instead (the certificate checked against NAME).
+//
 // Names are nNNN.bench.hd.test (a wildcard in the test zone). Prints one JSON object.
 // Run by Scripts/bench-doh.sh, which also runs dnsperf against the same server and compares.
 import DNSCore
@@ -18,7 +20,13 @@ struct DoHBenchmark {
             exit(2)
         }
         let method = UpstreamEndpoint.DoHMethod(rawValue: args.count > 7 ? args[7] : "get") ?? .get
-        let upstream = try UpstreamEndpoint.doh(args[2], bootstrap: [args[3]], method: method)
+        let upstream: UpstreamEndpoint
+        if args[2].hasPrefix("tls://") {
+            let parts = args[2].split(separator: "#", maxSplits: 1).map(String.init)
+            upstream = try .dot(parts[0], bootstrap: [args[3]], tlsName: parts.count == 2 ? parts[1] : nil)
+        } else {
+            upstream = try .doh(args[2], bootstrap: [args[3]], method: method)
+        }
         let resolver = try HTTPDNSResolver(
             configuration: .init(upstreams: [upstream], caFile: args[4]),
             options: .init(timeout: .seconds(5)))
