@@ -33,7 +33,9 @@ final class QueryLog: Sendable {
     }
 
     let settings: DaemonSettings.QueryLog
-    private let buffer = Mutex<(entries: [Entry], reopen: Bool, stopped: Bool)>(([], false, false))
+    /// Entries as bytes (``Record``), appended by the serving threads and swapped out by the writer:
+    /// a copy per entry, and nothing allocated, retained or freed across threads.
+    private let buffer = Mutex<(bytes: [UInt8], entries: Int, reopen: Bool, stopped: Bool)>(([], 0, false, false))
     private let wake = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
     private let written: Counter
@@ -43,18 +45,20 @@ final class QueryLog: Sendable {
         self.settings = settings
         written = Counter(label: "httpdns_query_log_entries_total", dimensions: [("outcome", "written")], factory: metrics)
         dropped = Counter(label: "httpdns_query_log_entries_total", dimensions: [("outcome", "dropped")], factory: metrics)
+        buffer.withLock { $0.bytes.reserveCapacity(min(settings.bufferEntries, 4096) * 256) }
         let thread = Thread { [self] in run() }
         thread.name = "query-log"
         thread.start()
     }
 
-    /// Adds an entry, or drops it when the buffer is full. Never blocks beyond the append.
+    /// Adds an entry, or drops it when the buffer is full. Never blocks beyond the copy.
     func record(_ entry: Entry) {
         // No wake-up here: the writer looks every ``interval``, so the serving path makes no
         // system call for the log.
         let taken = buffer.withLock { buffer -> Bool in
-            guard !buffer.stopped, buffer.entries.count < settings.bufferEntries else { return false }
-            buffer.entries.append(entry)
+            guard !buffer.stopped, buffer.entries < settings.bufferEntries else { return false }
+            Record.append(entry, to: &buffer.bytes)
+            buffer.entries += 1
             return true
         }
         if !taken { dropped.increment() }
@@ -82,41 +86,56 @@ final class QueryLog: Sendable {
         var file: Int32 = -1
         var size = 0
         var formatter = Formatter(settings: settings)
+        var lines = LineBuffer(capacity: 4 << 20)
         defer {
             if file >= 0 { close(file) }
+            lines.deallocate()
             finished.signal()
         }
         // Two buffers, swapped under the lock: neither side allocates a new one per batch.
-        var entries: [Entry] = []
-        var text: [UInt8] = []
+        var batch: [UInt8] = []
         while true {
             _ = wake.wait(timeout: .now() + Self.interval)
-            entries.removeAll(keepingCapacity: true)
-            let (reopen, stopped) = buffer.withLock { buffer in
-                swap(&buffer.entries, &entries)
-                defer { buffer.reopen = false }
-                return (buffer.reopen, buffer.stopped)
+            batch.removeAll(keepingCapacity: true)
+            let (count, reopen, stopped) = buffer.withLock { buffer in
+                swap(&buffer.bytes, &batch)
+                defer {
+                    buffer.entries = 0
+                    buffer.reopen = false
+                }
+                return (buffer.entries, buffer.reopen, buffer.stopped)
             }
             if reopen, file >= 0 {
                 close(file)
                 file = -1
             }
-            if !entries.isEmpty {
-                text.removeAll(keepingCapacity: true)
-                for entry in entries { formatter.append(entry, to: &text) }
+            guard count > 0 else {
+                if stopped { return }
+                continue
+            }
+            /// Writes the formatted lines, rotating first when they would pass `maxBytes`.
+            func flush() {
+                defer { lines.count = 0 }
+                guard lines.count > 0 else { return }
                 if file < 0 { (file, size) = open() }
-                if file >= 0 {
-                    if size + text.count > settings.maxBytes, size > 0 {
-                        close(file)
-                        rotate()
-                        (file, size) = open()
-                    }
-                    if file >= 0 {
-                        size += writeAll(file, text)
-                        written.increment(by: Int64(entries.count))
-                    }
+                guard file >= 0 else { return }
+                if size + lines.count > settings.maxBytes, size > 0 {
+                    close(file)
+                    rotate()
+                    (file, size) = open()
+                    guard file >= 0 else { return }
+                }
+                size += writeAll(file, UnsafeRawBufferPointer(start: lines.base, count: lines.count))
+            }
+            batch.withUnsafeBytes { bytes in
+                var cursor = Record.Cursor(bytes)
+                while let record = cursor.next() {
+                    if lines.capacity - lines.count < Record.maxLineBytes { flush() }
+                    formatter.append(record, to: &lines)
                 }
             }
+            flush()
+            written.increment(by: Int64(count))
             if stopped { return }
         }
     }
@@ -138,10 +157,10 @@ final class QueryLog: Sendable {
         if settings.keep > 0 { rename(path, "\(path).1") } else { unlink(path) }
     }
 
-    private func writeAll(_ file: Int32, _ bytes: [UInt8]) -> Int {
+    private func writeAll(_ file: Int32, _ bytes: UnsafeRawBufferPointer) -> Int {
         var offset = 0
         while offset < bytes.count {
-            let count = bytes[offset...].withUnsafeBytes { Glibc.write(file, $0.baseAddress, $0.count) }
+            let count = Glibc.write(file, bytes.baseAddress! + offset, bytes.count - offset)
             if count < 0, errno == EINTR { continue }
             guard count > 0 else { break }
             offset += count
@@ -149,10 +168,218 @@ final class QueryLog: Sendable {
         return offset
     }
 
+    // MARK: Entries as bytes
+
+    /// An entry laid out as bytes: fixed fields, then length-prefixed strings and the response.
+    ///
+    /// `time u64, latency u64, client family u8 (0, 4, 6), client 16 bytes, type u16`, then `name`
+    /// (u8 length, wire form), `transport` (u8), `source`, `dnssec`, `verdict` (u8, 0xff = absent),
+    /// `upstream` (u16, 0xffff = absent), `response` (u16, at most ``maxResponseBytes``).
+    enum Record {
+        /// A response is kept up to this many bytes (BIND's default EDNS size): the answers that fit
+        /// are listed, the rest of a larger one is not.
+        static let maxResponseBytes = 1_232
+        /// The longest line one record can make: escaped name, four strings, every address.
+        static let maxLineBytes = 64 * 1024
+
+        static func append(_ entry: Entry, to out: inout [UInt8]) {
+            withUnsafeBytes(of: entry.time.littleEndian) { out.append(contentsOf: $0) }
+            withUnsafeBytes(of: entry.latencyNanoseconds.littleEndian) { out.append(contentsOf: $0) }
+            switch entry.client {
+            case let .v4(address)?:
+                out.append(4)
+                withUnsafeBytes(of: address.address.sin_addr) { out.append(contentsOf: $0) }
+                out.append(contentsOf: repeatElement(0, count: 12))
+            case let .v6(address)?:
+                out.append(6)
+                withUnsafeBytes(of: address.address.sin6_addr) { out.append(contentsOf: $0) }
+            default:
+                out.append(0)
+                out.append(contentsOf: repeatElement(0, count: 16))
+            }
+            withUnsafeBytes(of: entry.query.question.type.rawValue.littleEndian) { out.append(contentsOf: $0) }
+            let wire = entry.query.question.name.wire
+            out.append(UInt8(truncatingIfNeeded: wire.count))
+            out.append(contentsOf: wire)
+            short(entry.transport, to: &out)
+            short(entry.provenance?.source, to: &out)
+            short(entry.provenance?.dnssec, to: &out)
+            short(entry.verdict, to: &out)
+            if var upstream = entry.provenance?.upstream {
+                upstream.withUTF8 { bytes in
+                    let count = min(bytes.count, 0xfffe)
+                    withUnsafeBytes(of: UInt16(count).littleEndian) { out.append(contentsOf: $0) }
+                    out.append(contentsOf: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(bytes)[0..<count]))
+                }
+            } else {
+                withUnsafeBytes(of: UInt16(0xffff)) { out.append(contentsOf: $0) }
+            }
+            let count = min(entry.response.count, maxResponseBytes)
+            withUnsafeBytes(of: UInt16(count).littleEndian) { out.append(contentsOf: $0) }
+            entry.response.withUnsafeBytes { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        }
+
+        /// A string of at most 254 bytes (the daemon's transports, sources, statuses and verdicts).
+        private static func short(_ text: String?, to out: inout [UInt8]) {
+            guard var text else { return out.append(0xff) }
+            text.withUTF8 { bytes in
+                let count = min(bytes.count, 0xfe)
+                out.append(UInt8(count))
+                out.append(contentsOf: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(bytes)[0..<count]))
+            }
+        }
+
+        /// One record read back: views into the batch, valid while it is.
+        struct View {
+            var time: UInt64
+            var latency: UInt64
+            var clientFamily: UInt8
+            var client: UnsafeRawBufferPointer
+            var type: UInt16
+            var name: UnsafeRawBufferPointer
+            var transport: UnsafeRawBufferPointer?
+            var source: UnsafeRawBufferPointer?
+            var dnssec: UnsafeRawBufferPointer?
+            var verdict: UnsafeRawBufferPointer?
+            var upstream: UnsafeRawBufferPointer?
+            var response: UnsafeRawBufferPointer
+        }
+
+        /// Reads records written by ``append(_:to:)``; stops at the first that does not fit.
+        struct Cursor {
+            let bytes: UnsafeRawBufferPointer
+            var offset = 0
+
+            init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+            mutating func next() -> View? {
+                guard offset + 35 <= bytes.count else { return nil }
+                let time = bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self).littleEndian
+                let latency = bytes.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self).littleEndian
+                let family = bytes[offset + 16]
+                let client = UnsafeRawBufferPointer(rebasing: bytes[(offset + 17)..<(offset + 33)])
+                let type = bytes.loadUnaligned(fromByteOffset: offset + 33, as: UInt16.self).littleEndian
+                offset += 35
+                guard let name = take(Int(byte() ?? 0)) else { return nil }
+                let transport = shortString(), source = shortString(), dnssec = shortString(), verdict = shortString()
+                guard offset + 2 <= bytes.count else { return nil }
+                let upstreamLength = bytes.loadUnaligned(fromByteOffset: offset, as: UInt16.self).littleEndian
+                offset += 2
+                let upstream = upstreamLength == 0xffff ? nil : take(Int(upstreamLength))
+                guard offset + 2 <= bytes.count else { return nil }
+                let responseLength = bytes.loadUnaligned(fromByteOffset: offset, as: UInt16.self).littleEndian
+                offset += 2
+                guard let response = take(Int(responseLength)) else { return nil }
+                return View(
+                    time: time, latency: latency, clientFamily: family, client: client, type: type, name: name, transport: transport,
+                    source: source, dnssec: dnssec, verdict: verdict, upstream: upstream, response: response)
+            }
+
+            private mutating func byte() -> UInt8? {
+                guard offset < bytes.count else { return nil }
+                defer { offset += 1 }
+                return bytes[offset]
+            }
+
+            private mutating func take(_ count: Int) -> UnsafeRawBufferPointer? {
+                guard offset + count <= bytes.count else { return nil }
+                defer { offset += count }
+                return UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)])
+            }
+
+            private mutating func shortString() -> UnsafeRawBufferPointer? {
+                guard let length = byte(), length != 0xff else { return nil }
+                return take(Int(length))
+            }
+        }
+    }
+
+    /// Where lines are formatted: a buffer of its own, written with plain stores (no bounds or
+    /// uniqueness checks per byte); the caller keeps ``Record/maxLineBytes`` free before each line.
+    struct LineBuffer {
+        let base: UnsafeMutablePointer<UInt8>
+        let capacity: Int
+        var count = 0
+
+        init(capacity: Int) {
+            base = .allocate(capacity: capacity)
+            self.capacity = capacity
+        }
+
+        func deallocate() { base.deallocate() }
+
+        @inline(__always) mutating func byte(_ value: UInt8) {
+            base[count] = value
+            count += 1
+        }
+
+        mutating func bytes(_ bytes: UnsafeRawBufferPointer) {
+            guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
+            (base + count).update(from: source.assumingMemoryBound(to: UInt8.self), count: bytes.count)
+            count += bytes.count
+        }
+
+        mutating func text(_ text: StaticString) {
+            bytes(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        }
+
+        /// A non-negative integer in decimal.
+        mutating func decimal(_ value: Int) {
+            var digits = 1
+            var limit = 10
+            while value >= limit, digits < 19 {
+                digits += 1
+                limit &*= 10
+            }
+            var rest = value
+            for index in stride(from: count + digits - 1, through: count, by: -1) {
+                base[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            count += digits
+        }
+
+        /// `value` with leading zeros to `width` digits.
+        mutating func digits(_ value: Int, width: Int) {
+            var rest = value
+            for index in stride(from: count + width - 1, through: count, by: -1) {
+                base[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            count += width
+        }
+
+        /// Bytes as a JSON string's contents (quotes, backslashes and controls escaped).
+        mutating func escaped(_ bytes: UnsafeRawBufferPointer) {
+            guard bytes.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5c }) else { return self.bytes(bytes) }
+            let hex: StaticString = "0123456789abcdef"
+            for value in bytes {
+                switch value {
+                case 0x22, 0x5c:
+                    byte(0x5c)
+                    byte(value)
+                case 0..<0x20:
+                    text("\\u00")
+                    byte(hex.utf8Start[Int(value >> 4)])
+                    byte(hex.utf8Start[Int(value & 0x0f)])
+                default: byte(value)
+                }
+            }
+        }
+
+        mutating func ipv4(_ bytes: UnsafeRawBufferPointer) {
+            for index in 0..<4 {
+                if index > 0 { byte(UInt8(ascii: ".")) }
+                decimal(Int(bytes[index]))
+            }
+        }
+    }
+
     // MARK: Formatting
 
     /// Formats lines straight into bytes: the writer's cost is CPU the serving threads do not get
-    /// on a busy core, so nothing here makes a string, a dictionary or a decoded message per entry.
+    /// on a busy core, so nothing here makes a string, an array or a decoded message per entry
+    /// (but for AAAA answers, CNAME targets and unusual types, which take the slow path).
     struct Formatter {
         let settings: DaemonSettings.QueryLog
         /// `"YYYY-MM-DDTHH:MM:SS` of the last second formatted.
@@ -161,189 +388,161 @@ final class QueryLog: Sendable {
 
         init(settings: DaemonSettings.QueryLog) { self.settings = settings }
 
-        mutating func append(_ entry: Entry, to out: inout [UInt8]) {
-            let seconds = entry.time / 1_000_000_000
+        mutating func append(_ record: Record.View, to out: inout LineBuffer) {
+            let seconds = record.time / 1_000_000_000
             if seconds != second {
                 second = seconds
                 secondText = Array(QueryLog.timestamp(seconds: seconds).utf8)
             }
-            Self.append(#"{"time":""#, to: &out)
-            out.append(contentsOf: secondText)
-            out.append(UInt8(ascii: "."))
-            Self.digits(Int(entry.time / 1_000_000 % 1000), width: 3, to: &out)
-            Self.append(#"Z""#, to: &out)
-            if let client = entry.client.flatMap(Self.address) {
-                field("client", to: &out)
-                out.append(UInt8(ascii: "\""))
-                Self.write(QueryLog.anonymized(client, settings), to: &out)
-                out.append(UInt8(ascii: "\""))
+            out.text(#"{"time":""#)
+            secondText.withUnsafeBytes { out.bytes($0) }
+            out.byte(UInt8(ascii: "."))
+            out.digits(Int(record.time / 1_000_000 % 1000), width: 3)
+            out.text(#"Z""#)
+            if record.clientFamily != 0 {
+                out.text(#","client":""#)
+                let address =
+                    record.clientFamily == 4
+                    ? IPAddress.v4(
+                        UInt32(record.client[0]) << 24 | UInt32(record.client[1]) << 16 | UInt32(record.client[2]) << 8 | UInt32(record.client[3]))
+                    : IPAddress(bytes: record.client)!
+                switch QueryLog.anonymized(address, settings) {
+                case let .v4(value):
+                    withUnsafeBytes(of: value.bigEndian) { out.ipv4($0) }
+                case let other:
+                    var text = other.description
+                    text.withUTF8 { out.bytes(UnsafeRawBufferPointer($0)) }
+                }
+                out.byte(UInt8(ascii: "\""))
             }
-            string("transport", entry.transport, to: &out)
-            field("name", to: &out)
-            Self.write(name: entry.query.question.name, to: &out)
-            string("type", entry.query.question.type.description, to: &out)
-            let response = entry.response
+            string(#","transport":""#, record.transport, to: &out)
+            out.text(#","name":""#)
+            Self.name(record.name, to: &out)
+            out.text(#"","type":""#)
+            Self.type(record.type, to: &out)
+            out.byte(UInt8(ascii: "\""))
+            let response = record.response
             let rcode = response.count >= 4 ? Int(response[3] & 0x0f) : 2
-            string("rcode", rcode < Self.rcodes.count ? Self.rcodes[rcode] : "RCODE\(rcode)", to: &out)
-            Self.answers(of: response, to: &out)
-            if let provenance = entry.provenance {
-                string("source", provenance.source, to: &out)
-                if let upstream = provenance.upstream { string("upstream", upstream, to: &out) }
-                if let dnssec = provenance.dnssec { string("dnssec", dnssec, to: &out) }
-            }
-            if let verdict = entry.verdict { string("verdict", verdict, to: &out) }
-            field("latency_ms", to: &out)
-            let micros = Int(min(entry.latencyNanoseconds, 1 << 50) / 1_000)
-            Self.decimal(micros / 1000, to: &out)
-            out.append(UInt8(ascii: "."))
-            Self.digits(micros % 1000, width: 3, to: &out)
-            Self.append("}\n", to: &out)
-        }
-
-        private func field(_ key: StaticString, to out: inout [UInt8]) {
-            Self.append(#",""#, to: &out)
-            Self.append(key, to: &out)
-            Self.append(#"":"#, to: &out)
-        }
-
-        static func append(_ text: StaticString, to out: inout [UInt8]) {
-            out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
-        }
-
-        private func string(_ key: StaticString, _ value: String, to out: inout [UInt8]) {
-            field(key, to: &out)
-            Self.write(string: value, to: &out)
-        }
-
-        static let rcodes = ["NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED"]
-
-        static func address(_ socket: SocketAddress) -> IPAddress? {
-            switch socket {
-            case let .v4(address):
-                return .v4(UInt32(bigEndian: address.address.sin_addr.s_addr))
-            case let .v6(address):
-                return withUnsafeBytes(of: address.address.sin6_addr) { IPAddress(bytes: $0) }
+            out.text(#","rcode":""#)
+            switch rcode {
+            case 0: out.text("NOERROR")
+            case 1: out.text("FORMERR")
+            case 2: out.text("SERVFAIL")
+            case 3: out.text("NXDOMAIN")
+            case 4: out.text("NOTIMP")
+            case 5: out.text("REFUSED")
             default:
-                return nil
+                out.text("RCODE")
+                out.decimal(rcode)
             }
+            out.byte(UInt8(ascii: "\""))
+            Self.answers(of: response, to: &out)
+            string(#","source":""#, record.source, to: &out)
+            string(#","upstream":""#, record.upstream, to: &out)
+            string(#","dnssec":""#, record.dnssec, to: &out)
+            string(#","verdict":""#, record.verdict, to: &out)
+            out.text(#","latency_ms":"#)
+            let micros = Int(min(record.latency, 1 << 50) / 1_000)
+            out.decimal(micros / 1000)
+            out.byte(UInt8(ascii: "."))
+            out.digits(micros % 1000, width: 3)
+            out.text("}\n")
         }
 
-        static func write(_ ip: IPAddress, to out: inout [UInt8]) {
-            guard case let .v4(value) = ip else { return out.append(contentsOf: ip.description.utf8) }
-            for shift in [24, 16, 8, 0] {
-                if shift != 24 { out.append(UInt8(ascii: ".")) }
-                decimal(Int((value >> UInt32(shift)) & 0xff), to: &out)
-            }
+        /// `key` (which opens the string) and the value, when there is one.
+        private func string(_ key: StaticString, _ value: UnsafeRawBufferPointer?, to out: inout LineBuffer) {
+            guard let value else { return }
+            out.text(key)
+            out.escaped(value)
+            out.byte(UInt8(ascii: "\""))
         }
 
-        static func digits(_ value: Int, width: Int, to out: inout [UInt8]) {
-            var divisor = 1
-            for _ in 1..<width { divisor *= 10 }
-            var rest = value
-            while divisor > 0 {
-                out.append(UInt8(ascii: "0") + UInt8(rest / divisor % 10))
-                rest %= divisor
-                divisor /= 10
-            }
-        }
-
-        /// A name in presentation form as a JSON string: host-name bytes as they are, anything else
-        /// as the name's `\DDD`-escaped description.
-        static func write(name: DomainName, to out: inout [UInt8]) {
-            let wire = name.wire
-            guard wire.allSatisfy({ $0 < 0x40 || ($0 >= 0x61 && $0 <= 0x7a) || $0 == 0x2d || $0 == 0x5f || ($0 >= 0x30 && $0 <= 0x39) }) else {
-                return write(string: name.description, to: &out)
-            }
-            out.append(UInt8(ascii: "\""))
-            if wire.count == 1 { out.append(UInt8(ascii: ".")) }
+        /// A wire-form name in presentation form, inside a JSON string, as ``/DNSCore/DomainName``
+        /// writes it: printable ASCII as it is (`"` JSON-escaped); a dot, a backslash and any other byte as
+        /// `\DDD` (RFC 1035 §5.1; the backslash itself JSON-escaped).
+        static func name(_ wire: UnsafeRawBufferPointer, to out: inout LineBuffer) {
+            guard wire.count > 1 else { return out.byte(UInt8(ascii: ".")) }
             var index = 0
-            while wire[index] != 0 {
+            while index < wire.count, wire[index] != 0 {
                 let length = Int(wire[index])
-                if index > 0 { out.append(UInt8(ascii: ".")) }
-                out.append(contentsOf: wire[(index + 1)...(index + length)])
-                index += length + 1
-            }
-            out.append(UInt8(ascii: "\""))
-        }
-
-        static func write(string: String, to out: inout [UInt8]) {
-            out.append(UInt8(ascii: "\""))
-            var string = string
-            let copied = string.withUTF8 { bytes -> Bool in
-                // Most strings (URLs, sources, names) need no escape: one scan and one copy.
-                guard !bytes.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5c }) else { return false }
-                out.append(contentsOf: bytes)
-                return true
-            }
-            if !copied {
-                for byte in string.utf8 {
-                    switch byte {
-                    case UInt8(ascii: "\""): out.append(contentsOf: [0x5c, 0x22])
-                    case UInt8(ascii: "\\"): out.append(contentsOf: [0x5c, 0x5c])
-                    case 0..<0x20:
-                        let hex = Array("0123456789abcdef".utf8)
-                        out.append(contentsOf: [0x5c, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0x0f)]])
-                    default: out.append(byte)
+                guard index + 1 + length <= wire.count else { return }
+                if index > 0 { out.byte(UInt8(ascii: ".")) }
+                for value in wire[(index + 1)..<(index + 1 + length)] {
+                    switch value {
+                    case UInt8(ascii: "."), UInt8(ascii: "\\"), 0..<0x21, 0x7f...:
+                        out.text("\\\\")
+                        out.digits(Int(value), width: 3)
+                    case UInt8(ascii: "\""):
+                        out.text("\\\"")
+                    default:
+                        out.byte(value)
                     }
                 }
+                index += 1 + length
             }
-            out.append(UInt8(ascii: "\""))
         }
 
-        /// A non-negative integer in decimal, without a string.
-        static func decimal(_ value: Int, to out: inout [UInt8]) {
-            var digits = InlineArray<20, UInt8>(repeating: 0)
-            var count = 0
-            var rest = value
-            repeat {
-                digits[count] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-                count += 1
-            } while rest > 0
-            for index in stride(from: count - 1, through: 0, by: -1) { out.append(digits[index]) }
+        static func type(_ value: UInt16, to out: inout LineBuffer) {
+            switch value {
+            case 1: out.text("A")
+            case 28: out.text("AAAA")
+            case 5: out.text("CNAME")
+            case 65: out.text("HTTPS")
+            default:
+                var text = RecordType(rawValue: value).description
+                text.withUTF8 { out.escaped(UnsafeRawBufferPointer($0)) }
+            }
         }
 
         /// `"answers":[…]` (A and AAAA as addresses, CNAME as `CNAME target`, other types by name)
-        /// and `"ede":N`, read by walking the response's sections; a response that does not walk
-        /// cleanly gets no answers key.
-        static func answers(of response: [UInt8], to out: inout [UInt8]) {
+        /// and `"ede":N`, read by walking the response's sections; the answers listed are those
+        /// that walk cleanly (a response cut at ``Record/maxResponseBytes`` lists what fits).
+        static func answers(of response: UnsafeRawBufferPointer, to out: inout LineBuffer) {
             guard response.count >= 12 else { return }
-            let counts = (0..<4).map { Int(response[4 + 2 * $0]) << 8 | Int(response[5 + 2 * $0]) }
+            func count(_ section: Int) -> Int { Int(response[4 + 2 * section]) << 8 | Int(response[5 + 2 * section]) }
             var index = 12
-            for _ in 0..<counts[0] {
+            for _ in 0..<count(0) {
                 guard let end = skipName(response, index), end + 4 <= response.count else { return }
                 index = end + 4
             }
-            var list: [UInt8] = [UInt8(ascii: "[")]
+            out.text(#","answers":["#)
+            var listed = 0
             var ede: Int?
-            var decoded: [DNSMessage.Record]?
             var cnames = 0
-            for section in 1...3 {
-                for _ in 0..<counts[section] {
-                    guard let end = skipName(response, index), end + 10 <= response.count else { return }
+            var decoded: [DNSMessage.Record]?
+            walk: for section in 1...3 {
+                for _ in 0..<count(section) {
+                    guard let end = skipName(response, index), end + 10 <= response.count else { break walk }
                     let type = Int(response[end]) << 8 | Int(response[end + 1])
                     let length = Int(response[end + 8]) << 8 | Int(response[end + 9])
                     let data = end + 10
-                    guard data + length <= response.count else { return }
+                    guard data + length <= response.count else { break walk }
                     if section == 1 {
-                        if list.count > 1 { list.append(UInt8(ascii: ",")) }
+                        if listed > 0 { out.byte(UInt8(ascii: ",")) }
+                        listed += 1
+                        out.byte(UInt8(ascii: "\""))
                         switch (type, length) {
-                        case (1, 4), (28, 16):
-                            list.append(UInt8(ascii: "\""))
-                            write(IPAddress(bytes: response[data..<(data + length)])!, to: &list)
-                            list.append(UInt8(ascii: "\""))
+                        case (1, 4):
+                            out.ipv4(UnsafeRawBufferPointer(rebasing: response[data..<(data + 4)]))
+                        case (28, 16):
+                            var text = IPAddress(bytes: UnsafeRawBufferPointer(rebasing: response[data..<(data + 16)]))!.description
+                            text.withUTF8 { out.bytes(UnsafeRawBufferPointer($0)) }
                         case (5, _):
                             // Rare enough to decode the message for (compression pointers).
-                            if decoded == nil { decoded = (try? DNSMessage(decoding: response))?.answers.filter { $0.type == .cname } ?? [] }
+                            if decoded == nil {
+                                decoded = (try? DNSMessage(decoding: Array(response)))?.answers.filter { $0.type == .cname } ?? []
+                            }
                             var target = "?"
                             if let aliases = decoded, cnames < aliases.count, case let .cname(name) = aliases[cnames].data {
                                 target = name.description
                             }
                             cnames += 1
-                            write(string: "CNAME " + target, to: &list)
+                            out.text("CNAME ")
+                            target.withUTF8 { out.escaped(UnsafeRawBufferPointer($0)) }
                         default:
-                            write(string: RecordType(rawValue: UInt16(type)).description, to: &list)
+                            Self.type(UInt16(type), to: &out)
                         }
+                        out.byte(UInt8(ascii: "\""))
                     } else if section == 3, type == 41 {
                         var option = data
                         while option + 4 <= data + length {
@@ -356,17 +555,15 @@ final class QueryLog: Sendable {
                     index = data + length
                 }
             }
-            list.append(UInt8(ascii: "]"))
-            append(#","answers":"#, to: &out)
-            out.append(contentsOf: list)
+            out.byte(UInt8(ascii: "]"))
             if let ede {
-                append(#","ede":"#, to: &out)
-                decimal(ede, to: &out)
+                out.text(#","ede":"#)
+                out.decimal(ede)
             }
         }
 
         /// Where the name at `index` ends (after its root label or its pointer), or nil.
-        static func skipName(_ bytes: [UInt8], _ start: Int) -> Int? {
+        static func skipName(_ bytes: UnsafeRawBufferPointer, _ start: Int) -> Int? {
             var index = start
             while index < bytes.count {
                 let length = Int(bytes[index])

@@ -83,6 +83,73 @@ import Testing
         #expect(clients == ["192.0.2.0", "2001:db8:1::"])
     }
 
+    /// Whatever a client asks and an upstream answers, each entry is one line of valid JSON: names
+    /// with dots, quotes, backslashes and control bytes in labels, garbage and cut responses, and
+    /// the answer kinds (A, AAAA, CNAME, other types, EDE) listed as documented.
+    @Test func anyNameAndResponseMakeOneValidJSONLine() throws {
+        let directory = try directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var settings = DaemonSettings.QueryLog(path: directory.appendingPathComponent("q.jsonl").path)
+        settings.bufferEntries = 100_000
+        let log = QueryLog(settings: settings, metrics: TestMetrics())
+        var random = SystemRandomNumberGenerator()
+        var expectedNames: [String] = []
+        // A well-formed answer with every kind, from the resolver's own writer.
+        let query = try DNSQuery(Wire.header() + Wire.question("www.example.test"))
+        var message = DNSMessage(id: 0x1234, flags: 0x8180, questions: [.init(name: try DomainName("www.example.test"), type: .a)])
+        message.answers = [
+            .init(name: try DomainName("www.example.test"), type: .cname, ttl: 60, data: .cname(try DomainName("edge.example.test"))),
+            .init(name: try DomainName("edge.example.test"), type: .a, ttl: 60, data: .address(IPAddress("198.51.100.7")!)),
+            .init(name: try DomainName("edge.example.test"), type: .aaaa, ttl: 60, data: .address(IPAddress("2001:db8::7")!)),
+            .init(name: try DomainName("edge.example.test"), type: .txt, ttl: 60, data: .opaque([3, 0x61, 0x62, 0x63])),
+        ]
+        message.additionals = [.init(name: .root, type: .opt, recordClass: 1232, ttl: 0, data: .opaque([0, 15, 0, 2, 0, 17]))]
+        log.record(
+            QueryLog.Entry(
+                time: 1_800_000_000_000_000_000, client: try SocketAddress(ipAddress: "2001:db8::9", port: 1), transport: "dot", query: query,
+                response: message.encode(), provenance: .init(source: "cache", upstream: nil, dnssec: "insecure"), verdict: nil,
+                latencyNanoseconds: 5_000))
+        for index in 0..<2_000 {
+            // Labels of any bytes (but the first label keeps the line's order readable).
+            let labels = (0..<Int.random(in: 1...4, using: &random)).map { _ in
+                (0..<Int.random(in: 1...20, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+            }
+            var wire = Wire.header()
+            for label in labels { wire += [UInt8(label.count)] + label }
+            wire += [0, 0, 1, 0, 1]
+            guard let query = try? DNSQuery(wire) else { continue }
+            expectedNames.append(query.question.name.description)
+            let response = (0..<Int.random(in: 0...200, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+            log.record(
+                QueryLog.Entry(
+                    time: 1_800_000_000_000_000_000 + UInt64(index), client: nil, transport: "udp", query: query,
+                    response: index % 2 == 0 ? response : Array(message.encode().prefix(Int.random(in: 0...80, using: &random))),
+                    provenance: nil, verdict: "hijacked\"\u{1}", latencyNanoseconds: UInt64(index)))
+        }
+        log.stop()
+        let text = try String(contentsOf: directory.appendingPathComponent("q.jsonl"), encoding: .utf8)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+        #expect(lines.count == expectedNames.count + 1)
+        var parsed: [[String: Any]] = []
+        for line in lines {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            #expect(object != nil, "not JSON: \(line)")
+            if let object { parsed.append(object) }
+        }
+        let first = try #require(parsed.first)
+        #expect(first["client"] as? String == "2001:db8::9")
+        #expect(first["transport"] as? String == "dot")
+        #expect(first["answers"] as? [String] == ["CNAME edge.example.test", "198.51.100.7", "2001:db8::7", "TXT"])
+        #expect(first["ede"] as? Int == 17)
+        #expect(first["dnssec"] as? String == "insecure")
+        #expect(first["latency_ms"] as? Double == 0.005)
+        // Names in the presentation form DomainName gives (RFC 1035 escapes), verdicts escaped back.
+        for (object, name) in zip(parsed.dropFirst(), expectedNames) {
+            #expect(object["name"] as? String == name)
+            #expect(object["verdict"] as? String == "hijacked\"\u{1}")
+        }
+    }
+
     @Test func anonymisingCutsTheAddressAtThePrefix() {
         var settings = DaemonSettings.QueryLog(path: "/dev/null")
         settings.anonymizeIPv4 = 16
