@@ -49,8 +49,9 @@ final class DoTClient: Sendable {
         var token: UInt64
         var wire: [UInt8]
         var deadline: ContinuousClock.Instant
-        /// Sent once on a connection that then closed: sent again at most once.
-        var retried = false
+        /// Connections that closed with this query unanswered and nothing else answered: after
+        /// ``DoTClient/maxAttempts`` the query fails.
+        var failedAttempts = 0
     }
 
     struct Shared {
@@ -63,6 +64,8 @@ final class DoTClient: Sendable {
     /// Queries in flight on one connection; more wait their turn (unbound's and BIND's limits for a
     /// client's pipeline are in the hundreds).
     static let maxInFlight = 128
+    /// A query goes out on at most this many connections that close without answering anything.
+    static let maxAttempts = 3
     /// An unused connection is closed after this long (servers close theirs after 10–30 s).
     static let idleTimeout: Duration = .seconds(10)
 
@@ -299,7 +302,9 @@ private final class DoTWorker {
                 Result { () throws(CurlError) in try connection.send(UnsafeRawBufferPointer(rebasing: bytes[start..<start + length])) }
             }
             guard case .success(let sent) = outcome else {
-                if case .failure(let error) = outcome { drop("sending failed: \(error.message)") }
+                // The server may have answered some before it closed: take those first.
+                receive()
+                if self.connection != nil, case .failure(let error) = outcome { drop("sending failed: \(error.message)") }
                 return
             }
             if sent == 0 {
@@ -341,21 +346,24 @@ private final class DoTWorker {
     /// Reads everything waiting (TLS may hold decrypted bytes the socket no longer shows) and
     /// delivers each whole answer.
     func receive() {
+        var closed: String?
         while let connection {
             let count: Int?
             do { count = try connection.receive(into: buffer) } catch {
-                drop("receiving failed: \(error.message)")
-                return
+                closed = "receiving failed: \(error.message)"
+                break
             }
             guard let count else { break }
             guard count > 0 else {
-                drop("the server closed the connection")
-                return
+                closed = "the server closed the connection"
+                break
             }
             lastReceived = .now
             input.append(contentsOf: buffer[0..<count])
         }
-        if let connection { Self.acknowledgeAtOnce(connection.socket) }
+        if closed == nil, let connection { Self.acknowledgeAtOnce(connection.socket) }
+        // Answers that came before the close are delivered first.
+        defer { if let closed, connection != nil { drop(closed) } }
         var start = 0
         while input.count - start >= 2 {
             let length = Int(input[start]) << 8 | Int(input[start + 1])
@@ -387,18 +395,17 @@ private final class DoTWorker {
     }
 
     /// Closes the connection after a failure: queries sent on it and not answered go out again on a
-    /// new connection (RFC 7766 §6.2.1) — always when it answered others first, else once.
+    /// new connection (RFC 7766 §6.2.1) — always when it answered others first (servers limit the
+    /// queries a connection carries), else up to ``DoTClient/maxAttempts`` connections in all.
     func drop(_ why: String) {
         let progressed = answered > 0
         close()
         for flight in inFlight.values {
-            if progressed {
-                waiting.append(flight.job)
-            } else if flight.job.retried {
-                client.finish(flight.job.token, .failure(DNSError(.connectFailed, "\(why)")))
+            var job = flight.job
+            if !progressed { job.failedAttempts += 1 }
+            if job.failedAttempts >= DoTClient.maxAttempts {
+                client.finish(job.token, .failure(DNSError(.connectFailed, why)))
             } else {
-                var job = flight.job
-                job.retried = true
                 waiting.append(job)
             }
         }

@@ -60,23 +60,13 @@ struct DNSStub: Service {
         let registry = ConnectionRegistry(limit: maxConnections) { state.metrics.connectionsOpen(.dnsTCP, $0) }
         let tcp: any Channel
         do {
-            tcp = try await ServerBootstrap(group: group)
-                .serverChannelOption(.backlog, value: 256)
-                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
-                .childChannelOption(.autoRead, value: true)
-                .childChannelInitializer { channel in
-                    guard registry.admit(channel) else {
-                        state.metrics.connectionRejected(.dnsTCP, reason: "limit")
-                        return channel.close()
-                    }
-                    return channel.eventLoop.makeCompletedFuture {
-                        let guardHandler = ConnectionGuard(deadline: .seconds(3600))
-                        try channel.pipeline.syncOperations.addHandlers([guardHandler, TCPQueryHandler(state: state, lookups: lookups)])
-                        guardHandler.protocolReady()
-                    }
-                }
-                .bind(host: host, port: port).get()
+            tcp = try await DNSStreamListener.bind(host: host, port: port, group: group, registry: registry) {
+                state.metrics.connectionRejected(.dnsTCP, reason: "limit")
+            } handlers: { channel in
+                let guardHandler = ConnectionGuard(deadline: .seconds(3600))
+                try channel.pipeline.syncOperations.addHandlers([guardHandler, TCPQueryHandler(state: state, lookups: lookups)])
+                guardHandler.protocolReady()
+            }
         } catch {
             try? await udp.close()
             throw error
@@ -87,6 +77,29 @@ struct DNSStub: Service {
         try? await tcp.close()
         try? await udp.close()
         await registry.drain(grace: .seconds(1))
+    }
+}
+
+/// The stream listener that DNS over TCP and DNS over TLS share: socket options (Nagle off), the
+/// connection limit, and the pipeline each connection gets.
+enum DNSStreamListener {
+    static func bind(
+        host: String, port: Int, group: any EventLoopGroup, registry: ConnectionRegistry, rejected: @escaping @Sendable () -> Void,
+        handlers: @escaping @Sendable (any Channel) throws -> Void
+    ) async throws -> any Channel {
+        try await ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.autoRead, value: true)
+            .childChannelInitializer { channel in
+                guard registry.admit(channel) else {
+                    rejected()
+                    return channel.close()
+                }
+                return channel.eventLoop.makeCompletedFuture { try handlers(channel) }
+            }
+            .bind(host: host, port: port).get()
     }
 }
 

@@ -25,25 +25,15 @@ struct DoTListener: Service {
     func run() async throws {
         let state = self.state, sslContext = self.sslContext, lookups = self.lookups, handshakeTimeout = self.handshakeTimeout
         let registry = ConnectionRegistry(limit: maxConnections) { state.metrics.connectionsOpen(.dot, $0) }
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.backlog, value: 256)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .childChannelOption(.autoRead, value: true)
-            .childChannelInitializer { channel in
-                guard registry.admit(channel) else {
-                    state.metrics.connectionRejected(.dot, reason: "limit")
-                    return channel.close()
-                }
-                return channel.eventLoop.makeCompletedFuture {
-                    let guardHandler = ConnectionGuard(deadline: handshakeTimeout) { state.metrics.connectionRejected(.dot, reason: "timeout") }
-                    try channel.pipeline.syncOperations.addHandlers([
-                        guardHandler, NIOSSLServerHandler(context: sslContext), HandshakeDone(guardHandler),
-                        TCPQueryHandler(state: state, lookups: lookups, transport: .dot),
-                    ])
-                }
-            }
-            .bind(host: host, port: port).get()
+        let channel = try await DNSStreamListener.bind(host: host, port: port, group: MultiThreadedEventLoopGroup.singleton, registry: registry) {
+            state.metrics.connectionRejected(.dot, reason: "limit")
+        } handlers: { channel in
+            let guardHandler = ConnectionGuard(deadline: handshakeTimeout) { state.metrics.connectionRejected(.dot, reason: "timeout") }
+            try channel.pipeline.syncOperations.addHandlers([
+                guardHandler, NIOSSLServerHandler(context: sslContext), HandshakeDone(guardHandler),
+                TCPQueryHandler(state: state, lookups: lookups, transport: .dot),
+            ])
+        }
         onBound(channel.localAddress)
         state.logger.notice("dns over tls listening", metadata: ["address": "\(host):\(port)"])
         try? await gracefulShutdown()
