@@ -51,6 +51,27 @@ import Glibc
         #expect(Self.addresses(try fromFile.jsonLines().first) == ["198.18.0.10"], "\(fromFile.stdout)\(fromFile.stderr)")
     }
 
+    /// Split DNS over TLS: a forward zone whose only upstream is BIND's DoT, while the trusted
+    /// upstream is dead; the zone's private answer is kept (the rebinding guard is off there).
+    @Test func aForwardZoneOverDoT() async throws {
+        try TestEnvironment.requireRunning()
+        let (directory, file) = try CLI.writeConfig(
+            """
+            upstreams:
+              - {doh: "https://doh-b.test:1/dns-query", bootstrap: [127.0.0.1]}
+            ca_file: \(TestEnvironment.caFile)
+            forward:
+              - zones: [hd.test]
+                upstreams: [{dot: "127.0.0.1:\(TestEnvironment.dotPort)", tls_name: doh-a.test}]
+            """)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let output = try await CLI.run(["lookup", "--config", file.path, "--json", "--type", "a", "www.hd.test", "private.hd.test"])
+        let lines = try output.jsonLines()
+        #expect(Self.addresses(lines.first) == ["198.18.0.10"], "\(output.stdout)\(output.stderr)")
+        #expect(Self.addresses(lines.last) == ["10.0.0.1"], "\(output.stdout)")
+        #expect(lines.allSatisfy { $0["upstream"] as? String == "tls://127.0.0.1:\(TestEnvironment.dotPort)" })
+    }
+
     /// What an on-path attacker without the server's key can offer instead — another name's
     /// certificate, another CA's, a different key than the pinned one, or plain DNS on the port
     /// (a downgrade) — is refused, and the lookup fails over to the next upstream.
