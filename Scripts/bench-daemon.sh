@@ -97,33 +97,13 @@ taskset -c 0 unbound -d -c "$work/unbound.conf" 2>"$work/unbound.stderr" &
 unbound=$!
 # dnsdist: a DoH frontend with a packet cache, BIND's plain DNS as the only backend. Security polling
 # (a DNS query to the vendor) is off, so is every other outside contact; health checks go to BIND.
-cat >"$work/dnsdist.conf" <<CONF
-setSecurityPollSuffix("")
-setACL({"127.0.0.0/8"})
-addDOHLocal("127.0.0.1:$dnsdist_port", "$root/.testenv/ca/doh-a.test.pem", "$root/.testenv/ca/doh-a.test.key", "/dns-query")
-newServer({address="127.0.0.1:$DNS_PORT", name="bind"})
-pc = newPacketCache(100000, {maxTTL=86400, minTTL=0})
-getPool(""):setCache(pc)
-CONF
+write_dnsdist_conf "$work/dnsdist.conf" "addDOHLocal(\"127.0.0.1:$dnsdist_port\", \"$root/.testenv/ca/doh-a.test.pem\", \"$root/.testenv/ca/doh-a.test.key\", \"/dns-query\")"
 taskset -c 0 dnsdist --supervised --disable-syslog -C "$work/dnsdist.conf" >"$work/dnsdist.log" 2>&1 &
 dnsdist=$!
 # Knot Resolver: DoH over HTTP/2 (doh2), hd.test stubbed to BIND, everything else refused; no trust
 # anchor and none of the modules that reach the root (priming, time-skew detection, RFC 5011).
 mkdir -p "$work/kresd"
-cat >"$work/kresd.conf" <<CONF
-net.listen('127.0.0.1', $kresd_port, { kind = 'doh2' })
-net.tls('$root/.testenv/ca/doh-a.test.pem', '$root/.testenv/ca/doh-a.test.key')
-pcall(modules.unload, 'priming')
-pcall(modules.unload, 'detect_time_skew')
-pcall(modules.unload, 'detect_time_jump')
-pcall(modules.unload, 'ta_update')
-pcall(modules.unload, 'ta_signal_query')
-pcall(modules.unload, 'ta_sentinel')
-pcall(trust_anchors.remove, '.')
-cache.size = 100 * MB
-policy.add(policy.suffix(policy.STUB({'127.0.0.1@$DNS_PORT'}), {todname('hd.test.')}))
-policy.add(policy.all(policy.REFUSE))
-CONF
+write_kresd_conf "$work/kresd.conf" "$kresd_port" doh2 "$root/.testenv/ca/doh-a.test.pem" "$root/.testenv/ca/doh-a.test.key"
 (cd "$work/kresd" && exec taskset -c 0 kresd -n -c "$work/kresd.conf" . >"$work/kresd.log" 2>&1) &
 kresd=$!
 on_exit "kill $daemon $unbound $dnsdist $kresd 2>/dev/null || true; rm -rf '$work'"

@@ -91,31 +91,11 @@ remote-control:
 CONF
 taskset -c 0 unbound -d -c "$work/unbound.conf" 2>"$work/unbound.stderr" &
 unbound=$!
-cat >"$work/dnsdist.conf" <<CONF
-setSecurityPollSuffix("")
-setACL({"127.0.0.0/8"})
-addTLSLocal("127.0.0.1:$dnsdist_port", "$cert", "$key")
-newServer({address="127.0.0.1:$DNS_PORT", name="bind"})
-pc = newPacketCache(100000, {maxTTL=86400, minTTL=0})
-getPool(""):setCache(pc)
-CONF
+write_dnsdist_conf "$work/dnsdist.conf" "addTLSLocal(\"127.0.0.1:$dnsdist_port\", \"$cert\", \"$key\")"
 taskset -c 0 dnsdist --supervised --disable-syslog -C "$work/dnsdist.conf" >"$work/dnsdist.log" 2>&1 &
 dnsdist=$!
 mkdir -p "$work/kresd"
-cat >"$work/kresd.conf" <<CONF
-net.listen('127.0.0.1', $kresd_port, { kind = 'tls' })
-net.tls('$cert', '$key')
-pcall(modules.unload, 'priming')
-pcall(modules.unload, 'detect_time_skew')
-pcall(modules.unload, 'detect_time_jump')
-pcall(modules.unload, 'ta_update')
-pcall(modules.unload, 'ta_signal_query')
-pcall(modules.unload, 'ta_sentinel')
-pcall(trust_anchors.remove, '.')
-cache.size = 100 * MB
-policy.add(policy.suffix(policy.STUB({'127.0.0.1@$DNS_PORT'}), {todname('hd.test.')}))
-policy.add(policy.all(policy.REFUSE))
-CONF
+write_kresd_conf "$work/kresd.conf" "$kresd_port" tls "$cert" "$key"
 (cd "$work/kresd" && exec taskset -c 0 kresd -n -c "$work/kresd.conf" . >"$work/kresd.log" 2>&1) &
 kresd=$!
 on_exit "kill $daemon $unbound $dnsdist $kresd 2>/dev/null || true; rm -rf '$work'"

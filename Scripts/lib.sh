@@ -109,3 +109,39 @@ on_exit() {
     # shellcheck disable=SC2064  # expanded now on purpose: the list as it stands
     trap "$exit_actions" EXIT
 }
+
+# The peers the daemon benchmarks compare with, in the daemon's role in front of BIND's plain DNS on
+# $DNS_PORT (hd.test), with nothing that leaves loopback. Each writes a config file.
+#
+# dnsdist 1.7: LISTEN is the frontend line (addDOHLocal(…) or addTLSLocal(…)); a packet cache; no
+# security polling (a DNS query to the vendor).
+write_dnsdist_conf() { # file listen-line
+    cat >"$1" <<CONF
+setSecurityPollSuffix("")
+setACL({"127.0.0.0/8"})
+$2
+newServer({address="127.0.0.1:$DNS_PORT", name="bind"})
+pc = newPacketCache(100000, {maxTTL=86400, minTTL=0})
+getPool(""):setCache(pc)
+CONF
+}
+
+# Knot Resolver 5.6 listening with KIND ('doh2', 'tls'): hd.test stubbed to BIND, everything else
+# refused; no trust anchor and none of the modules that reach the root (priming, time-skew detection,
+# RFC 5011).
+write_kresd_conf() { # file port kind cert key
+    cat >"$1" <<CONF
+net.listen('127.0.0.1', $2, { kind = '$3' })
+net.tls('$4', '$5')
+pcall(modules.unload, 'priming')
+pcall(modules.unload, 'detect_time_skew')
+pcall(modules.unload, 'detect_time_jump')
+pcall(modules.unload, 'ta_update')
+pcall(modules.unload, 'ta_signal_query')
+pcall(modules.unload, 'ta_sentinel')
+pcall(trust_anchors.remove, '.')
+cache.size = 100 * MB
+policy.add(policy.suffix(policy.STUB({'127.0.0.1@$DNS_PORT'}), {todname('hd.test.')}))
+policy.add(policy.all(policy.REFUSE))
+CONF
+}

@@ -27,9 +27,7 @@ struct DoTUpstream: MessageExchanging {
     var source: Resolution.Source { .dot }
 
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
-        let wire = DNSMessage.query(name: question.name, type: question.type, id: 0)
-        let response = try await exchange(wire, timeout: timeout)
-        return try DNSMessage.answer(decoding: response, to: question, id: 0)
+        try await queryByExchange(question, timeout: timeout)
     }
 
     /// Sends a whole message and returns the response's bytes with the query's ID; the ID on the

@@ -15,10 +15,7 @@ struct DoHUpstream: MessageExchanging {
     var source: Resolution.Source { .doh }
 
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
-        // RFC 8484 §4.1: ID 0, so identical queries are identical HTTP requests.
-        let wire = DNSMessage.query(name: question.name, type: question.type, id: 0)
-        let response = try await exchange(wire, timeout: timeout)
-        return try DNSMessage.answer(decoding: response, to: question, id: 0)
+        try await queryByExchange(question, timeout: timeout)
     }
 
     /// Sends a whole message and returns the response's bytes, checked only for HTTP status and
@@ -38,6 +35,17 @@ struct DoHUpstream: MessageExchanging {
         let response = try await transport.perform(request, endpoint: endpoint)
         try HTTPTransport.check(response, accepting: [Self.contentType], upstream: endpoint.url)
         return response.body
+    }
+}
+
+extension MessageExchanging {
+    /// An address question as one whole-message exchange: a padded query with ID 0 (RFC 8484 §4.1:
+    /// identical queries are identical HTTP requests; DoT puts its own ID on the wire), the answer
+    /// checked for ID, question and CNAME chain.
+    func queryByExchange(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        let wire = DNSMessage.query(name: question.name, type: question.type, id: 0)
+        let response = try await exchange(wire, timeout: timeout)
+        return try DNSMessage.answer(decoding: response, to: question, id: 0)
     }
 }
 
