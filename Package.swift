@@ -165,7 +165,7 @@ let package = Package(
         // Benchmarks live apart from tests; Scripts/bench-*.sh run them against named peers.
         .executableTarget(name: "DoHBenchmark", dependencies: ["HTTPDNS"], path: "Benchmarks/DoHBenchmark"),
         .executableTarget(name: "VendorBenchmark", dependencies: ["HTTPDNS", "DNSCore", "CurlSupport"], path: "Benchmarks/VendorBenchmark"),
-        .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "CCares"], path: "Benchmarks/CacheBenchmark"),
+        .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "HTTPDNS", "CCares"], path: "Benchmarks/CacheBenchmark"),
         // The DNSSEC validator's structure-aware forgery fuzzer (Scripts/fuzz-validator.sh).
         .executableTarget(
             name: "ValidatorForgeryFuzzer", dependencies: ["HTTPDNS", "DNSSEC", "DNSCore", "TestSupport"], path: "Fuzz/ValidatorForgery"),

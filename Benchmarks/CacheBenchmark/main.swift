@@ -11,6 +11,7 @@
 import CCares
 import DNSCore
 import Foundation
+import HTTPDNS
 import Synchronization
 
 /// An in-process upstream: answers every name with one address of the asked family after `delay`.
@@ -188,6 +189,15 @@ func hits(seconds: Double, server: String?) async throws {
         emit(
             measure("swift-httpdns cachedResolution", threads: threads, seconds: seconds) { _, index in
                 engine.cachedResolution(for: names[order[index & 4095]], type: .a)?.addresses.isEmpty == false
+            })
+    }
+    // The public, synchronous entry point: what a caller that is not async pays for a hit.
+    let resolver = HTTPDNSResolver(options: options, upstreams: [FakeUpstream(delay: .zero, ttl: { _ in 86_400 })])
+    for name in names { _ = try await resolver.resolve(name, type: .a) }
+    for threads in [1, 2] {
+        emit(
+            measure("swift-httpdns resolveBlocking (hit)", threads: threads, seconds: seconds) { _, index in
+                (try? resolver.resolveBlocking(names[order[index & 4095]], type: .a))?.addresses.isEmpty == false
             })
     }
     guard let server else { return }

@@ -309,3 +309,43 @@ import Testing
         #expect(try await resolver.resolve("www.hd.test", type: .a).source == .doh)
     }
 }
+
+/// The entry points for code that is not async: a kept answer on the calling thread with no task,
+/// a miss through a blocking wait or a completion handler.
+@Suite struct SynchronousResolveTests {
+    @Test func aHitIsAnsweredOnTheCallingThreadAndAMissWaits() async throws {
+        let upstream = ScriptedUpstream("https://u.test/dns-query", .addresses(["198.18.0.1"]))
+        var options = HTTPDNSOptions(timeout: .seconds(3))
+        options.minTTL = .seconds(60)
+        let resolver = HTTPDNSResolver(options: options, upstreams: [upstream])
+        // From a thread that is not the concurrency pool's, as the API asks.
+        let (miss, hit, failure) = await withCheckedContinuation { continuation in
+            Thread {
+                let miss = try? resolver.resolveBlocking("www.hd.test", type: .a)
+                let hit = try? resolver.resolveBlocking("www.hd.test", type: .a)
+                let failure: DNSError?
+                do throws(DNSError) {
+                    _ = try resolver.resolveBlocking("bad..name", type: .a)
+                    failure = nil
+                } catch { failure = error }
+                continuation.resume(returning: (miss, hit, failure))
+            }.start()
+        }
+        #expect(miss?.addresses.map(\.ip.description) == ["198.18.0.1"])
+        #expect(hit?.source == .cache)
+        #expect(failure?.code == .invalidName)
+        #expect(upstream.events.count == 1)
+
+        // The completion handler: synchronous for a kept answer, later for a lookup.
+        let calledBeforeReturn = Mutex(false)
+        resolver.resolve("www.hd.test", type: .a) { result in
+            calledBeforeReturn.withLock { $0 = (try? result.get())?.source == .cache }
+        }
+        #expect(calledBeforeReturn.withLock { $0 })
+        let other: Result<Resolution, DNSError> = await withCheckedContinuation { continuation in
+            resolver.resolve("other.hd.test", type: .a) { continuation.resume(returning: $0) }
+        }
+        #expect((try? other.get())?.addresses.map(\.ip.description) == ["198.18.0.1"])
+        #expect(upstream.events.count == 2)
+    }
+}
