@@ -46,6 +46,7 @@ with open(f"{work}/records.yaml", "w") as out:
 PY
 declare -A port=([base]=18521 [querylog]=18523 [blocklist]=18525)
 daemons=(base querylog blocklist)
+declare -A pid_of
 pids=()
 for name in "${daemons[@]}"; do
     p=${port[$name]}
@@ -66,6 +67,7 @@ YAML
     esac
     taskset -c 0 "$bin" daemon --config "$work/$name.yaml" --log-level warning 2>"$work/$name.log" &
     pids+=($!)
+    pid_of[$name]=$!
 done
 on_exit "kill ${pids[*]} 2>/dev/null || true; rm -rf '$work'"
 for name in "${daemons[@]}"; do wait_for_port 127.0.0.1 "${port[$name]}" || { cat "$work/$name.log" >&2; exit 1; }; done
@@ -82,16 +84,22 @@ for name in "${daemons[@]}"; do
     dnsperf -s 127.0.0.1 -p "$((${port[$name]} + 1))" -c 1 -q 64 -d "$work/cached.txt" -n 2 >/dev/null 2>&1
 done
 
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 results="$work/results.txt"
 : >"$results"
 for _ in $(seq 1 "$rounds"); do
     for name in "${daemons[@]}"; do
         sed "s|^|https://127.0.0.1:${port[$name]}|" "$work/paths.txt" >"$work/h2load-$name.txt"
-        q=$(taskset -c 1 h2load -c 1 -m 64 -D "$seconds" -i "$work/h2load-$name.txt" 2>&1 | awk '/^finished in/ {q=$4; gsub(",", "", q)} END {print q}')
-        echo "h2load-doh $name $q" >>"$results"
-        q=$(taskset -c 1 dnsperf -s 127.0.0.1 -p "$((${port[$name]} + 1))" -c 1 -q 64 -d "$work/cached.txt" -l "$seconds" 2>&1 \
-            | awk '/Queries per second/ {print $4}')
-        echo "dnsperf-udp $name $q" >>"$results"
+        # q/s from the client; the daemon's CPU time per answered query from /proc (utime+stime,
+        # clock ticks of 10 ms), a second measure that the client's own noise does not move.
+        before=$(cpu_ticks "${pid_of[$name]}")
+        read -r q n < <(taskset -c 1 h2load -c 1 -m 64 -D "$seconds" -i "$work/h2load-$name.txt" 2>&1 \
+            | awk '/^finished in/ {q=$4; gsub(",", "", q)} /^requests:/ {n=$8} END {print q, n}')
+        echo "h2load-doh $name $q $(( ($(cpu_ticks "${pid_of[$name]}") - before) * 10000000 / (n > 0 ? n : 1) ))" >>"$results"
+        before=$(cpu_ticks "${pid_of[$name]}")
+        read -r q n < <(taskset -c 1 dnsperf -s 127.0.0.1 -p "$((${port[$name]} + 1))" -c 1 -q 64 -d "$work/cached.txt" -l "$seconds" 2>&1 \
+            | awk '/Queries per second/ {q=$4} /Queries completed/ {n=$3} END {print q, n}')
+        echo "dnsperf-udp $name $q $(( ($(cpu_ticks "${pid_of[$name]}") - before) * 10000000 / (n > 0 ? n : 1) ))" >>"$results"
     done
 done
 lines=$(wc -l <"$work/queries.jsonl" 2>/dev/null || echo 0)
@@ -99,12 +107,14 @@ python3 - "$results" "$rounds" "$seconds" "$lines" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
 print(f"cached path, {sys.argv[2]} x {sys.argv[3]} s per client and daemon, rounds interleaved; query log lines written: {sys.argv[4]}")
-print("\n| client | daemon | q/s min | median | max | median / base |")
-print("|---|---|---|---|---|---|")
+print("\n| client | daemon | q/s min | median | max | median / base | CPU ns/query median | CPU / base |")
+print("|---|---|---|---|---|---|---|---|")
 for client in ("h2load-doh", "dnsperf-udp"):
     base = statistics.median(float(r[2]) for r in rows if r[0] == client and r[1] == "base")
+    base_cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == "base")
     for name in ("base", "querylog", "blocklist"):
         values = sorted(float(r[2]) for r in rows if r[0] == client and r[1] == name)
+        cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == name)
         median = statistics.median(values)
-        print(f"| {client} | {name} | {values[0]:,.0f} | {median:,.0f} | {values[-1]:,.0f} | {median / base:.3f} |")
+        print(f"| {client} | {name} | {values[0]:,.0f} | {median:,.0f} | {values[-1]:,.0f} | {median / base:.3f} | {cpu:,.0f} | {cpu / base_cpu:.3f} |")
 PY

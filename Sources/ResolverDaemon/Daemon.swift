@@ -169,10 +169,11 @@ final class DaemonState: Sendable {
         let verdict: String? =
             hasStatuses.load(ordering: .relaxed)
             ? statuses.withLock { $0[query.question.name.description]?.comparison.verdict.kind.rawValue } : nil
+        let now = DispatchTime.now().uptimeNanoseconds
         queryLog.record(
             QueryLog.Entry(
-                time: QueryLog.now(), client: client, transport: transport, query: query, response: answer.bytes, provenance: answer.provenance,
-                verdict: verdict, latencyNanoseconds: DispatchTime.now().uptimeNanoseconds &- started))
+                time: queryLog.wallTime(atUptime: now), client: client, transport: transport, query: query, response: answer.bytes,
+                provenance: answer.provenance, verdict: verdict, latencyNanoseconds: now &- started))
     }
 
     func replace(with new: Runtime) -> Runtime {

@@ -40,6 +40,9 @@ final class QueryLog: Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let written: Counter
     private let dropped: Counter
+    /// Wall time minus uptime, nanoseconds: the serving path turns the uptime it reads anyway into
+    /// the entry's wall time without a second clock read; the writer refreshes it every turn.
+    private let wallOffset = Atomic<UInt64>(QueryLog.now() &- DispatchTime.now().uptimeNanoseconds)
 
     init(settings: DaemonSettings.QueryLog, metrics: any MetricsFactory) {
         self.settings = settings
@@ -63,6 +66,9 @@ final class QueryLog: Sendable {
         }
         if !taken { dropped.increment() }
     }
+
+    /// The wall time (nanoseconds since 1970) at `uptime` (`DispatchTime`'s nanoseconds).
+    func wallTime(atUptime uptime: UInt64) -> UInt64 { wallOffset.load(ordering: .relaxed) &+ uptime }
 
     /// How often the writer takes what the buffer holds.
     static let interval: DispatchTimeInterval = .milliseconds(50)
@@ -96,6 +102,7 @@ final class QueryLog: Sendable {
         var batch: [UInt8] = []
         while true {
             _ = wake.wait(timeout: .now() + Self.interval)
+            wallOffset.store(QueryLog.now() &- DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             batch.removeAll(keepingCapacity: true)
             let (count, reopen, stopped) = buffer.withLock { buffer in
                 swap(&buffer.bytes, &batch)
