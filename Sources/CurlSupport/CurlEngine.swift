@@ -48,8 +48,10 @@ package final class CurlEngine: @unchecked Sendable {
         // many idle ones are kept.
         _ = httpdns_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, Self.maxConnectionsPerHost)
         _ = httpdns_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
-        let thread = Thread { [self] in self.run() }
-        thread.name = "httpdns.curl"
+        let thread = Thread { [self] in
+            Thread.current.name = "httpdns.curl"  // set from the thread itself: Linux names it so
+            self.run()
+        }
         thread.start()
     }
 

@@ -86,8 +86,10 @@ final class StreamBodySource: CurlBodySource, Sendable {
     init(_ stream: InputStream, engine: CurlEngine) {
         self.engine = engine
         let reader = UnsafeSendable(stream)
-        let thread = Thread { [self] in pump(reader.value) }
-        thread.name = "httpdns.body-stream"
+        let thread = Thread { [self] in
+            Thread.current.name = "httpdns.body-stream"  // set from the thread itself: Linux names it so
+            pump(reader.value)
+        }
         thread.start()
     }
 

@@ -109,8 +109,10 @@ final class DoTClient: Sendable {
                     return !shared.running
                 }
                 if startWorker {
-                    let thread = Thread { [self] in DoTWorker(client: self).run() }
-                    thread.name = "httpdns.dot"
+                    let thread = Thread { [self] in
+                        Thread.current.name = "httpdns.dot"  // set from the thread itself: Linux names it so
+                        DoTWorker(client: self).run()
+                    }
                     thread.start()
                 } else {
                     var one: UInt8 = 1
@@ -188,6 +190,9 @@ private final class DoTWorker {
     /// Taken from the queue, not yet written.
     var waiting: [DoTClient.Job] = []
     var inFlight: [UInt16: Flight] = [:]
+    /// No query in flight has a deadline before this (nil: none in flight), so that neither the
+    /// expiry check nor the poll timeout walks every query on every turn.
+    var earliestDeadline: ContinuousClock.Instant?
     /// Bytes to write; `written` of them are gone. A write TLS could not take is repeated with the
     /// same length (`retryLength`), as OpenSSL requires.
     var output: [UInt8] = []
@@ -241,12 +246,19 @@ private final class DoTWorker {
             client.finish(job.token, .failure(DNSError(.timeout, "no connection within the time left")))
             return true
         }
+        guard let earliest = earliestDeadline, earliest <= now else { return }
         var silent = false
-        for (id, flight) in inFlight where flight.job.deadline <= now {
+        var next: ContinuousClock.Instant?
+        for (id, flight) in inFlight {
+            guard flight.job.deadline <= now else {
+                next = min(next ?? flight.job.deadline, flight.job.deadline)
+                continue
+            }
             inFlight[id] = nil
             if lastReceived < flight.sentAt { silent = true }
             client.finish(flight.job.token, .failure(DNSError(.timeout, "no answer in time")))
         }
+        earliestDeadline = next
         if silent { drop("the connection went silent") }
     }
 
@@ -280,6 +292,7 @@ private final class DoTWorker {
             var id = UInt16.random(in: 0...UInt16.max)
             while inFlight[id] != nil { id &+= 1 }
             inFlight[id] = Flight(job: job, sentAt: now)
+            earliestDeadline = min(earliestDeadline ?? job.deadline, job.deadline)
             let length = job.wire.count
             output.append(UInt8(length >> 8))
             output.append(UInt8(length & 0xff))
@@ -318,7 +331,7 @@ private final class DoTWorker {
 
     func nextWake(_ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
         var wake = lastUsed + DoTClient.idleTimeout
-        for flight in inFlight.values { wake = min(wake, flight.job.deadline) }
+        if let earliestDeadline { wake = min(wake, earliestDeadline) }
         for job in waiting { wake = min(wake, job.deadline) }
         return max(now, wake)
     }
@@ -408,6 +421,7 @@ private final class DoTWorker {
             }
         }
         inFlight = [:]
+        earliestDeadline = nil
     }
 
     /// A server that breaks the framing cannot be trusted with the rest of the pipeline.
@@ -415,6 +429,7 @@ private final class DoTWorker {
         close()
         for flight in inFlight.values { client.finish(flight.job.token, .failure(error)) }
         inFlight = [:]
+        earliestDeadline = nil
     }
 
     func close() {

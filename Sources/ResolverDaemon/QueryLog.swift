@@ -49,8 +49,10 @@ final class QueryLog: Sendable {
         written = Counter(label: "httpdns_query_log_entries_total", dimensions: [("outcome", "written")], factory: metrics)
         dropped = Counter(label: "httpdns_query_log_entries_total", dimensions: [("outcome", "dropped")], factory: metrics)
         buffer.withLock { $0.bytes.reserveCapacity(min(settings.bufferEntries, 4096) * 256) }
-        let thread = Thread { [self] in run() }
-        thread.name = "query-log"
+        let thread = Thread { [self] in
+            Thread.current.name = "query-log"  // set from the thread itself: Linux names it so
+            run()
+        }
         thread.start()
     }
 

@@ -81,8 +81,10 @@ public final class SystemResolver: MessageExchanging, @unchecked Sendable {
         channel = created
         wakeRead = fds[0]
         wakeWrite = fds[1]
-        let thread = Thread { [self] in self.run() }
-        thread.name = "httpdns.c-ares"
+        let thread = Thread { [self] in
+            Thread.current.name = "httpdns.c-ares"  // set from the thread itself: Linux names it so
+            self.run()
+        }
         thread.start()
     }
 
