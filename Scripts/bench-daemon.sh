@@ -62,37 +62,12 @@ taskset -c 0 "$bin" daemon --config "$work/daemon.yaml" --log-level warning 2>"$
 daemon=$!
 # unbound: DoH on 127.0.0.1:$unbound_port, forwarding hd.test to BIND's plain DNS; everything else
 # to a loopback port where nothing listens (nothing leaves the machine).
-cat >"$work/unbound.conf" <<CONF
-server:
-    interface: 127.0.0.1@$unbound_port
-    https-port: $unbound_port
-    tls-service-key: "$root/.testenv/ca/doh-a.test.key"
-    tls-service-pem: "$root/.testenv/ca/doh-a.test.pem"
-    http-endpoint: "/dns-query"
+write_unbound_conf "$work/unbound.conf" "$work" "$unbound_port" "    https-port: $unbound_port
+    tls-service-key: \"$root/.testenv/ca/doh-a.test.key\"
+    tls-service-pem: \"$root/.testenv/ca/doh-a.test.pem\"
+    http-endpoint: \"/dns-query\"
     http-max-streams: 1024
-    num-threads: 2
-    do-daemonize: no
-    username: ""
-    chroot: ""
-    directory: "$work"
-    pidfile: "$work/unbound.pid"
-    use-syslog: no
-    logfile: "$work/unbound.log"
-    verbosity: 0
-    access-control: 127.0.0.0/8 allow
-    do-not-query-localhost: no
-    module-config: "iterator"
-    msg-cache-size: 64m
-    rrset-cache-size: 64m
-stub-zone:
-    name: "hd.test"
-    stub-addr: 127.0.0.1@$DNS_PORT
-forward-zone:
-    name: "."
-    forward-addr: 127.0.0.1@9
-remote-control:
-    control-enable: no
-CONF
+    num-threads: 2"
 taskset -c 0 unbound -d -c "$work/unbound.conf" 2>"$work/unbound.stderr" &
 unbound=$!
 # dnsdist: a DoH frontend with a packet cache, BIND's plain DNS as the only backend. Security polling

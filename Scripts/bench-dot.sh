@@ -59,36 +59,11 @@ tls: {cert: $root/.testenv/ca/daemon.test.pem, key: $root/.testenv/ca/daemon.tes
 YAML
 taskset -c 0 "$bin" daemon --config "$work/daemon.yaml" --log-level warning 2>"$work/daemon.log" &
 daemon=$!
-cat >"$work/unbound.conf" <<CONF
-server:
-    interface: 127.0.0.1@$unbound_port
-    tls-port: $unbound_port
-    tls-service-key: "$key"
-    tls-service-pem: "$cert"
+write_unbound_conf "$work/unbound.conf" "$work" "$unbound_port" "    tls-port: $unbound_port
+    tls-service-key: \"$key\"
+    tls-service-pem: \"$cert\"
     num-threads: 1
-    do-daemonize: no
-    username: ""
-    chroot: ""
-    directory: "$work"
-    pidfile: "$work/unbound.pid"
-    use-syslog: no
-    logfile: "$work/unbound.log"
-    verbosity: 0
-    access-control: 127.0.0.0/8 allow
-    do-not-query-localhost: no
-    module-config: "iterator"
-    msg-cache-size: 64m
-    rrset-cache-size: 64m
-    incoming-num-tcp: 1024
-stub-zone:
-    name: "hd.test"
-    stub-addr: 127.0.0.1@$DNS_PORT
-forward-zone:
-    name: "."
-    forward-addr: 127.0.0.1@9
-remote-control:
-    control-enable: no
-CONF
+    incoming-num-tcp: 1024"
 taskset -c 0 unbound -d -c "$work/unbound.conf" 2>"$work/unbound.stderr" &
 unbound=$!
 write_dnsdist_conf "$work/dnsdist.conf" "addTLSLocal(\"127.0.0.1:$dnsdist_port\", \"$cert\", \"$key\")"

@@ -145,3 +145,35 @@ policy.add(policy.suffix(policy.STUB({'127.0.0.1@$DNS_PORT'}), {todname('hd.test
 policy.add(policy.all(policy.REFUSE))
 CONF
 }
+
+# unbound 1.17 as a caching forwarder: hd.test stubbed to BIND's plain DNS, everything else to a
+# loopback port where nothing listens. LISTENER holds the listener's own lines (indented server:
+# options: the port kind, TLS files, threads).
+write_unbound_conf() { # file work-dir port listener-lines
+    cat >"$1" <<CONF
+server:
+    interface: 127.0.0.1@$3
+$4
+    do-daemonize: no
+    username: ""
+    chroot: ""
+    directory: "$2"
+    pidfile: "$2/unbound.pid"
+    use-syslog: no
+    logfile: "$2/unbound.log"
+    verbosity: 0
+    access-control: 127.0.0.0/8 allow
+    do-not-query-localhost: no
+    module-config: "iterator"
+    msg-cache-size: 64m
+    rrset-cache-size: 64m
+stub-zone:
+    name: "hd.test"
+    stub-addr: 127.0.0.1@$DNS_PORT
+forward-zone:
+    name: "."
+    forward-addr: 127.0.0.1@9
+remote-control:
+    control-enable: no
+CONF
+}
