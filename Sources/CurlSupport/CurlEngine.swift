@@ -48,11 +48,7 @@ package final class CurlEngine: @unchecked Sendable {
         // many idle ones are kept.
         _ = httpdns_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, Self.maxConnectionsPerHost)
         _ = httpdns_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
-        let thread = Thread { [self] in
-            Thread.current.name = "httpdns.curl"  // set from the thread itself: Linux names it so
-            self.run()
-        }
-        thread.start()
+        IOThread.start(name: "httpdns.curl") { [self] in run() }
     }
 
     private static let globalInit: Void = {
@@ -66,13 +62,15 @@ package final class CurlEngine: @unchecked Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<CurlResponse, Error>) in
                 transfer.continuation = continuation
-                let accepted = queue.withLock { state -> Bool in
-                    guard state.running else { return false }
+                // Only the transfer that finds no other waiting wakes the engine: it takes every
+                // waiting one when it wakes, so a burst costs one wake.
+                let accepted = queue.withLock { state -> Bool? in
+                    guard state.running else { return nil }
                     state.adds.append(transfer)
-                    return true
+                    return state.adds.count == 1
                 }
-                if accepted {
-                    curl_multi_wakeup(multi)
+                if let wake = accepted {
+                    if wake { curl_multi_wakeup(multi) }
                 } else {
                     transfer.finish(.failure(CurlError(.invalidRequest, "the transfer engine has stopped")))
                 }
@@ -95,6 +93,7 @@ package final class CurlEngine: @unchecked Sendable {
 
     private func run() {
         var stillRunning: Int32 = 0
+        var scheduling = BatchWhileBusy()
         while true {
             let (adds, cancels, resumes, running) = queue.withLock { state in
                 defer {
@@ -111,6 +110,7 @@ package final class CurlEngine: @unchecked Sendable {
                 for (easy, transfer) in active where transfer.involves(party) { _ = httpdns_easy_unpause(easy) }
             }
             if !running && active.isEmpty { break }
+            scheduling.update(underWay: active.count)
 
             curl_multi_perform(multi, &stillRunning)
             var queued: Int32 = 0

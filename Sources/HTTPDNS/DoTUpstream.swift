@@ -102,19 +102,18 @@ final class DoTClient: Sendable {
         }
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let startWorker = shared.withLock { shared in
+                // The worker is woken only by the query that finds the queue empty: it takes the
+                // whole queue when it wakes, so a burst costs one wake.
+                let (startWorker, wake) = shared.withLock { shared in
                     shared.waiters[token] = continuation
+                    let wasEmpty = shared.queue.isEmpty
                     shared.queue.append(Job(token: token, wire: query, deadline: .now + timeout))
                     defer { shared.running = true }
-                    return !shared.running
+                    return (!shared.running, wasEmpty)
                 }
                 if startWorker {
-                    let thread = Thread { [self] in
-                        Thread.current.name = "httpdns.dot"  // set from the thread itself: Linux names it so
-                        DoTWorker(client: self).run()
-                    }
-                    thread.start()
-                } else {
+                    IOThread.start(name: "httpdns.dot") { [self] in DoTWorker(client: self).run() }
+                } else if wake {
                     var one: UInt8 = 1
                     _ = write(wakeWriter, &one, 1)
                 }
@@ -211,6 +210,7 @@ private final class DoTWorker {
     deinit { buffer.deallocate() }
 
     func run() {
+        var scheduling = BatchWhileBusy()
         while true {
             let jobs: [DoTClient.Job]? = client.shared.withLock { shared in
                 let jobs = shared.queue
@@ -223,6 +223,7 @@ private final class DoTWorker {
             }
             guard let jobs else { return }
             waiting += jobs
+            scheduling.update(underWay: waiting.count + inFlight.count)
             let now = ContinuousClock.now
             expire(now)
             if connection == nil, !waiting.isEmpty { connect() }

@@ -177,11 +177,7 @@ extension DaemonSuites {
                         let comm = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/comm", encoding: .utf8)
                         guard comm?.trimmingCharacters(in: .newlines) == name else { return nil }
                     }
-                    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/stat", encoding: .utf8),
-                        let close = stat.lastIndex(of: ")")
-                    else { return nil }
-                    let fields = stat[stat.index(after: close)...].split(separator: " ")
-                    return fields.count > 38 ? Int(fields[38]) : nil
+                    return schedulingPolicy(statFile: "/proc/\(pid)/task/\(tid)/stat")
                 })
         }
 

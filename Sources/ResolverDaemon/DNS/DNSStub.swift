@@ -157,6 +157,8 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
 
     let state: DaemonState
     let lookups: LookupBudget
+    /// Lookups run on the channel's loop (the handler is made there).
+    let executor = EventLoopTaskExecutor.forCurrentLoop()
 
     init(state: DaemonState, lookups: LookupBudget) {
         self.state = state
@@ -191,7 +193,7 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
                 return
             }
             let channel = context.channel, state = self.state, lookups = self.lookups
-            Task {
+            Task(executorPreference: executor) {
                 let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
                 lookups.leave()
                 let response = StubDatagram.fitted(answer.bytes, to: query)
@@ -233,6 +235,8 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
     var timer: RepeatedTask?
     var context: ChannelHandlerContext?
     private var closing = false
+    /// Lookups run on the connection's loop (made when the handler is added).
+    private var executor: EventLoopTaskExecutor?
 
     init(state: DaemonState, lookups: LookupBudget, transport: DaemonMetrics.DNSTransport = .tcp) {
         self.state = state
@@ -242,6 +246,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         lastActivity = context.eventLoop.now
+        executor = EventLoopTaskExecutor.forCurrentLoop()
         startTicking(context)
     }
 
@@ -344,7 +349,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
                 let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
                 let state = self.state, lookups = self.lookups, eventLoop = context.eventLoop, client = context.remoteAddress
                 let transportName = self.transportName
-                Task {
+                Task(executorPreference: executor) {
                     let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
                     lookups.leave()
                     state.logQuery(query, answer, client: client, transport: transportName, started: started)

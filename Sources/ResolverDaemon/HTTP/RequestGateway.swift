@@ -128,7 +128,8 @@ final class RequestGateway: Sendable {
         guard enter(runtime) else { return .ready(record(Self.busy(runtime), route: route, method: method, started: started)) }
         let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
         let client = state.queryLog == nil ? nil : channel.remoteAddress
-        Task {
+        // On the connection's loop, where the answer is written (EventLoopTaskExecutor).
+        Task(executorPreference: EventLoopTaskExecutor.forCurrentLoop()) {
             let answer = await DNSResponder.answer(query, resolver: resolver)
             self.leave()
             self.state.logQuery(query, answer, client: client, transport: "doh", started: started)
