@@ -66,11 +66,12 @@ package enum Pinning {
 
     /// `+host:port:host` when the URL's host is an IP literal.
     private static func urlLiteralEntry(_ url: String) -> String? {
+        // Called for every transfer (a DoH GET's URL carries the query): a plain scan of the
+        // first bytes, not Foundation's generic search (5 % of the engine thread's time).
         let bytes = Array(url.utf8.prefix(300))
-        guard let slashes = bytes.firstRange(of: Array("://".utf8)) else { return nil }
-        let scheme = bytes[..<slashes.lowerBound]
-        let defaultPort = scheme.count == 4 ? 80 : 443  // "http" or "https"
-        var index = slashes.upperBound
+        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), bytes[colon...].starts(with: "://".utf8) else { return nil }
+        let defaultPort = colon == 4 ? 80 : 443  // "http" or "https"
+        var index = colon + 3
         let authorityEnd =
             bytes[index...].firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") } ?? bytes.endIndex
         if let at = bytes[index..<authorityEnd].lastIndex(of: UInt8(ascii: "@")) { index = at + 1 }

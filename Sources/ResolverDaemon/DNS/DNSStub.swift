@@ -159,6 +159,9 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
     let lookups: LookupBudget
     /// Lookups run on the channel's loop (the handler is made there).
     let executor = EventLoopTaskExecutor.forCurrentLoop()
+    /// Whether a flush of lookups' answers is scheduled: the answers that lookups finish in one turn
+    /// of the loop go out in one `sendmmsg`, not one `sendmsg` each.
+    let flushScheduled = Atomic<Bool>(false)
 
     init(state: DaemonState, lookups: LookupBudget) {
         self.state = state
@@ -192,16 +195,16 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
                 lookups.reportDrop(state.logger)
                 return
             }
-            let channel = context.channel, state = self.state, lookups = self.lookups
+            let channel = context.channel, state = self.state, lookups = self.lookups, handler = self
             Task(executorPreference: executor) {
                 let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
                 lookups.leave()
                 let response = StubDatagram.fitted(answer.bytes, to: query)
                 if response.count < answer.bytes.count { state.metrics.stubTruncated.increment() }
                 state.logQuery(query, answer, client: envelope.remoteAddress, transport: "udp", started: started)
-                // Not awaited: waiting for the write would wake this task's executor thread once more
-                // per query (a context switch on a busy core) for a result nobody uses.
-                channel.writeAndFlush(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response)), promise: nil)
+                // Not awaited: nobody uses the result.
+                channel.write(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response)), promise: nil)
+                handler.flushSoon(channel)
             }
         }
     }
@@ -209,6 +212,15 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
     func channelReadComplete(context: ChannelHandlerContext) {
         context.flush()
         context.fireChannelReadComplete()
+    }
+
+    /// Flushes once the loop has run what is queued on it (other lookups' answers among them).
+    func flushSoon(_ channel: any Channel) {
+        guard !flushScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        channel.eventLoop.execute {
+            self.flushScheduled.store(false, ordering: .releasing)
+            channel.flush()
+        }
     }
 }
 
