@@ -98,14 +98,8 @@ idle_rss=$(rss)
 
 for i in $(seq 0 999); do echo "w$i.bench.hd.test A"; done >"$work/cached.txt"
 for i in $(seq 0 1999); do echo "s$i.bench.hd.test A"; done >"$work/soak.txt"
-# One GET target per name for h2load (base64url of a query with ID 0).
-python3 - "$work/cached.txt" >"$work/h2load-paths.txt" <<'PY'
-import base64, struct, sys
-for line in open(sys.argv[1]):
-    name = line.split()[0]
-    wire = struct.pack(">HHHHHH", 0, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0\0\1\0\1"
-    print("/dns-query?dns=" + base64.urlsafe_b64encode(wire).rstrip(b"=").decode())
-PY
+# One GET target per name for h2load.
+doh_get_targets "$work/cached.txt" "" >"$work/h2load-paths.txt"
 
 servers=(daemon bind unbound dnsdist kresd)
 declare -A url=([daemon]="https://127.0.0.1:$port/dns-query" [bind]="https://127.0.0.1:$DOH_PORT/dns-query"

@@ -177,3 +177,15 @@ remote-control:
     control-enable: no
 CONF
 }
+
+# One RFC 8484 GET target per line of NAMES-FILE ("name type" lines, dnsperf's format): PREFIX
+# followed by /dns-query?dns= and the base64url of an A query with ID 0, for h2load -i.
+doh_get_targets() { # names-file prefix
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import base64, struct, sys
+for line in open(sys.argv[1]):
+    name = line.split()[0]
+    wire = struct.pack(">HHHHHH", 0, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0\0\1\0\1"
+    print(sys.argv[2] + "/dns-query?dns=" + base64.urlsafe_b64encode(wire).rstrip(b"=").decode())
+PY
+}

@@ -7,8 +7,9 @@ package struct CacheEntry: Sendable {
         case addresses([ResolvedAddress], canonicalName: DomainName?)
         /// An authoritative "no such name" or "no such record" (RFC 2308).
         case negative(DNSError.Code)
-        /// Every upstream failed; remembered briefly so a dead resolver is not hammered.
-        case failure(DNSError)
+        /// Every upstream failed; remembered briefly so a dead resolver is not hammered. Boxed
+        /// (`indirect`): an error is 49 bytes, and every entry would pay for it.
+        indirect case failure(DNSError)
     }
 
     package var payload: Payload
