@@ -25,16 +25,27 @@ package enum IOThread {
 /// finishes its turn and the worker takes the whole burst in one write. Only while busy: an idle
 /// worker is an ordinary thread again, so a lone lookup on a machine busy with other work is not
 /// kept waiting for someone else's time slice (as the proxy's relay does, `SpliceRelay`). If the
-/// policy cannot be set (a seccomp filter), the thread stays as it is.
+/// policy cannot be set (a seccomp filter), the thread stays as it is; a thread that started under
+/// another policy than `SCHED_OTHER` (the process run under `chrt`, or started by a thread that was)
+/// is left alone.
 package struct BatchWhileBusy {
     /// Queries or transfers under way from which the thread counts as busy.
     static let busyFrom = 4
     private var batch = false
+    private let managed: Bool
 
-    package init() {}
+    /// Made by the thread itself, before its loop.
+    package init() {
+        #if os(Linux)
+        managed = sched_getscheduler(0) == 0  // SCHED_OTHER
+        #else
+        managed = false
+        #endif
+    }
 
     /// Called by the thread itself on each turn with what it has under way.
     package mutating func update(underWay: Int) {
+        guard managed else { return }
         if !batch, underWay >= Self.busyFrom {
             batch = Self.setBatch(true)
         } else if batch, underWay == 0 {

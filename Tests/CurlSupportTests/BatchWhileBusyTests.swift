@@ -1,4 +1,5 @@
 import CurlSupport
+import Glibc
 import TestSupport
 import Testing
 
@@ -24,5 +25,22 @@ struct BatchWhileBusyTests {
             }
         }
         #expect(seen == [0, 0, 3, 3, 0])
+    }
+
+    @Test func aThreadStartedUnderAnotherPolicyKeepsIt() async throws {
+        let seen = await withCheckedContinuation { (continuation: CheckedContinuation<[Int?], Never>) in
+            IOThread.start(name: "test.batch") {
+                // As if started by a batch thread, or the process run under `chrt -b`.
+                var parameters = sched_param(sched_priority: 0)
+                _ = sched_setscheduler(0, 3, &parameters)
+                var scheduling = BatchWhileBusy()
+                scheduling.update(underWay: 64)
+                var seen = [Self.policy()]
+                scheduling.update(underWay: 0)
+                seen.append(Self.policy())
+                continuation.resume(returning: seen)
+            }
+        }
+        #expect(seen == [3, 3], "the inherited policy is not switched back to SCHED_OTHER")
     }
 }
