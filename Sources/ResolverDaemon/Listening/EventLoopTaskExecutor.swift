@@ -5,7 +5,8 @@ import NIOPosix
 ///
 /// A lookup that a channel handler starts with `Task(executorPreference:)` runs on the channel's
 /// own loop: its answer is written there without a hop, and a miss crosses only to the upstream's
-/// thread and back. Without it a miss visited three threads (the loop, a Swift concurrency pool
+/// thread and back. Used where a connection bounds its lookups (DNS over TCP and TLS: 16; DoH: its
+/// streams), not for the UDP stub, whose loop must keep reading a burst to count what it drops. Without it a miss visited three threads (the loop, a Swift concurrency pool
 /// thread, the upstream's), and on a busy core each hand-off is a context switch (BENCHMARKS.md,
 /// "The daemon as a forwarder on misses"). Work that suspends on actors still hops as usual; work
 /// that never suspends runs on the loop, so only lookups go here, not the HTTP API's routes.
