@@ -204,9 +204,13 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
                 let response = StubDatagram.fitted(answer.bytes, to: query)
                 if response.count < answer.bytes.count { state.metrics.stubTruncated.increment() }
                 state.logQuery(query, answer, client: envelope.remoteAddress, transport: "udp", started: started)
-                // Not awaited: nobody uses the result.
-                channel.write(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response)), promise: nil)
-                handler.flushSoon(channel)
+                // Written and its flush decided on the loop, in that order: a write queued from here
+                // could land after a flush already scheduled and wait unflushed.
+                let reply = AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))
+                channel.eventLoop.execute {
+                    channel.write(reply, promise: nil)
+                    handler.flushSoon(channel)
+                }
             }
         }
     }
@@ -216,7 +220,8 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
         context.fireChannelReadComplete()
     }
 
-    /// Flushes once the loop has run what is queued on it (other lookups' answers among them).
+    /// On the loop, after a write: flushes once the loop has run what is queued on it (other
+    /// lookups' answers among them).
     func flushSoon(_ channel: any Channel) {
         guard !flushScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         channel.eventLoop.execute {
