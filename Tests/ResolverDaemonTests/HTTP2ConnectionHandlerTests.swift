@@ -26,7 +26,7 @@ import Testing
         let channel: NIOAsyncTestingChannel
         var wire = H2Wire()
 
-        init(_ fixture: DaemonFixture, configuration: HTTP2ServerConnection.Configuration = .init()) async throws {
+        init(_ fixture: DaemonFixture, configuration: HTTP2RequestStateMachine.Configuration = .init()) async throws {
             let gateway = fixture.gateway
             // The handler is made and added on the channel's loop: it is not Sendable.
             channel = try await NIOAsyncTestingChannel { channel in
@@ -192,7 +192,7 @@ import Testing
     @Test func answersWaitingForAClosedWindowTimeOut() async throws {
         let fixture = try DaemonFixture()
         _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
-        var configuration = HTTP2ServerConnection.Configuration()
+        var configuration = HTTP2RequestStateMachine.Configuration()
         configuration.idleTimeout = .seconds(5)
         let connection = try await Connection(fixture, configuration: configuration)
         // INITIAL_WINDOW_SIZE 0: no DATA can go out.

@@ -7,9 +7,9 @@ import NIOHTTP2
 import Glibc
 #endif
 
-/// The I/O of one HTTP/2 connection: bytes from TLS go through ``HTTP2Session`` (the frame layer)
-/// into ``HTTP2ServerConnection`` (the requests), whose actions come out as frames written by the
-/// session; complete requests go to the ``RequestGateway``. No child channel and no task per
+/// The I/O of one HTTP/2 connection: bytes from TLS go through ``HTTP2FrameLayer`` (the frame layer)
+/// into ``HTTP2RequestStateMachine`` (the requests), whose actions come out as frames written by the
+/// frame layer; complete requests go to the ``RequestGateway``. No child channel and no task per
 /// stream: a cached DoH answer is written in the same read that brought its query, and the answers
 /// of one read leave together.
 ///
@@ -24,8 +24,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private var connection: HTTP2ServerConnection
-    private var session: HTTP2Session
+    private var requests: HTTP2RequestStateMachine
+    private var frames: HTTP2FrameLayer
     private let gateway: RequestGateway
     private let logger: Logger
     var context: ChannelHandlerContext?
@@ -49,16 +49,16 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// answers a second with one flush per read, 61,000 with a flush every 16; BENCHMARKS.md).
     static let flushEvery = 16
 
-    init(gateway: RequestGateway, configuration: HTTP2ServerConnection.Configuration, logger: Logger) {
+    init(gateway: RequestGateway, configuration: HTTP2RequestStateMachine.Configuration, logger: Logger) {
         self.gateway = gateway
         self.logger = logger
-        connection = HTTP2ServerConnection(configuration: configuration, now: .now())
-        session = HTTP2Session()
+        requests = HTTP2RequestStateMachine(configuration: configuration, now: .now())
+        frames = HTTP2FrameLayer()
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        connection = HTTP2ServerConnection(configuration: connection.configuration, now: context.eventLoop.now)
-        session = HTTP2Session(allocator: context.channel.allocator)
+        requests = HTTP2RequestStateMachine(configuration: requests.configuration, now: context.eventLoop.now)
+        frames = HTTP2FrameLayer(allocator: context.channel.allocator)
         startTicking(context)
         // Our SETTINGS go out at once (RFC 9113 §3.4).
         if context.channel.isActive { flushOutput(context) }
@@ -89,7 +89,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// the start of a frame) waits in `partial`.
     private func process(_ bytes: inout ByteBuffer, _ context: ChannelHandlerContext) {
         do {
-            while let event = try session.next(from: &bytes, now: self.now) {
+            while let event = try frames.next(from: &bytes, now: self.now) {
                 handle(event)
                 if closing { return }
                 if !context.channel.isWritable { break }
@@ -104,15 +104,15 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         }
     }
 
-    private func handle(_ event: HTTP2Session.Event) {
+    private func handle(_ event: HTTP2FrameLayer.Event) {
         switch event {
         case let .headers(id, headers, endStream):
-            perform(connection.receivedHeaders(id, headers, endStream: endStream, now: now))
+            perform(requests.receivedHeaders(id, headers, endStream: endStream, now: now))
         case let .data(id, bytes, endStream):
-            perform(connection.receivedData(id, bytes, endStream: endStream))
+            perform(requests.receivedData(id, bytes, endStream: endStream))
         case .reset(let id):
-            connection.streamClosed(id, now: now)
-            if connection.closeIfDrained() { close() }
+            requests.streamClosed(id, now: now)
+            if requests.closeIfDrained() { close() }
         case .goAway:
             drain()
         }
@@ -126,9 +126,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// The end of a read: window updates for what the read consumed, then one flush.
     private func finishRead(_ context: ChannelHandlerContext) {
         reading = false
-        connection.inboundConnectionWindow(session.inboundWindow)
-        for (stream, increment) in connection.readComplete() {
-            session.windowUpdate(stream, increment)
+        for (stream, increment) in requests.readComplete(connectionWindow: frames.inboundWindow) {
+            frames.windowUpdate(stream, increment)
         }
         flushOutput(context)
         answersSinceFlush = 0
@@ -176,33 +175,33 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
 
     /// A protocol violation or an abuse bound: GOAWAY with the code and reason, then close. Logged
     /// at debug only, counted always: a client must not be able to flood the log.
-    private func connectionError(_ error: HTTP2Session.ConnectionError) {
+    private func connectionError(_ error: HTTP2FrameLayer.ConnectionError) {
         gateway.metrics.connectionRejected(.http, reason: "error")
         logger.debug("HTTP/2 connection error", metadata: ["code": "\(error.code)", "reason": "\(error.reason)"])
-        session.goAway(error.code, reason: error.reason)
+        frames.goAway(error.code, reason: error.reason)
         close()
     }
 
     // MARK: Actions
 
-    private func perform(_ action: HTTP2ServerConnection.Action) {
+    private func perform(_ action: HTTP2RequestStateMachine.Action) {
         switch action {
         case .none:
             break
         case let .dispatch(id, request):
             dispatch(id, request)
         case let .respond(id, status, reason, reset):
-            // Unless `reset`, a client still sending may finish within its window (the session's rule).
+            // Unless `reset`, a client still sending may finish within its window (the frame layer's rule).
             let answer = HTTPAnswer.text(status, reason)
-            if let head = connection.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
+            if let head = requests.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
             write(id, answer, abortUnfinished: reset)
         case let .reset(id, code):
-            session.reset(id, code, now: now)
+            frames.reset(id, code, now: now)
             scheduleFlush()
         }
     }
 
-    private func dispatch(_ id: HTTP2StreamID, _ request: HTTP2ServerConnection.Request) {
+    private func dispatch(_ id: HTTP2StreamID, _ request: HTTP2RequestStateMachine.Request) {
         guard let context else { return }
         let head = request.head
         let gatewayRequest = GatewayRequest(
@@ -219,15 +218,15 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     }
 
     /// HEADERS and DATA (END_STREAM on the last); a client still sending finishes or is reset as
-    /// ``HTTP2Session/respond(_:status:headers:body:abortUnfinished:)`` says. Flushed with the rest
+    /// ``HTTP2FrameLayer/respond(_:status:headers:body:abortUnfinished:)`` says. Flushed with the rest
     /// of this read, or on the next turn of the loop for an answer that came from a task.
     private func write(_ id: HTTP2StreamID, _ answer: HTTPAnswer, abortUnfinished: Bool = false) {
-        guard context != nil, !closing, connection.isAwaitingResponse(id) else { return }
+        guard context != nil, !closing, requests.isAwaitingResponse(id) else { return }
         var headers = answer.headers
         headers.append(("content-length", String(answer.body.readableBytes)))
         headers.append(("date", date.now()))
-        let closeAfter = connection.responded(id, now: now)
-        session.respond(id, status: answer.status, headers: headers, body: answer.body, abortUnfinished: abortUnfinished)
+        let closeAfter = requests.responded(id, now: now)
+        frames.respond(id, status: answer.status, headers: headers, body: answer.body, abortUnfinished: abortUnfinished)
         if let context { emit(context) }
         scheduleFlush()
         if closeAfter { close() }
@@ -253,7 +252,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         }
     }
 
-    /// Writes what the session has written, as one buffer and so one TLS record; the write is
+    /// Writes what the frame layer has written, as one buffer and so one TLS record; the write is
     /// remembered as the last while draining.
     ///
     /// Each answer is its own record (``write(_:_:)`` emits after every answer; they leave
@@ -263,8 +262,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// per record too. Still three records fewer per answer than a record per frame.
     private func emit(_ context: ChannelHandlerContext) {
         // Usually one buffer; resets after answers come as a second (a TLS record of their own).
-        while let bytes = session.takeOutput(allocator: context.channel.allocator) {
-            if closing || connection.isDraining {
+        while let bytes = frames.takeOutput(allocator: context.channel.allocator) {
+            if closing || requests.isDraining {
                 let promise = context.eventLoop.makePromise(of: Void.self)
                 context.write(wrapOutboundOut(bytes), promise: promise)
                 lastWrite = promise.futureResult
@@ -283,15 +282,15 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
 
     func tick(now: NIODeadline) {
         if sendTimedOut(now) { return }
-        let housekeeping = connection.tick(now: now)
+        let housekeeping = requests.tick(now: now)
         for (id, status, reason) in housekeeping.responses {
             let answer = HTTPAnswer.text(status, reason)
-            if let head = connection.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
+            if let head = requests.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
             // A body that did not arrive in time is not waited for any longer: reset after the 408.
             write(id, answer, abortUnfinished: true)
         }
-        if let last = housekeeping.goAway { sendGoAway(last) }
-        if housekeeping.close || connection.isClosed { close() }
+        if housekeeping.goAway { sendGoAway() }
+        if housekeeping.close || requests.isClosed { close() }
         if let context, !closing { flushOutput(context) }
     }
 
@@ -299,7 +298,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// timeout, GOAWAY and close, whatever other streams the client lets through meanwhile (a client
     /// that holds answers holds nothing for longer than an idle one).
     private func sendTimedOut(_ now: NIODeadline) -> Bool {
-        guard let waiting = session.longestWaitingStream else {
+        guard let waiting = frames.longestWaitingStream else {
             stalled = nil
             return false
         }
@@ -307,10 +306,10 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
             stalled = (waiting, now)
             return false
         }
-        guard now - stalled.since >= connection.configuration.idleTimeout else { return false }
+        guard now - stalled.since >= requests.configuration.idleTimeout else { return false }
         gateway.metrics.connectionRejected(.http, reason: "timeout")
-        logger.debug("HTTP/2 send timeout", metadata: ["waited": "\(connection.configuration.idleTimeout)"])
-        session.goAway(.noError, reason: "answers waited for flow-control window too long")
+        logger.debug("HTTP/2 send timeout", metadata: ["waited": "\(requests.configuration.idleTimeout)"])
+        frames.goAway(.noError, reason: "answers waited for flow-control window too long")
         close()
         return true
     }
@@ -318,14 +317,14 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// SIGTERM, or the client's GOAWAY: GOAWAY with the last stream taken; close once those are
     /// answered (or at the drain deadline).
     private func drain() {
-        guard let last = connection.startDraining(now: now) else { return }
-        sendGoAway(last)
-        if connection.closeIfDrained() { close() }
+        guard requests.startDraining(now: now) else { return }
+        sendGoAway()
+        if requests.closeIfDrained() { close() }
     }
 
-    private func sendGoAway(_ last: HTTP2StreamID) {
+    private func sendGoAway() {
         guard let context else { return }
-        session.goAway(lastStreamID: last, .noError)
+        frames.goAway(.noError)
         flushOutput(context)
     }
 

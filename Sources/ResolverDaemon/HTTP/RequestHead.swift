@@ -3,7 +3,7 @@ import NIOHPACK
 /// The head of a request as the HTTP/2 connection received it, checked as RFC 9113 §8.2-§8.3 asks
 /// of a server: anything malformed is a stream error (PROTOCOL_ERROR), never an answer.
 ///
-/// The daemon's frame layer (``HTTP2Session``) only decodes header blocks; this is the set of rules
+/// The daemon's frame layer (``HTTP2FrameLayer``) only decodes header blocks; this is the set of rules
 /// NIOHTTP2's header-block validation applies, in one pass over the fields.
 struct RequestHead: Sendable {
     var method: String

@@ -18,7 +18,7 @@ struct HTTPListener: Service {
     struct Limits: Sendable {
         var handshakeTimeout: TimeAmount
         var http1: HTTP1ConnectionHandler.Configuration
-        var http2: HTTP2ServerConnection.Configuration
+        var http2: HTTP2RequestStateMachine.Configuration
 
         init(_ limits: DaemonSettings.Limits, drainTimeout: Duration) {
             func amount(_ duration: Duration) -> TimeAmount { .nanoseconds(Int64(duration / .nanoseconds(1))) }

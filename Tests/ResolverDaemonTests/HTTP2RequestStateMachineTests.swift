@@ -5,11 +5,11 @@ import Testing
 
 @testable import ResolverDaemon
 
-@Suite struct HTTP2ServerConnectionTests {
+@Suite struct HTTP2RequestStateMachineTests {
     let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
 
-    func connection(maxBody: Int = 65_535) -> HTTP2ServerConnection {
-        HTTP2ServerConnection(configuration: .init(maxBodyBytes: maxBody), now: start)
+    func connection(maxBody: Int = 65_535) -> HTTP2RequestStateMachine {
+        HTTP2RequestStateMachine(configuration: .init(maxBodyBytes: maxBody), now: start)
     }
 
     static func request(_ method: String = "GET", path: String = "/dns-query?dns=AAAB", extra: [(String, String)] = []) -> HPACKHeaders {
@@ -74,16 +74,16 @@ import Testing
         var connection = connection(maxBody: 65_535)
         _ = connection.receivedHeaders(stream(1), Self.post, endStream: false, now: start)
         #expect(isNone(connection.receivedData(stream(1), ByteBuffer(repeating: 0, count: 16_384), endStream: false)))
-        let updates = connection.readComplete()
+        let updates = connection.readComplete(connectionWindow: 65_535)
         #expect(updates.contains { $0.0 == stream(1) && $0.1 == 16_384 }, "\(updates)")
         for _ in 0..<3 { _ = connection.receivedData(stream(1), ByteBuffer(repeating: 0, count: 16_383), endStream: false) }
-        _ = connection.readComplete()
+        _ = connection.readComplete(connectionWindow: 65_535)
         guard case let .respond(_, status, _, _) = connection.receivedData(stream(1), ByteBuffer(repeating: 0, count: 3), endStream: false) else {
             Issue.record("expected 413 at 65,536 bytes")
             return
         }
         #expect(status == 413)
-        #expect(connection.readComplete().allSatisfy { $0.0 != stream(1) }, "no window for a refused stream")
+        #expect(connection.readComplete(connectionWindow: 65_535).allSatisfy { $0.0 != stream(1) }, "no window for a refused stream")
     }
 
     @Test func malformedHeaderBlocksAreStreamErrors() {
@@ -152,7 +152,7 @@ import Testing
     }
 
     @Test func unfinishedBodiesOverTheBudgetStopTheConnectionWindow() {
-        var connection = HTTP2ServerConnection(configuration: .init(bodyBudget: 64 * 1024), now: start)
+        var connection = HTTP2RequestStateMachine(configuration: .init(bodyBudget: 64 * 1024), now: start)
         // A client that opens streams and never finishes them: it may send only what the
         // connection window allows, and the window is topped up only while under the budget.
         var window = 65_535, sent = 0
@@ -162,38 +162,38 @@ import Testing
             _ = connection.receivedData(id, ByteBuffer(repeating: 0, count: 16_000), endStream: false)
             window -= 16_000
             sent += 16_000
-            connection.inboundConnectionWindow(window)
-            window += connection.readComplete().filter { $0.0 == .rootStream }.map(\.1).reduce(0, +)
+            window += connection.readComplete(connectionWindow: window).filter { $0.0 == .rootStream }.map(\.1).reduce(0, +)
         }
         #expect(sent <= 64 * 1024 + 65_535, "\(sent) bytes held")
         #expect(window < 16_000, "the client is stalled")
         // Finishing the bodies (here: the client resets them) releases the budget.
         for index in 0..<10 { connection.streamClosed(stream(2 * index + 1), now: start) }
-        connection.inboundConnectionWindow(1_000)
-        #expect(connection.readComplete().contains { $0.0 == .rootStream && $0.1 == 64_535 })
+        #expect(connection.readComplete(connectionWindow: 1_000).contains { $0.0 == .rootStream && $0.1 == 64_535 })
     }
 
     @Test func anIdleConnectionIsToldToGoAwayAndClosed() {
         var connection = connection()
         // No stream within the first-request timeout.
         let first = connection.tick(now: start + .seconds(10))
-        #expect(first.goAway == .rootStream)
+        #expect(first.goAway)
         #expect(first.close)
 
         var used = self.connection()
         _ = used.receivedHeaders(stream(1), Self.request(), endStream: true, now: start)
         _ = used.responded(stream(1), now: start + .seconds(1))
-        #expect(used.tick(now: start + .seconds(60)).goAway == nil, "PINGs aside, 59 s idle is fine")
+        #expect(used.tick(now: start + .seconds(60)).goAway == false, "PINGs aside, 59 s idle is fine")
         let idle = used.tick(now: start + .seconds(121))
-        #expect(idle.goAway == stream(1))
+        #expect(idle.goAway)
         #expect(idle.close)
     }
 
     @Test func aDrainingConnectionRefusesNewStreamsAndClosesWhenAnswered() {
         var connection = connection()
         _ = connection.receivedHeaders(stream(1), Self.request(), endStream: true, now: start)
-        #expect(connection.startDraining(now: start) == stream(1))
-        #expect(connection.startDraining(now: start) == nil, "once")
+        let started = connection.startDraining(now: start)
+        let again = connection.startDraining(now: start)
+        #expect(started)
+        #expect(!again, "once")
         guard case .reset(_, .refusedStream) = connection.receivedHeaders(stream(3), Self.request(), endStream: true, now: start) else {
             Issue.record("a new stream on a draining connection is refused")
             return
@@ -211,7 +211,7 @@ import Testing
         #expect(connection.tick(now: start + .seconds(5)).close)
     }
 
-    private func isNone(_ action: HTTP2ServerConnection.Action) -> Bool {
+    private func isNone(_ action: HTTP2RequestStateMachine.Action) -> Bool {
         if case .none = action { return true }
         return false
     }

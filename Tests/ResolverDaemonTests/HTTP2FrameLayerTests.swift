@@ -7,15 +7,15 @@ import Testing
 @testable import ResolverDaemon
 
 /// The frame layer alone: bytes from ``H2Wire`` in, events and frames out, time given.
-@Suite struct HTTP2SessionTests {
+@Suite struct HTTP2FrameLayerTests {
     struct Harness {
-        var session: HTTP2Session
+        var session: HTTP2FrameLayer
         var wire = H2Wire()
         var now = NIODeadline.uptimeNanoseconds(1_000_000_000)
         var held = ByteBuffer()
 
-        init(limits: HTTP2Session.Limits = .init(), settings: [(UInt16, UInt32)] = []) throws {
-            session = HTTP2Session(limits: limits)
+        init(limits: HTTP2FrameLayer.Limits = .init(), settings: [(UInt16, UInt32)] = []) throws {
+            session = HTTP2FrameLayer(limits: limits)
             let ours = wire.frames(session.takeOutput(allocator: .init())!)
             #expect(ours.map(\.type) == [H2Wire.Kind.settings])
             let events = try feed(H2Wire.preface(settings: settings))
@@ -24,10 +24,10 @@ import Testing
         }
 
         /// Every event `bytes` produces (a partial frame is kept for the next call).
-        mutating func feed(_ bytes: ByteBuffer) throws(HTTP2Session.ConnectionError) -> [HTTP2Session.Event] {
+        mutating func feed(_ bytes: ByteBuffer) throws(HTTP2FrameLayer.ConnectionError) -> [HTTP2FrameLayer.Event] {
             var bytes = bytes
             held.writeBuffer(&bytes)
-            var events: [HTTP2Session.Event] = []
+            var events: [HTTP2FrameLayer.Event] = []
             let now = self.now
             while let event = try session.next(from: &held, now: now) { events.append(event) }
             held.discardReadBytes()
@@ -46,7 +46,7 @@ import Testing
         }
 
         /// The connection error `bytes` cause, if any.
-        mutating func error(_ bytes: ByteBuffer) -> HTTP2Session.ConnectionError? {
+        mutating func error(_ bytes: ByteBuffer) -> HTTP2FrameLayer.ConnectionError? {
             do {
                 _ = try feed(bytes)
                 return nil
@@ -56,15 +56,56 @@ import Testing
         }
     }
 
-    static func streams(_ events: [HTTP2Session.Event]) -> [Int] {
+    static func streams(_ events: [HTTP2FrameLayer.Event]) -> [Int] {
         events.compactMap { if case let .headers(id, _, _) = $0 { Int(id) } else { nil } }
+    }
+
+    /// Every transition of a stream's phase: what each input does in each phase (RFC 9113 §5.1).
+    @Test func streamPhasesChangeOnlyAsTheStateMachineSays() {
+        let body = ByteBuffer(string: "answer")
+        func answering(ended: Bool, abort: Bool = false) -> StreamPhase {
+            .answering(unsent: body, clientEnded: ended, abortUnfinished: abort)
+        }
+        let open = StreamPhase.requesting(clientEnded: false), ended = StreamPhase.requesting(clientEnded: true)
+        let answer = StreamPhase.Input.answer(body: body, abortUnfinished: false)
+        let table: [(StreamPhase, StreamPhase.Input, StreamPhase.Outcome, StreamPhase)] = [
+            (open, .clientData(endStream: false), .deliver, open),
+            (open, .clientData(endStream: true), .deliver, ended),
+            (open, .clientHeaders(endStream: true), .deliver, ended),
+            (open, .answerSent(windowLeft: true), .ignored, open),
+            (open, answer, .send, answering(ended: false)),
+            (ended, .clientData(endStream: false), .streamError(.streamClosed), ended),
+            (ended, .clientHeaders(endStream: true), .streamError(.streamClosed), ended),
+            (ended, answer, .send, answering(ended: true)),
+            (answering(ended: false), .clientData(endStream: true), .deliver, answering(ended: true)),
+            (answering(ended: false), .clientHeaders(endStream: false), .deliver, answering(ended: false)),
+            (answering(ended: true), .clientData(endStream: false), .streamError(.streamClosed), answering(ended: true)),
+            (answering(ended: false), answer, .ignored, answering(ended: false)),
+            (answering(ended: true), .answerSent(windowLeft: true), .closed, answering(ended: true)),
+            (answering(ended: true, abort: true), .answerSent(windowLeft: false), .closed, answering(ended: true, abort: true)),
+            (answering(ended: false), .answerSent(windowLeft: true), .discardRest, .discarding),
+            (answering(ended: false), .answerSent(windowLeft: false), .resetAfterAnswer, answering(ended: false)),
+            (answering(ended: false, abort: true), .answerSent(windowLeft: true), .resetAfterAnswer, answering(ended: false, abort: true)),
+            (.discarding, .clientData(endStream: false), .drop, .discarding),
+            (.discarding, .clientData(endStream: true), .closed, .discarding),
+            (.discarding, .clientHeaders(endStream: true), .closed, .discarding),
+            (.discarding, .clientHeaders(endStream: false), .streamError(.protocolError), .discarding),
+            (.discarding, answer, .ignored, .discarding),
+            (.discarding, .answerSent(windowLeft: true), .ignored, .discarding),
+        ]
+        for (index, (start, input, outcome, end)) in table.enumerated() {
+            var phase = start
+            let result = phase.advance(input)
+            #expect(result == outcome, "row \(index): \(start) + \(input)")
+            #expect(phase == end, "row \(index): \(start) + \(input)")
+        }
     }
 
     @Test func requestsArriveWhateverTheReadBoundaries() throws {
         var harness = try Harness()
         var bytes = harness.request(1)
         bytes.writeImmutableBuffer(harness.request(3))
-        var events: [HTTP2Session.Event] = []
+        var events: [HTTP2FrameLayer.Event] = []
         // One byte at a time: frames are assembled across reads.
         while let byte = bytes.readSlice(length: 1) { events += try harness.feed(byte) }
         #expect(Self.streams(events) == [1, 3])
@@ -74,10 +115,10 @@ import Testing
     }
 
     @Test func theFirstFrameMustBeSettingsAndThePrefaceExact() {
-        var session = HTTP2Session()
+        var session = HTTP2FrameLayer()
         var bad = ByteBuffer(string: "GET / HTTP/1.1\r\n\r\n....................")
-        #expect(throws: HTTP2Session.ConnectionError.self) { _ = try session.next(from: &bad, now: .now()) }
-        var session2 = HTTP2Session()
+        #expect(throws: HTTP2FrameLayer.ConnectionError.self) { _ = try session.next(from: &bad, now: .now()) }
+        var session2 = HTTP2FrameLayer()
         var noSettings = ByteBuffer(string: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
         noSettings.writeImmutableBuffer(H2Wire.ping())
         do {
@@ -416,7 +457,7 @@ import Testing
     @Test func rapidResetIsBounded() throws {
         var harness = try Harness(limits: .init(maxResets: 50))
         var stream: UInt32 = 1
-        var closed: HTTP2Session.ConnectionError?
+        var closed: HTTP2FrameLayer.ConnectionError?
         for _ in 0..<100 {
             var bytes = harness.request(stream, endStream: false)
             bytes.writeImmutableBuffer(H2Wire.frame(H2Wire.Kind.rstStream, flags: 0, stream: stream, H2Wire.word(8)))
@@ -522,7 +563,7 @@ import Testing
                 default: bytes.remove(at: index)
                 }
             }
-            var session = HTTP2Session()
+            var session = HTTP2FrameLayer()
             var input = ByteBuffer(bytes: bytes)
             var output = 0
             do {

@@ -4,8 +4,13 @@ import NIOHTTP2
 
 /// The server side of the HTTP/2 framing layer (RFC 9113 §3-§6): the preface, frames in and out,
 /// SETTINGS, PING, flow control in both directions, stream identifiers and states, header blocks
-/// with CONTINUATION and HPACK. What a request means is ``HTTP2ServerConnection``'s business; this
+/// with CONTINUATION and HPACK. What a request means is ``HTTP2RequestStateMachine``'s business; this
 /// layer hands it ``Event``s and writes the frames it is asked to.
+///
+/// The two keep disjoint books, nothing copied between them: this layer owns each stream's protocol
+/// state (its ``StreamPhase``, both windows, the answer waiting for window), the connection's windows
+/// and the highest stream ID (GOAWAY names it); the request machine owns each request's head, body and
+/// deadline, and is handed the inbound connection window when it decides on WINDOW_UPDATEs.
 ///
 /// Our own rather than NIOHTTP2Handler: a DoH answer is a cached lookup, so the frame layer is most
 /// of the cost of a query. NIOHTTP2's general machinery (a frame enum per frame, a stream state
@@ -35,7 +40,7 @@ import NIOHTTP2
 /// Answers wait for flow-control window at most as long as a connection may be idle: the session
 /// names the stream that has waited longest (``longestWaitingStream``), and the handler closes the
 /// connection when that one has waited that long — however many other streams the client lets through.
-struct HTTP2Session {
+struct HTTP2FrameLayer {
     struct Limits: Sendable, Equatable {
         var maxConcurrentStreams = 100
         var maxHeaderListSize = 16_384
@@ -78,19 +83,9 @@ struct HTTP2Session {
     }
 
     private struct Stream {
-        var remoteClosed: Bool
+        var phase: StreamPhase
         var sendWindow: Int
         var receiveWindow: Int
-        /// DATA waiting for window (END_STREAM on its last frame).
-        var queued: ByteBuffer?
-        var responding = false
-        /// Answered before the client finished sending: when the response is complete, reset at once
-        /// (a 408) instead of draining what the client still sends.
-        var abortUnfinished = false
-        /// Answered; the client is still sending. Its DATA is dropped (the connection window takes it
-        /// back, the stream's is never refilled: at most one window more), and its END_STREAM closes
-        /// the stream without a reset.
-        var discarding = false
     }
 
     private struct HeaderBlock {
@@ -296,44 +291,41 @@ struct HTTP2Session {
         inboundWindow -= length
         guard inboundWindow >= 0 else { throw ConnectionError(code: .flowControlError, reason: "DATA beyond the connection window") }
         let endStream = flags & Flag.endStream != 0
-        guard var state = streams[stream], !state.remoteClosed else {
-            if streams.removeValue(forKey: stream) != nil {
-                // Half-closed (remote): the client had ended the stream. A stream error (RFC 9113 §5.1).
-                unblock(stream)
-                try provokedReset(stream, .streamClosed, now: now)
-                return .reset(HTTP2StreamID(Int(stream)))
-            }
+        guard var state = streams[stream] else {
             // In flight when our reset left: ignored, at a cost (counted in the connection window above).
             guard resetByUs.contains(stream) else { throw closedStreamError(stream, "DATA") }
             try cost(now)
             return nil
         }
-        if state.discarding {
+        switch state.phase.advance(.clientData(endStream: endStream)) {
+        case .deliver:
+            break
+        case .streamError(let code):
+            return try streamError(stream, code, now: now)
+        case .closed:
+            streams[stream] = nil
+            closedStreams.insert(stream)
+            return nil
+        case .drop:
             state.receiveWindow -= length
-            if endStream || state.receiveWindow <= 0 {
+            if state.receiveWindow < 0 {
                 streams[stream] = nil
-                if endStream {
-                    closedStreams.insert(stream)
-                } else if state.receiveWindow < 0 {
-                    try provokedReset(stream, .flowControlError, now: now)
-                } else {
-                    // Window exhausted: the client would wait for a WINDOW_UPDATE that never comes.
-                    writeReset(stream, .noError)
-                }
+                try provokedReset(stream, .flowControlError, now: now)
+            } else if state.receiveWindow == 0 {
+                // Window exhausted: the client would wait for a WINDOW_UPDATE that never comes.
+                streams[stream] = nil
+                writeReset(stream, .noError)
             } else {
                 if length == 0 { try cost(now) }
                 streams[stream] = state
             }
             return nil
+        case .send, .resetAfterAnswer, .discardRest, .ignored:
+            return nil  // not outcomes of the client's DATA
         }
         try removePadding(flags: flags, payload: &payload)
         state.receiveWindow -= length
-        guard state.receiveWindow >= 0 else {
-            streams[stream] = nil
-            unblock(stream)
-            try provokedReset(stream, .flowControlError, now: now)
-            return .reset(HTTP2StreamID(Int(stream)))
-        }
+        guard state.receiveWindow >= 0 else { return try streamError(stream, .flowControlError, now: now) }
         let padding = length - payload.readableBytes
         if padding > 0 {
             // Padding is flow-controlled but carries nothing: the stream gets it back at once.
@@ -341,7 +333,6 @@ struct HTTP2Session {
             writeWindowUpdate(stream, padding)
         }
         if payload.readableBytes == 0, !endStream { try cost(now) }
-        if endStream { state.remoteClosed = true }
         streams[stream] = state
         return .data(HTTP2StreamID(Int(stream)), payload, endStream: endStream)
     }
@@ -357,27 +348,21 @@ struct HTTP2Session {
         }
         let id = current.stream
         let streamID = HTTP2StreamID(Int(id))
-        if let state = streams[id], state.discarding {
-            // Trailers of a request already answered: they end it (or break it).
-            streams[id] = nil
-            if current.endStream {
-                closedStreams.insert(id)
-            } else {
-                try provokedReset(id, .protocolError, now: now)
-            }
-            return nil
-        }
         if var state = streams[id] {
-            // Trailers; ``HTTP2ServerConnection`` decides what they may hold.
-            guard !state.remoteClosed else {
+            // Trailers; ``HTTP2RequestStateMachine`` decides what they may hold.
+            switch state.phase.advance(.clientHeaders(endStream: current.endStream)) {
+            case .deliver:
+                streams[id] = state
+                return .headers(streamID, headers, endStream: current.endStream)
+            case .streamError(let code):
+                return try streamError(id, code, now: now)
+            case .closed:
                 streams[id] = nil
-                unblock(id)
-                try provokedReset(id, .streamClosed, now: now)
-                return .reset(streamID)
+                closedStreams.insert(id)
+                return nil
+            case .drop, .send, .resetAfterAnswer, .discardRest, .ignored:
+                return nil  // not outcomes of the client's HEADERS
             }
-            state.remoteClosed = current.endStream
-            streams[id] = state
-            return .headers(streamID, headers, endStream: current.endStream)
         }
         guard id > highestStreamID else {
             // A stream this side reset may still get the trailers the client sent before it knew;
@@ -395,7 +380,7 @@ struct HTTP2Session {
             try provokedReset(id, .refusedStream, now: now)
             return nil
         }
-        streams[id] = Stream(remoteClosed: current.endStream, sendWindow: peerInitialWindow, receiveWindow: Self.defaultWindow)
+        streams[id] = Stream(phase: .requesting(clientEnded: current.endStream), sendWindow: peerInitialWindow, receiveWindow: Self.defaultWindow)
         return .headers(streamID, headers, endStream: current.endStream)
     }
 
@@ -452,10 +437,7 @@ struct HTTP2Session {
             guard stream <= highestStreamID else { throw ConnectionError(code: .protocolError, reason: "WINDOW_UPDATE on idle stream \(stream)") }
             guard var state = streams[stream] else { return nil }
             guard increment > 0, state.sendWindow + increment <= Self.maxWindow else {
-                streams[stream] = nil
-                unblock(stream)
-                try provokedReset(stream, increment == 0 ? .protocolError : .flowControlError, now: now)
-                return .reset(HTTP2StreamID(Int(stream)))
+                return try streamError(stream, increment == 0 ? .protocolError : .flowControlError, now: now)
             }
             state.sendWindow += increment
             streams[stream] = state
@@ -487,6 +469,15 @@ struct HTTP2Session {
         try countReset(now)
     }
 
+    /// A stream error of the client's making (RFC 9113 §5.4.2): the stream leaves the table, RST_STREAM
+    /// goes out and counts as a reset, and the request layer hears of it.
+    private mutating func streamError(_ stream: UInt32, _ code: HTTP2ErrorCode, now: NIODeadline) throws(ConnectionError) -> Event {
+        streams[stream] = nil
+        unblock(stream)
+        try provokedReset(stream, code, now: now)
+        return .reset(HTTP2StreamID(Int(stream)))
+    }
+
     /// A frame on a stream that is closed, or whose identifier is not above the highest used.
     private func closedStreamError(_ stream: UInt32, _ frame: String) -> ConnectionError {
         closedStreams.contains(stream)
@@ -505,7 +496,7 @@ struct HTTP2Session {
     /// Whether the stream is open and its response not yet begun.
     func canRespond(_ id: HTTP2StreamID) -> Bool {
         guard let state = streams[UInt32(Int32(id))] else { return false }
-        return !state.responding
+        return !state.phase.isAnswered
     }
 
     /// A whole response: HEADERS (END_STREAM when there is no body), then the body as DATA within
@@ -516,16 +507,8 @@ struct HTTP2Session {
     /// 7.88 fail an early 413 with "stream error" in about 1 of 4 small POSTs.
     mutating func respond(_ id: HTTP2StreamID, status: Int, headers: [(String, String)], body: ByteBuffer, abortUnfinished: Bool = false) {
         let stream = UInt32(Int32(id))
-        guard var state = streams[stream], !state.responding else { return }
-        state.responding = true
-        state.abortUnfinished = abortUnfinished
-        let empty = body.readableBytes == 0
-        writeHeaders(stream, status: status, headers: headers, endStream: empty)
-        if empty {
-            finish(stream, state)
-            return
-        }
-        state.queued = body
+        guard var state = streams[stream], state.phase.advance(.answer(body: body, abortUnfinished: abortUnfinished)) == .send else { return }
+        writeHeaders(stream, status: status, headers: headers, endStream: body.readableBytes == 0)
         streams[stream] = state
         sendData(stream)
     }
@@ -557,51 +540,49 @@ struct HTTP2Session {
         writeWindowUpdate(stream, increment)
     }
 
-    mutating func goAway(lastStreamID: HTTP2StreamID? = nil, _ code: HTTP2ErrorCode, reason: String = "") {
+    /// GOAWAY naming the highest stream the client opened (its requests are answered or reset; none
+    /// after it will be), with `reason` as debug data.
+    mutating func goAway(_ code: HTTP2ErrorCode, reason: String = "") {
         let debug = Array(reason.utf8.prefix(256))
         writeFrameHeader(length: 8 + debug.count, type: .goAway, flags: 0, stream: 0)
-        output.writeInteger(lastStreamID.map { UInt32(Int32($0)) } ?? highestStreamID)
+        output.writeInteger(highestStreamID)
         output.writeInteger(UInt32(code.networkCode))
         output.writeBytes(debug)
     }
 
-    private mutating func finish(_ stream: UInt32, _ state: Stream) {
-        if state.remoteClosed {
-            streams[stream] = nil
-            closedStreams.insert(stream)
-        } else if state.abortUnfinished || state.receiveWindow <= 0 {
-            streams[stream] = nil
-            resetByUs.insert(stream)  // what arrives before the reset is written is ignored too
-            resetsAfterAnswers.append(stream)
-        } else {
-            var state = state
-            state.queued = nil
-            state.discarding = true
-            streams[stream] = state
-        }
-    }
-
-    /// DATA from the stream's queue while both windows allow; END_STREAM on the last.
+    /// DATA of the stream's answer while both windows allow, END_STREAM on the last; then the stream
+    /// closes, is reset, or waits to drop the rest of the client's body, as its phase says.
     private mutating func sendData(_ stream: UInt32) {
-        guard var state = streams[stream], var queued = state.queued else { return }
-        while queued.readableBytes > 0 {
+        guard var state = streams[stream], case .answering(var unsent, let ended, let abort) = state.phase else { return }
+        while unsent.readableBytes > 0 {
             let room = min(sendWindow, state.sendWindow, peerMaxFrameSize)
             guard room > 0 else {
-                state.queued = queued
+                state.phase = .answering(unsent: unsent, clientEnded: ended, abortUnfinished: abort)
                 streams[stream] = state
                 if !blocked.contains(stream) { blocked.append(stream) }
                 return
             }
-            let count = min(room, queued.readableBytes)
-            var chunk = queued.readSlice(length: count)!
+            let count = min(room, unsent.readableBytes)
+            var chunk = unsent.readSlice(length: count)!
             sendWindow -= count
             state.sendWindow -= count
-            writeFrameHeader(length: count, type: .data, flags: queued.readableBytes == 0 ? Flag.endStream : 0, stream: stream)
+            writeFrameHeader(length: count, type: .data, flags: unsent.readableBytes == 0 ? Flag.endStream : 0, stream: stream)
             output.writeBuffer(&chunk)
         }
-        state.queued = nil
         unblock(stream)
-        finish(stream, state)
+        switch state.phase.advance(.answerSent(windowLeft: state.receiveWindow > 0)) {
+        case .closed:
+            streams[stream] = nil
+            closedStreams.insert(stream)
+        case .resetAfterAnswer:
+            streams[stream] = nil
+            resetByUs.insert(stream)  // what arrives before the reset is written is ignored too
+            resetsAfterAnswers.append(stream)  // written by `takeOutput`, in a record after the answer's
+        case .discardRest:
+            streams[stream] = state
+        case .deliver, .drop, .streamError, .send, .ignored:
+            break  // not outcomes of a sent answer
+        }
     }
 
     private mutating func sendQueued() {
@@ -652,6 +633,88 @@ struct HTTP2Session {
         output.writeInteger(UInt32(length) << 8 | UInt32(type.rawValue))
         output.writeInteger(flags)
         output.writeInteger(stream)
+    }
+}
+
+/// A stream's state as the frame layer sees it (RFC 9113 §5.1), from the request's HEADERS until the
+/// stream closes (then it leaves the table). Every transition is in ``advance(_:)``; flow-control
+/// windows are the stream's, not the phase's.
+enum StreamPhase: Equatable {
+    /// No answer begun. `clientEnded`: the client has sent END_STREAM ("half-closed (remote)").
+    case requesting(clientEnded: Bool)
+    /// The answer's HEADERS are written; its DATA in `unsent` waits for window (END_STREAM on the last
+    /// frame). `abortUnfinished`: once it is sent, a client still sending is reset (a request that timed
+    /// out, a body that could never fit) instead of let finish.
+    case answering(unsent: ByteBuffer, clientEnded: Bool, abortUnfinished: Bool)
+    /// Answered while the client was still sending: its DATA is dropped (the connection window takes it
+    /// back, the stream's is never refilled: at most one window more), and its END_STREAM closes the
+    /// stream without a reset.
+    case discarding
+
+    enum Input: Equatable {
+        /// A header block from the client on the open stream (trailers).
+        case clientHeaders(endStream: Bool)
+        case clientData(endStream: Bool)
+        /// This side's answer begins (its HEADERS are written); `body` is to follow as DATA.
+        case answer(body: ByteBuffer, abortUnfinished: Bool)
+        /// The answer's last byte is written. `windowLeft`: the client may still send within the
+        /// stream's receive window (none left: it would wait for a WINDOW_UPDATE that never comes).
+        case answerSent(windowLeft: Bool)
+    }
+
+    enum Outcome: Equatable {
+        /// Hand the frame to the request layer.
+        case deliver
+        /// Drop the frame (what an answered client still sends).
+        case drop
+        /// A frame the stream's state does not allow: a stream error (the client's, so counted as a reset).
+        case streamError(HTTP2ErrorCode)
+        /// Send the answer's DATA as the windows allow.
+        case send
+        /// The stream has closed normally.
+        case closed
+        /// RST_STREAM NO_ERROR after the answer's bytes (RFC 9113 §8.1): the client is not let finish.
+        case resetAfterAnswer
+        /// The answer is sent; the stream stays open to drop what the client still sends.
+        case discardRest
+        /// The stream's phase ignores the input (a second answer; a send report for a stream not sending).
+        case ignored
+    }
+
+    /// The one place a stream's phase changes.
+    mutating func advance(_ input: Input) -> Outcome {
+        switch (self, input) {
+        // The client ended its side; anything more from it is a stream error (RFC 9113 §5.1, "half-closed (remote)").
+        case (.requesting(clientEnded: true), .clientHeaders), (.requesting(clientEnded: true), .clientData),
+            (.answering(_, clientEnded: true, _), .clientHeaders), (.answering(_, clientEnded: true, _), .clientData):
+            return .streamError(.streamClosed)
+        case (.requesting(clientEnded: false), .clientHeaders(let end)), (.requesting(clientEnded: false), .clientData(let end)):
+            self = .requesting(clientEnded: end)
+            return .deliver
+        case (.answering(let unsent, clientEnded: false, let abort), .clientHeaders(let end)),
+            (.answering(let unsent, clientEnded: false, let abort), .clientData(let end)):
+            self = .answering(unsent: unsent, clientEnded: end, abortUnfinished: abort)
+            return .deliver
+        // Trailers end an answered request; trailers that do not end it break it.
+        case (.discarding, .clientHeaders(let end)):
+            return end ? .closed : .streamError(.protocolError)
+        case (.discarding, .clientData(let end)):
+            return end ? .closed : .drop
+        case (.requesting(let ended), .answer(let body, let abort)):
+            self = .answering(unsent: body, clientEnded: ended, abortUnfinished: abort)
+            return .send
+        case (.answering(_, let ended, let abort), .answerSent(let windowLeft)):
+            if ended { return .closed }
+            if abort || !windowLeft { return .resetAfterAnswer }
+            self = .discarding
+            return .discardRest
+        case (.answering, .answer), (.discarding, .answer), (.requesting, .answerSent), (.discarding, .answerSent):
+            return .ignored
+        }
+    }
+
+    var isAnswered: Bool {
+        if case .requesting = self { false } else { true }
     }
 }
 

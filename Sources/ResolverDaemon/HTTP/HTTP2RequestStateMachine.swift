@@ -11,7 +11,7 @@ import NIOHTTP2
 ///   reset with PROTOCOL_ERROR;
 /// - a body over the limit (declared or received) is answered 413 at once; the stream's window is
 ///   no longer refilled, so the client may finish what that window allows (dropped) or is reset
-///   with NO_ERROR once it is used up (``HTTP2Session``) — at once when its declared length could
+///   with NO_ERROR once it is used up (``HTTP2FrameLayer``) — at once when its declared length could
 ///   never fit;
 /// - a request whose body is not complete within ``Configuration/requestTimeout`` is answered 408;
 /// - the connection window is refilled as DATA arrives, but not while the bodies held unfinished
@@ -21,7 +21,7 @@ import NIOHTTP2
 ///   that opens no stream within ``Configuration/firstRequestTimeout``, is told GOAWAY and closed;
 /// - a draining connection (GOAWAY sent) refuses new streams, and closes once its streams are
 ///   answered or ``Configuration/drainTimeout`` has passed, whichever is first.
-struct HTTP2ServerConnection {
+struct HTTP2RequestStateMachine {
     struct Configuration: Sendable, Equatable {
         var maxBodyBytes = 65_535
         var requestTimeout = TimeAmount.seconds(10)
@@ -30,8 +30,6 @@ struct HTTP2ServerConnection {
         var drainTimeout = TimeAmount.seconds(5)
         /// Unfinished request-body bytes held per connection before its window stops being refilled.
         var bodyBudget = 256 * 1024
-        /// The flow-control window each side starts with (RFC 9113 §6.9.2); not changed by SETTINGS.
-        static let initialWindow = 65_535
     }
 
     /// A complete request, ready to be answered.
@@ -43,7 +41,7 @@ struct HTTP2ServerConnection {
     /// What the handler does for one inbound frame.
     enum Action {
         case none
-        /// Answer this request (the client may still be sending: see ``HTTP2Session``'s rule for
+        /// Answer this request (the client may still be sending: see ``HTTP2FrameLayer``'s rule for
         /// the rest of its body).
         case dispatch(HTTP2StreamID, Request)
         /// Send this error response at once; `reset`: RST_STREAM NO_ERROR right after it, the client
@@ -56,7 +54,7 @@ struct HTTP2ServerConnection {
     struct Housekeeping {
         var windowUpdates: [(HTTP2StreamID, Int)] = []
         var responses: [(HTTP2StreamID, status: Int, reason: String)] = []
-        var goAway: HTTP2StreamID?
+        var goAway = false
         var close = false
     }
 
@@ -83,12 +81,9 @@ struct HTTP2ServerConnection {
     let configuration: Configuration
     private var streams: [HTTP2StreamID: Stream] = [:]
     private var state = ConnectionState.active
-    private var highestStreamID = HTTP2StreamID.rootStream
     private(set) var openedAnyStream = false
     /// When the connection last had no stream open (nil while some are).
     private var idleSince: NIODeadline?
-    /// The inbound connection window as the frame layer (`HTTP2Session`) last reported it.
-    private var connectionWindow = Configuration.initialWindow
     /// Body bytes held in streams that have not finished.
     private var heldBodyBytes = 0
     private var touched: [HTTP2StreamID] = []
@@ -117,7 +112,6 @@ struct HTTP2ServerConnection {
             return .dispatch(id, Request(head: stream.head, body: stream.body))
         }
         guard !isDraining, state != .closed else { return .reset(id, .refusedStream) }
-        highestStreamID = max(highestStreamID, id)
         let head: RequestHead
         do { head = try RequestHead.validate(headers) } catch { return .reset(id, .protocolError) }
         openedAnyStream = true
@@ -128,7 +122,7 @@ struct HTTP2ServerConnection {
                 streams[id] = Stream(head: head, body: nil, state: .answering(ended: endStream))
                 // Reset after the answer only when the rest could not fit the stream's window (the
                 // client would wait for a WINDOW_UPDATE); a smaller body is let finish, and dropped.
-                return .respond(id, status: 413, reason: overLimit(declared: declared), reset: !endStream && declared > Configuration.initialWindow)
+                return .respond(id, status: 413, reason: overLimit(declared: declared), reset: !endStream && declared > HTTP2FrameLayer.defaultWindow)
             }
         }
         if endStream {
@@ -180,11 +174,6 @@ struct HTTP2ServerConnection {
         return .none
     }
 
-    /// The frame layer's report of the connection's inbound window after a read.
-    mutating func inboundConnectionWindow(_ size: Int) {
-        connectionWindow = size
-    }
-
     /// The client reset the stream, or the frame layer reset it.
     mutating func streamClosed(_ id: HTTP2StreamID, now: @autoclosure () -> NIODeadline) {
         guard let stream = streams.removeValue(forKey: id) else { return }
@@ -220,11 +209,11 @@ struct HTTP2ServerConnection {
     /// WINDOW_UPDATEs to send at the end of a read: streams still receiving get back what they
     /// used (so a body can reach the limit + 1 and be refused), and the connection window is
     /// topped up while the unfinished bodies stay under the budget.
-    mutating func readComplete() -> [(HTTP2StreamID, Int)] {
+    /// - Parameter connectionWindow: the connection's inbound window now (the frame layer keeps it).
+    mutating func readComplete(connectionWindow: Int) -> [(HTTP2StreamID, Int)] {
         var updates: [(HTTP2StreamID, Int)] = []
-        if connectionWindow < Configuration.initialWindow / 2, heldBodyBytes < configuration.bodyBudget {
-            updates.append((.rootStream, Configuration.initialWindow - connectionWindow))
-            connectionWindow = Configuration.initialWindow
+        if connectionWindow < HTTP2FrameLayer.defaultWindow / 2, heldBodyBytes < configuration.bodyBudget {
+            updates.append((.rootStream, HTTP2FrameLayer.defaultWindow - connectionWindow))
         }
         for id in touched {
             guard var stream = streams[id], case let .receiving(deadline, received, unacknowledged) = stream.state,
@@ -268,12 +257,12 @@ struct HTTP2ServerConnection {
         return result
     }
 
-    /// Begins a graceful close (SIGTERM, or idleness): returns the last stream ID to put in GOAWAY,
-    /// or nil when already draining.
-    mutating func startDraining(now: NIODeadline) -> HTTP2StreamID? {
-        guard state == .active else { return nil }
+    /// Begins a graceful close (SIGTERM, or idleness): returns whether GOAWAY is to be sent (false
+    /// when already draining). Its last stream ID is the frame layer's highest.
+    mutating func startDraining(now: NIODeadline) -> Bool {
+        guard state == .active else { return false }
         state = .draining(deadline: now + configuration.drainTimeout)
-        return highestStreamID
+        return true
     }
 
     /// Whether a draining connection has nothing left to answer (and is now closed).
