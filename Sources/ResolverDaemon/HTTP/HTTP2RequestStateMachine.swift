@@ -206,10 +206,11 @@ struct HTTP2RequestStateMachine {
 
     // MARK: Windows and time
 
-    /// WINDOW_UPDATEs to send at the end of a read: streams still receiving get back what they
-    /// used (so a body can reach the limit + 1 and be refused), and the connection window is
-    /// topped up while the unfinished bodies stay under the budget.
+    /// The WINDOW_UPDATEs of the end of a read: streams still receiving get back what they used (so
+    /// a body can reach the limit + 1 and be refused), and the connection window is topped up while
+    /// the unfinished bodies stay under the budget.
     /// - Parameter connectionWindow: the connection's inbound window now (the frame layer keeps it).
+    /// - Returns: the stream (the root stream for the connection) and increment of each update.
     mutating func readComplete(connectionWindow: Int) -> [(HTTP2StreamID, Int)] {
         var updates: [(HTTP2StreamID, Int)] = []
         if connectionWindow < HTTP2FrameLayer.defaultWindow / 2, heldBodyBytes < configuration.bodyBudget {
