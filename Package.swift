@@ -117,13 +117,40 @@ let package = Package(
         // Hijack detection: verdicts from trusted vs system answers and TLS probes.
         .target(name: "HijackDetection", dependencies: ["DNSCore", "HTTPDNS", "AddressProbing", "SystemResolver"]),
 
-        // The daemon: listeners (HTTP/1.1, HTTP/2, DNS stub), watch list, health checks, HTTP API,
-        // DoH endpoint, metrics. The only target with a SwiftNIO server.
+        // What every listener of the daemon shares: the connection guard (deadline to speak, prompt
+        // ACKs), the registry (limit, drain), ticking handlers, an event loop as a task executor.
+        .target(
+            name: "DaemonListening",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]),
+
+        // The daemon's HTTP server: HTTP/1.1 and its own HTTP/2 layer (frame layer, request state
+        // machine, NIO handler) behind a TLS + ALPN listener. Serves an `HTTPRequestHandling`; knows
+        // nothing of DNS or of the daemon's state.
+        .target(
+            name: "DaemonHTTP",
+            dependencies: [
+                "DaemonListening",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+
+        // The daemon: composition (config, reload, readiness, watcher, routes, metrics), the DNS
+        // stub, the proxy; its HTTP server is DaemonHTTP.
         .target(
             name: "ResolverDaemon",
             dependencies: [
                 "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
-                "RedisCache",
+                "RedisCache", "DaemonListening", "DaemonHTTP",
                 .target(name: "CRelay", condition: .when(platforms: [.linux])),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -178,7 +205,13 @@ let package = Package(
             path: "Benchmarks/CompareBenchmark"),
 
         // Helpers shared by the test targets: the loopback environment's endpoints, fake servers.
-        .target(name: "TestSupport", dependencies: ["DNSCore"], path: "Tests/TestSupport"),
+        .target(
+            name: "TestSupport",
+            dependencies: [
+                "DNSCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+            ], path: "Tests/TestSupport"),
         .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection", "AddressProbing", "HTTPDNS", "DNSCore", "TestSupport"]),
         .testTarget(
             name: "DNSCoreTests",
@@ -212,7 +245,8 @@ let package = Package(
         .testTarget(
             name: "ResolverDaemonTests",
             dependencies: [
-                "ResolverDaemon", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport", "CurlSupport", "RedisCache",
+                "ResolverDaemon", "DaemonHTTP", "DaemonListening", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport",
+                "CurlSupport", "RedisCache",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -222,6 +256,15 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
+        .testTarget(
+            name: "DaemonHTTPTests",
+            dependencies: [
+                "DaemonHTTP", "DaemonListening", "TestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport", "CurlSupport", "DNSCore"]),
     ]

@@ -38,13 +38,16 @@ for target in "${targets[@]}"; do
         doh) sources="$codec $daemon Fuzz/DoHRequestFuzzer.swift"; seeds=Fuzz/corpus-doh; crashers=Fuzz/crashers/doh; max_len=2048 ;;
         vendor) sources="$codec $vendor Fuzz/VendorAnswerFuzzer.swift"; seeds=Fuzz/corpus-vendor; crashers=Fuzz/crashers/vendor; max_len=2048 ;;
         dnssec) sources="$codec Sources/DNSSEC/DNSSECRecords.swift Sources/DNSSEC/DenialRecords.swift Fuzz/DNSSECRecordFuzzer.swift"; seeds=Fuzz/corpus-dnssec; crashers=Fuzz/crashers/dnssec; max_len=1024 ;;
-        connect) sources="Sources/ResolverDaemon/Proxy/ConnectHead.swift Sources/ResolverDaemon/HTTP/HTTPSyntax.swift Fuzz/ConnectHeadFuzzer.swift"; seeds=Fuzz/corpus-connect; crashers=Fuzz/crashers/connect; max_len=2048 ;;
+        connect) sources="Sources/ResolverDaemon/Proxy/ConnectHead.swift Sources/DaemonHTTP/HTTPSyntax.swift Fuzz/ConnectHeadFuzzer.swift"; seeds=Fuzz/corpus-connect; crashers=Fuzz/crashers/connect; max_len=2048 ;;
         *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"
-    # One module named DNSCore, so the daemon files' `import DNSCore` is their own module.
+    # One module named after what the files import (DNSCore; DaemonHTTP for the CONNECT scan), so
+    # that import is of their own module.
+    module=DNSCore
+    [ "$target" = connect ] && module=DaemonHTTP
     # shellcheck disable=SC2086
-    swiftc -sanitize=fuzzer,address -parse-as-library -O -package-name swift_httpdns -module-name DNSCore \
+    swiftc -sanitize=fuzzer,address -parse-as-library -O -package-name swift_httpdns -module-name "$module" \
         $sources -o "$out/$target-fuzzer" 2>&1 | { grep -vE "Cannot export local symbol|ignoring import|is part of module|^ *[0-9]* \||^ *\|" || true; }
     cp -n "$seeds"/* "$out/corpus-$target/" 2>/dev/null || true
     echo "== $target"

@@ -2,6 +2,7 @@ import AddressProbing
 import CoreMetrics
 import Crypto
 import DNSCore
+import DaemonHTTP
 import Foundation
 import HTTPDNS
 import HijackDetection
@@ -445,9 +446,11 @@ package final class Daemon: Sendable {
 
         let (maxConnections, maxTunnels) = Self.connectionLimits(config, logger: logger)
         let gateway = RequestGateway(state: state, exposition: exposition)
+        let drainTimeout = Self.drainTimeout
         var http = HTTPListener(
-            host: host, port: port, sslContext: try Self.tlsContext(config), gateway: gateway,
-            maxConnections: maxConnections, drainTimeout: Self.drainTimeout, logger: logger)
+            host: host, port: port, sslContext: try Self.tlsContext(config), handling: gateway,
+            limits: { HTTPListener.Limits(state.current.config.daemon.limits, drainTimeout: drainTimeout) },
+            maxConnections: maxConnections, drainTimeout: drainTimeout, logger: logger)
         http.onBound = { [self] address in
             bound.withLock { $0.http = address }
             listening()

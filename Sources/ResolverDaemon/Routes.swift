@@ -1,4 +1,5 @@
 import DNSCore
+import DaemonHTTP
 import Foundation
 import HTTPDNS
 import HijackDetection
@@ -10,7 +11,7 @@ import ResultFormatting
 /// refused unknown methods, so a request here is a GET.)
 enum Routes {
     /// The answer to a request for one of the API's paths (404 for any other).
-    static func answer(_ request: GatewayRequest, state: DaemonState, exposition: @Sendable () -> [UInt8]) async -> HTTPAnswer {
+    static func answer(_ request: HTTPRequest, state: DaemonState, exposition: @Sendable () -> [UInt8]) async -> HTTPAnswer {
         switch RequestPolicy.path(of: request.target) {
         case "/healthz":
             return text(200, "ok\n")

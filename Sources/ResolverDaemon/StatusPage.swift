@@ -1,4 +1,5 @@
 import Crypto
+import DaemonHTTP
 import Foundation
 import NIOCore
 

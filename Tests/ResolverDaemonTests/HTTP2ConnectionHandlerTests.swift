@@ -6,6 +6,7 @@ import NIOHTTP2
 import TestSupport
 import Testing
 
+@testable import DaemonHTTP
 @testable import ResolverDaemon
 
 /// The HTTP/2 handler in an embedded pipeline: bytes in, bytes out (read back as frames by
@@ -31,7 +32,7 @@ import Testing
             // The handler is made and added on the channel's loop: it is not Sendable.
             channel = try await NIOAsyncTestingChannel { channel in
                 try channel.pipeline.syncOperations.addHandler(
-                    HTTP2ConnectionHandler(gateway: gateway, configuration: configuration, logger: .init(label: "test")))
+                    HTTP2ConnectionHandler(handling: gateway, configuration: configuration, logger: .init(label: "test")))
             }
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443))
             try await channel.writeInbound(H2Wire.preface())

@@ -1,4 +1,5 @@
 import DNSCore
+import DaemonListening
 import Dispatch
 import Logging
 import NIOCore
@@ -425,7 +426,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
         out.writeBytes(response)
         context.write(wrapOutboundOut(out), promise: nil)
         answersSinceFlush += 1
-        if answersSinceFlush >= HTTP2ConnectionHandler.flushEvery {
+        if answersSinceFlush >= WriteBatching.flushEvery {
             answersSinceFlush = 0
             context.flush()
         }

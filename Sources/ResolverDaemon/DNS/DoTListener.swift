@@ -1,3 +1,4 @@
+import DaemonListening
 import NIOCore
 import NIOPosix
 import NIOSSL

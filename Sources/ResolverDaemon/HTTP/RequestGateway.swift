@@ -1,32 +1,10 @@
+import DaemonHTTP
+import DaemonListening
 import Dispatch
 import Logging
 import NIOCore
 import NIOHPACK
 import NIOHTTP1
-
-/// The fields of a request as its HTTP version delivered them (no copy into a common form).
-enum RequestFields: Sendable {
-    case http1(HTTPHeaders)
-    case http2(HPACKHeaders)
-
-    func first(_ name: String) -> String? {
-        switch self {
-        case .http1(let headers): headers.first(name: name)
-        case .http2(let headers): headers.first(name: name)
-        }
-    }
-}
-
-/// A complete request from either HTTP version.
-struct GatewayRequest: Sendable {
-    var method: String
-    var target: String
-    var scheme: String?
-    var authority: String?
-    var fields: RequestFields
-    var body: ByteBuffer?
-    var contentLength: Int?
-}
 
 /// Where every complete request goes, whichever HTTP version brought it: the policy first
 /// (``RequestPolicy``), then
@@ -34,11 +12,8 @@ struct GatewayRequest: Sendable {
 ///   event loop, holding nothing), else in a task counted against `max_concurrent_requests`;
 /// - anything else: the API (``Routes``), in a task, also counted.
 /// Both versions record the same metrics through here.
-final class RequestGateway: Sendable {
-    enum Outcome {
-        case ready(HTTPAnswer)
-        case pending(EventLoopFuture<HTTPAnswer>)
-    }
+final class RequestGateway: HTTPRequestHandling {
+    typealias Outcome = HTTPReply
 
     let state: DaemonState
     /// The Prometheus text `/metrics` serves.
@@ -51,13 +26,17 @@ final class RequestGateway: Sendable {
 
     var metrics: DaemonMetrics { state.metrics }
 
+    func connectionRejected(reason: String) { metrics.connectionRejected(.http, reason: reason) }
+
+    func connectionsOpen(_ count: Int) { metrics.connectionsOpen(.http, count) }
+
     /// The policy's refusal of a request head, before its body is read (HTTP/1.1 reads bodies only
     /// of requests that may go on).
     func refusal(method: String, target: String, contentLength: Int?, authorization: String?) -> HTTPAnswer? {
         state.current.policy.check(method: method, target: target, contentLength: contentLength, authorization: authorization)
     }
 
-    func respond(to request: GatewayRequest, on channel: any Channel) -> Outcome {
+    func respond(to request: HTTPRequest, on channel: any Channel) -> Outcome {
         let started = DispatchTime.now().uptimeNanoseconds
         let runtime = state.current
         let route = Self.route(of: request.target)
@@ -91,7 +70,7 @@ final class RequestGateway: Sendable {
 
     // MARK: DoH
 
-    private func dns(_ request: GatewayRequest, runtime: Runtime, channel: any Channel, started: UInt64) -> Outcome {
+    private func dns(_ request: HTTPRequest, runtime: Runtime, channel: any Channel, started: UInt64) -> Outcome {
         let route = DoHRequest.path, method = request.method
         let wire: [UInt8]
         switch DoHRequest.query(

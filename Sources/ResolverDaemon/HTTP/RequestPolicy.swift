@@ -1,27 +1,7 @@
+import DaemonHTTP
 import Foundation
 import NIOCore
 import ResolverConfig
-
-/// An HTTP answer as both HTTP versions write it: status, fields, a whole body.
-struct HTTPAnswer: Sendable {
-    var status: Int
-    var headers: [(String, String)]
-    var body: ByteBuffer
-
-    static func text(_ status: Int, _ message: String, headers: [(String, String)] = []) -> HTTPAnswer {
-        HTTPAnswer(status: status, headers: [("content-type", "text/plain; charset=utf-8")] + headers, body: ByteBuffer(string: message))
-    }
-
-    /// The 413's words, the same from the policy and from both HTTP versions.
-    static func bodyOverLimit(declared: Int?, limit: Int) -> String {
-        "the body\(declared.map { " (\($0) bytes)" } ?? "") is over the limit of \(limit) bytes\n"
-    }
-
-    /// The 408's words, the same from both HTTP versions.
-    static func incompleteRequest(within timeout: TimeAmount) -> String {
-        "the request was not complete within \(timeout.nanoseconds / 1_000_000_000) s\n"
-    }
-}
 
 /// What a request may cost and who may make it — `limits`, `auth_token` and `protect_dns_query` of
 /// the config — decided the same way for HTTP/1.1 and HTTP/2, before anything is routed.
@@ -111,5 +91,15 @@ struct RequestPolicy: Sendable {
         default:
             return false
         }
+    }
+}
+
+extension HTTPListener.Limits {
+    /// The listener's limits from the configuration's `limits:`.
+    init(_ limits: DaemonSettings.Limits, drainTimeout: Duration) {
+        func amount(_ duration: Duration) -> TimeAmount { .nanoseconds(Int64(duration / .nanoseconds(1))) }
+        self.init(
+            maxBodyBytes: limits.maxBodyBytes, requestTimeout: amount(limits.requestTimeout), idleTimeout: amount(limits.idleTimeout),
+            drainTimeout: amount(drainTimeout))
     }
 }

@@ -1,3 +1,5 @@
+import DaemonHTTP
+
 /// What the proxy's fast path makes of a connection's first bytes: a well-formed `CONNECT` head it
 /// serves itself, or anything else, which goes to the full HTTP/1.1 parser (and its statuses).
 ///
@@ -5,6 +7,7 @@
 /// lines `token ":" OWS value OWS`, CRLF line ends, no obs-fold, no body framing. A head this scan
 /// does not accept is not refused here: the full parser decides, so every status the proxy sends
 /// for odd input comes from one place.
+
 enum ConnectHead: Equatable {
     /// No decision yet: the head is not complete.
     case incomplete

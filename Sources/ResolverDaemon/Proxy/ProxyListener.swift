@@ -1,4 +1,6 @@
 import DNSCore
+import DaemonHTTP
+import DaemonListening
 import Foundation
 import HTTPDNS
 import Logging

@@ -1,4 +1,5 @@
 import DNSCore
+import DaemonHTTP
 import Foundation
 import ResolverConfig
 

@@ -1,4 +1,5 @@
 #if os(Linux)
+import DaemonListening
 import CRelay
 import DNSCore
 import Foundation

@@ -1,9 +1,10 @@
+import DaemonListening
 import Logging
 import NIOCore
 import NIOHTTP1
 
 /// One HTTP/1.1 connection after NIOHTTP1's parser (with its pipelining assistance: one request at
-/// a time reaches this handler). Requests go to the ``RequestGateway``; what this handler adds is
+/// a time reaches this handler). Requests go to the ``HTTPRequestHandling``; what this handler adds is
 /// time and size:
 /// - the head is checked before any body is read (414, 401, 405, a declared 413), and a request
 ///   refused that way, or whose body grows past the limit, is answered and the connection closed
@@ -31,7 +32,7 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
         case closed
     }
 
-    private let gateway: RequestGateway
+    private let handling: any HTTPRequestHandling
     private let configuration: Configuration
     private let scheme: String
     private let logger: Logger
@@ -42,8 +43,8 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
     var timer: RepeatedTask?
     private var date = HTTPDate()
 
-    init(gateway: RequestGateway, configuration: Configuration, scheme: String, logger: Logger) {
-        self.gateway = gateway
+    init(handling: any HTTPRequestHandling, configuration: Configuration, scheme: String, logger: Logger) {
+        self.handling = handling
         self.configuration = configuration
         self.scheme = scheme
         self.logger = logger
@@ -63,11 +64,11 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
         switch (unwrapInboundIn(data), state) {
         case (.head(let head), .idle):
             let declared = head.headers.first(name: "content-length").flatMap(Int.init)
-            if let refused = gateway.refusal(
+            if let refused = handling.refusal(
                 method: head.method.rawValue, target: head.uri, contentLength: declared,
                 authorization: head.headers.first(name: "authorization"))
             {
-                gateway.recordEarly(refused, target: head.uri, method: head.method.rawValue)
+                handling.recordEarly(refused, target: head.uri, method: head.method.rawValue)
                 let hasBody = (declared ?? 0) > 0 || head.headers.contains(name: "transfer-encoding")
                 if hasBody {
                     state = .refused
@@ -83,7 +84,7 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
             guard (body?.readableBytes ?? 0) + chunk.readableBytes <= configuration.maxBodyBytes else {
                 state = .refused
                 let answer = HTTPAnswer.text(413, HTTPAnswer.bodyOverLimit(declared: nil, limit: configuration.maxBodyBytes))
-                gateway.recordEarly(answer, target: head.uri, method: head.method.rawValue)
+                handling.recordEarly(answer, target: head.uri, method: head.method.rawValue)
                 write(answer, version: head.version, keepAlive: false)
                 return
             }
@@ -110,7 +111,7 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        gateway.metrics.connectionRejected(.http, reason: "error")
+        handling.connectionRejected(reason: "error")
         logger.debug("HTTP/1.1 connection error", metadata: ["error": "\(error)"])
         close()
     }
@@ -119,11 +120,11 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
         guard let context else { return }
         let keepAlive = head.isKeepAlive && !closeWhenDone
         state = .answering(keepAlive: keepAlive)
-        let request = GatewayRequest(
+        let request = HTTPRequest(
             method: head.method.rawValue, target: head.uri, scheme: scheme,
             authority: head.headers.first(name: "host"), fields: .http1(head.headers), body: body,
             contentLength: head.headers.first(name: "content-length").flatMap(Int.init))
-        switch gateway.respond(to: request, on: context.channel) {
+        switch handling.respond(to: request, on: context.channel) {
         case .ready(let answer):
             write(answer, version: head.version, keepAlive: keepAlive)
         case .pending(let future):
@@ -169,13 +170,13 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
         case .idle(let since):
             let limit = served == 0 ? configuration.requestTimeout : configuration.idleTimeout
             if now - since >= limit {
-                if served == 0 { gateway.metrics.connectionRejected(.http, reason: "timeout") }
+                if served == 0 { handling.connectionRejected(reason: "timeout") }
                 close()
             }
         case .receiving(let head, _, let deadline) where deadline <= now:
             state = .refused
             let answer = HTTPAnswer.text(408, HTTPAnswer.incompleteRequest(within: configuration.requestTimeout))
-            gateway.recordEarly(answer, target: head.uri, method: head.method.rawValue)
+            handling.recordEarly(answer, target: head.uri, method: head.method.rawValue)
             write(answer, version: head.version, keepAlive: false)
         default:
             break

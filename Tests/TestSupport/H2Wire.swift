@@ -1,22 +1,23 @@
 import NIOCore
 import NIOHPACK
-import NIOHTTP2
 
 /// The client's side of HTTP/2 framing for tests: frames written as bytes (RFC 9113 §4.1) and the
 /// server's bytes read back as frames, header blocks through NIOHPACK. Independent of the daemon's
 /// own frame layer, so a test can fail when that layer is wrong.
-struct H2Wire {
-    struct Frame: CustomStringConvertible {
-        var type: UInt8
-        var flags: UInt8
-        var stream: UInt32
-        var payload: ByteBuffer
-        /// Decoded, for HEADERS.
-        var headers: HPACKHeaders?
+public struct H2Wire {
+    public init() {}
 
-        var endStream: Bool { flags & 0x1 != 0 }
+    public struct Frame: CustomStringConvertible {
+        public var type: UInt8
+        public var flags: UInt8
+        public var stream: UInt32
+        public var payload: ByteBuffer
+        /// Decoded, for HEADERS.
+        public var headers: HPACKHeaders?
+
+        public var endStream: Bool { flags & 0x1 != 0 }
         /// The error code of RST_STREAM or GOAWAY.
-        var errorCode: UInt32? {
+        public var errorCode: UInt32? {
             switch type {
             case Kind.rstStream: return payload.getInteger(at: payload.readerIndex, as: UInt32.self)
             case Kind.goAway: return payload.getInteger(at: payload.readerIndex + 4, as: UInt32.self)
@@ -24,22 +25,22 @@ struct H2Wire {
             }
         }
         /// The last stream of GOAWAY, or the increment of WINDOW_UPDATE.
-        var firstWord: UInt32? { payload.getInteger(at: payload.readerIndex, as: UInt32.self).map { $0 & 0x7FFF_FFFF } }
+        public var firstWord: UInt32? { payload.getInteger(at: payload.readerIndex, as: UInt32.self).map { $0 & 0x7FFF_FFFF } }
 
-        var description: String {
+        public var description: String {
             "frame(type: \(type), flags: \(flags), stream: \(stream), \(payload.readableBytes) bytes\(headers.map { ", \($0)" } ?? ""))"
         }
     }
 
-    enum Kind {
-        static let data: UInt8 = 0, headers: UInt8 = 1, priority: UInt8 = 2, rstStream: UInt8 = 3, settings: UInt8 = 4
-        static let pushPromise: UInt8 = 5, ping: UInt8 = 6, goAway: UInt8 = 7, windowUpdate: UInt8 = 8, continuation: UInt8 = 9
+    public enum Kind {
+        public static let data: UInt8 = 0, headers: UInt8 = 1, priority: UInt8 = 2, rstStream: UInt8 = 3, settings: UInt8 = 4
+        public static let pushPromise: UInt8 = 5, ping: UInt8 = 6, goAway: UInt8 = 7, windowUpdate: UInt8 = 8, continuation: UInt8 = 9
     }
 
     /// Error codes (RFC 9113 §7).
-    enum Code {
-        static let noError: UInt32 = 0, protocolError: UInt32 = 1, flowControlError: UInt32 = 3, streamClosed: UInt32 = 5
-        static let frameSizeError: UInt32 = 6, refusedStream: UInt32 = 7, compressionError: UInt32 = 9, enhanceYourCalm: UInt32 = 11
+    public enum Code {
+        public static let noError: UInt32 = 0, protocolError: UInt32 = 1, flowControlError: UInt32 = 3, streamClosed: UInt32 = 5
+        public static let frameSizeError: UInt32 = 6, refusedStream: UInt32 = 7, compressionError: UInt32 = 9, enhanceYourCalm: UInt32 = 11
     }
 
     private var encoder = HPACKEncoder(allocator: ByteBufferAllocator())
@@ -47,7 +48,7 @@ struct H2Wire {
     private var pending = ByteBuffer()
 
     /// The connection preface and SETTINGS with `settings` (identifier, value).
-    static func preface(settings: [(UInt16, UInt32)] = []) -> ByteBuffer {
+    public static func preface(settings: [(UInt16, UInt32)] = []) -> ByteBuffer {
         var buffer = ByteBuffer(string: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
         var payload = ByteBuffer()
         for (identifier, value) in settings {
@@ -59,7 +60,7 @@ struct H2Wire {
         return buffer
     }
 
-    static func frame(_ type: UInt8, flags: UInt8, stream: UInt32, _ payload: ByteBuffer = ByteBuffer()) -> ByteBuffer {
+    public static func frame(_ type: UInt8, flags: UInt8, stream: UInt32, _ payload: ByteBuffer = ByteBuffer()) -> ByteBuffer {
         var buffer = ByteBuffer()
         buffer.writeInteger(UInt32(payload.readableBytes) << 8 | UInt32(type))
         buffer.writeInteger(flags)
@@ -70,34 +71,34 @@ struct H2Wire {
     }
 
     /// A header block, encoded (HPACK with the dynamic table, as clients do).
-    mutating func block(_ headers: HPACKHeaders) -> ByteBuffer {
+    public mutating func block(_ headers: HPACKHeaders) -> ByteBuffer {
         var buffer = ByteBuffer()
         try! encoder.encode(headers: headers, to: &buffer)
         return buffer
     }
 
-    mutating func headers(_ stream: UInt32, _ headers: HPACKHeaders, endStream: Bool) -> ByteBuffer {
+    public mutating func headers(_ stream: UInt32, _ headers: HPACKHeaders, endStream: Bool) -> ByteBuffer {
         Self.frame(Kind.headers, flags: 0x4 | (endStream ? 0x1 : 0), stream: stream, block(headers))
     }
 
-    static func data(_ stream: UInt32, _ bytes: ByteBuffer, endStream: Bool) -> ByteBuffer {
+    public static func data(_ stream: UInt32, _ bytes: ByteBuffer, endStream: Bool) -> ByteBuffer {
         frame(Kind.data, flags: endStream ? 0x1 : 0, stream: stream, bytes)
     }
 
-    static func word(_ value: UInt32) -> ByteBuffer {
+    public static func word(_ value: UInt32) -> ByteBuffer {
         var buffer = ByteBuffer()
         buffer.writeInteger(value)
         return buffer
     }
 
-    static func ping(_ value: UInt64 = 7) -> ByteBuffer {
+    public static func ping(_ value: UInt64 = 7) -> ByteBuffer {
         var payload = ByteBuffer()
         payload.writeInteger(value)
         return frame(Kind.ping, flags: 0, stream: 0, payload)
     }
 
     /// The complete frames in `bytes` (and in what earlier calls left over).
-    mutating func frames(_ bytes: ByteBuffer) -> [Frame] {
+    public mutating func frames(_ bytes: ByteBuffer) -> [Frame] {
         var bytes = bytes
         pending.writeBuffer(&bytes)
         var frames: [Frame] = []
@@ -121,7 +122,7 @@ struct H2Wire {
 
 extension [H2Wire.Frame] {
     /// The (status, body) of one stream's response.
-    func response(_ stream: UInt32) -> (status: String?, body: [UInt8]) {
+    public func response(_ stream: UInt32) -> (status: String?, body: [UInt8]) {
         var status: String?, body: [UInt8] = []
         for frame in self where frame.stream == stream {
             if frame.type == H2Wire.Kind.headers { status = frame.headers?.first(name: ":status") }
@@ -130,5 +131,5 @@ extension [H2Wire.Frame] {
         return (status, body)
     }
 
-    func of(type: UInt8) -> [H2Wire.Frame] { filter { $0.type == type } }
+    public func of(type: UInt8) -> [H2Wire.Frame] { filter { $0.type == type } }
 }

@@ -4,7 +4,7 @@ import NIOHTTP2
 import TestSupport
 import Testing
 
-@testable import ResolverDaemon
+@testable import DaemonHTTP
 
 /// The frame layer alone: bytes from ``H2Wire`` in, events and frames out, time given.
 @Suite struct HTTP2FrameLayerTests {

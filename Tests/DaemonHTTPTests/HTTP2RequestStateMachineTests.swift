@@ -3,7 +3,7 @@ import NIOHPACK
 import NIOHTTP2
 import Testing
 
-@testable import ResolverDaemon
+@testable import DaemonHTTP
 
 @Suite struct HTTP2RequestStateMachineTests {
     let start = NIODeadline.uptimeNanoseconds(1_000_000_000)

@@ -10,18 +10,18 @@ import NIOPosix
 /// thread, the upstream's), and on a busy core each hand-off is a context switch (BENCHMARKS.md,
 /// "The daemon as a forwarder on misses"). Work that suspends on actors still hops as usual; work
 /// that never suspends runs on the loop, so only lookups go here, not the HTTP API's routes.
-final class EventLoopTaskExecutor: TaskExecutor {
-    let eventLoop: any EventLoop
+package final class EventLoopTaskExecutor: TaskExecutor {
+    package let eventLoop: any EventLoop
 
-    init(_ eventLoop: any EventLoop) { self.eventLoop = eventLoop }
+    package init(_ eventLoop: any EventLoop) { self.eventLoop = eventLoop }
 
     /// An executor for the NIOPosix loop the caller runs on; nil off such a loop (the testing
     /// loops of the unit tests run jobs only when told, so lookups there stay on the global pool).
-    static func forCurrentLoop() -> EventLoopTaskExecutor? {
+    package static func forCurrentLoop() -> EventLoopTaskExecutor? {
         MultiThreadedEventLoopGroup.currentEventLoop.map(EventLoopTaskExecutor.init)
     }
 
-    func enqueue(_ job: consuming ExecutorJob) {
+    package func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }

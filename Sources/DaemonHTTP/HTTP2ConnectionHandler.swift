@@ -1,15 +1,12 @@
+import DaemonListening
 import Logging
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 /// The I/O of one HTTP/2 connection: bytes from TLS go through ``HTTP2FrameLayer`` (the frame layer)
 /// into ``HTTP2RequestStateMachine`` (the requests), whose actions come out as frames written by the
-/// frame layer; complete requests go to the ``RequestGateway``. No child channel and no task per
+/// frame layer; complete requests go to the ``HTTPRequestHandling``. No child channel and no task per
 /// stream: a cached DoH answer is written in the same read that brought its query, and the answers
 /// of one read leave together.
 ///
@@ -26,7 +23,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
 
     private var requests: HTTP2RequestStateMachine
     private var frames: HTTP2FrameLayer
-    private let gateway: RequestGateway
+    private let handling: any HTTPRequestHandling
     private let logger: Logger
     var context: ChannelHandlerContext?
     private var reading = false
@@ -43,14 +40,9 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     private var stalled: (stream: UInt32, since: NIODeadline)?
 
     private var answersSinceFlush = 0
-    /// Answers written in one read before they are flushed, without waiting for the read to end.
-    /// One flush for a whole read made client and server take turns: the client got 64 answers at
-    /// once, then sent 64 queries at once, each side idle while the other worked (h2load: 35,000
-    /// answers a second with one flush per read, 61,000 with a flush every 16; BENCHMARKS.md).
-    static let flushEvery = 16
 
-    init(gateway: RequestGateway, configuration: HTTP2RequestStateMachine.Configuration, logger: Logger) {
-        self.gateway = gateway
+    init(handling: any HTTPRequestHandling, configuration: HTTP2RequestStateMachine.Configuration, logger: Logger) {
+        self.handling = handling
         self.logger = logger
         requests = HTTP2RequestStateMachine(configuration: configuration, now: .now())
         frames = HTTP2FrameLayer()
@@ -168,7 +160,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        gateway.metrics.connectionRejected(.http, reason: "error")
+        handling.connectionRejected(reason: "error")
         logger.debug("HTTP/2 connection error", metadata: ["error": "\(error)"])
         context.close(promise: nil)
     }
@@ -176,7 +168,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// A protocol violation or an abuse bound: GOAWAY with the code and reason, then close. Logged
     /// at debug only, counted always: a client must not be able to flood the log.
     private func connectionError(_ error: HTTP2FrameLayer.ConnectionError) {
-        gateway.metrics.connectionRejected(.http, reason: "error")
+        handling.connectionRejected(reason: "error")
         logger.debug("HTTP/2 connection error", metadata: ["code": "\(error.code)", "reason": "\(error.reason)"])
         frames.goAway(error.code, reason: error.reason)
         close()
@@ -193,7 +185,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         case let .respond(id, status, reason, reset):
             // Unless `reset`, a client still sending may finish within its window (the frame layer's rule).
             let answer = HTTPAnswer.text(status, reason)
-            if let head = requests.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
+            if let head = requests.head(of: id) { handling.recordEarly(answer, target: head.path, method: head.method) }
             write(id, answer, abortUnfinished: reset)
         case let .reset(id, code):
             frames.reset(id, code, now: now)
@@ -204,11 +196,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     private func dispatch(_ id: HTTP2StreamID, _ request: HTTP2RequestStateMachine.Request) {
         guard let context else { return }
         let head = request.head
-        let gatewayRequest = GatewayRequest(
+        let served = HTTPRequest(
             method: head.method, target: head.path, scheme: head.headers.first(name: ":scheme"),
             authority: head.authority, fields: .http2(head.headers), body: request.body,
             contentLength: head.contentLength)
-        switch gateway.respond(to: gatewayRequest, on: context.channel) {
+        switch handling.respond(to: served, on: context.channel) {
         case .ready(let answer):
             write(id, answer)
         case .pending(let future):
@@ -234,7 +226,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
 
     private func scheduleFlush() {
         answersSinceFlush += 1
-        if reading, answersSinceFlush >= Self.flushEvery, let context {
+        if reading, answersSinceFlush >= WriteBatching.flushEvery, let context {
             answersSinceFlush = 0
             flushPending = false
             flushOutput(context)
@@ -285,7 +277,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         let housekeeping = requests.tick(now: now)
         for (id, status, reason) in housekeeping.responses {
             let answer = HTTPAnswer.text(status, reason)
-            if let head = requests.head(of: id) { gateway.recordEarly(answer, target: head.path, method: head.method) }
+            if let head = requests.head(of: id) { handling.recordEarly(answer, target: head.path, method: head.method) }
             // A body that did not arrive in time is not waited for any longer: reset after the 408.
             write(id, answer, abortUnfinished: true)
         }
@@ -307,7 +299,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
             return false
         }
         guard now - stalled.since >= requests.configuration.idleTimeout else { return false }
-        gateway.metrics.connectionRejected(.http, reason: "timeout")
+        handling.connectionRejected(reason: "timeout")
         logger.debug("HTTP/2 send timeout", metadata: ["waited": "\(requests.configuration.idleTimeout)"])
         frames.goAway(.noError, reason: "answers waited for flow-control window too long")
         close()
@@ -336,24 +328,5 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         flushOutput(context)
         let channel = context.channel
         (lastWrite ?? context.eventLoop.makeSucceededVoidFuture()).whenComplete { _ in channel.close(promise: nil) }
-    }
-}
-
-/// The `Date` field (RFC 9110 §6.6.1), formatted once a second.
-struct HTTPDate {
-    private var second = 0
-    private var text = ""
-
-    mutating func now() -> String {
-        var now = time(nil)
-        if now != second {
-            second = now
-            var parts = tm()
-            gmtime_r(&now, &parts)
-            var buffer = [CChar](repeating: 0, count: 40)
-            let count = strftime(&buffer, buffer.count, "%a, %d %b %Y %H:%M:%S GMT", &parts)
-            text = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        }
-        return text
     }
 }
