@@ -144,13 +144,27 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
-        // The daemon: composition (config, reload, readiness, watcher, routes, metrics), the DNS
-        // stub, the proxy; its HTTP server is DaemonHTTP.
+        // The daemon's DNS listeners: the stub over UDP and TCP and DNS over TLS, with the query
+        // parser and response writer (pure, fuzzed). Serves a `StubAnswering`; no daemon state.
+        .target(
+            name: "DNSStubServer",
+            dependencies: [
+                "DNSCore", "DaemonListening",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+
+        // The daemon: composition (config, reload, readiness, watcher, routes, metrics, the answers
+        // of /dns-query and the stub), the proxy. Its servers are DaemonHTTP and DNSStubServer.
         .target(
             name: "ResolverDaemon",
             dependencies: [
                 "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
-                "RedisCache", "DaemonListening", "DaemonHTTP",
+                "RedisCache", "DaemonListening", "DaemonHTTP", "DNSStubServer",
                 .target(name: "CRelay", condition: .when(platforms: [.linux])),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -245,7 +259,8 @@ let package = Package(
         .testTarget(
             name: "ResolverDaemonTests",
             dependencies: [
-                "ResolverDaemon", "DaemonHTTP", "DaemonListening", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver", "TestSupport",
+                "ResolverDaemon", "DaemonHTTP", "DaemonListening", "DNSStubServer", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver",
+                "TestSupport",
                 "CurlSupport", "RedisCache",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
@@ -266,6 +281,9 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ]),
+        .testTarget(name: "DaemonListeningTests", dependencies: ["DaemonListening"]),
+        .testTarget(
+            name: "DNSStubServerTests", dependencies: ["DNSStubServer", "DNSCore", "TestSupport", .product(name: "NIOCore", package: "swift-nio")]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport", "CurlSupport", "DNSCore"]),
     ]
 )

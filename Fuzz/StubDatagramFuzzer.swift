@@ -12,7 +12,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         checkErrorReply(wire, bytes)
     case .answer(let answer, let query):
         checkAnswered(query, StubDatagram.fitted(answer.bytes, to: query), udp: true)
-        checkAnswered(query, bytes, udp: false)
+        checkAnswered(query, answer.bytes, udp: false)
     case .lookup(let query):
         let answer = syntheticAnswer(for: query, seed: wire)
         checkAnswered(query, StubDatagram.fitted(answer.bytes, to: query), udp: true)

@@ -25,9 +25,10 @@ targets=(${targets[*]})
 out=.build-fuzz
 codec="Sources/DNSCore/DoHWire.swift Sources/DNSCore/AddressAnswer.swift Sources/DNSCore/DNSError.swift Sources/DNSCore/DomainName.swift
        Sources/DNSCore/IPAddress.swift Sources/DNSCore/Message.swift Sources/DNSCore/RecordType.swift Sources/DNSCore/Resolution.swift
-       Sources/DNSCore/ResolverClock.swift Sources/DNSCore/ServiceBinding.swift Sources/DNSCore/DNSSECStatus.swift"
-daemon="Sources/ResolverDaemon/DNS/DNSQuery.swift Sources/ResolverDaemon/DNS/DNSResponseWriter.swift
-        Sources/ResolverDaemon/DNS/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
+       Sources/DNSCore/ResolverClock.swift Sources/DNSCore/ServiceBinding.swift Sources/DNSCore/DNSSECStatus.swift
+       Sources/DNSCore/LocalZone.swift Sources/DNSCore/NameSet.swift Sources/DNSCore/HostPattern.swift"
+daemon="Sources/DNSStubServer/DNSQuery.swift Sources/DNSStubServer/DNSResponseWriter.swift
+        Sources/DNSStubServer/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
 vendor="Sources/HTTPDNS/CommercialAPIs/VendorWire.swift Sources/HTTPDNS/CommercialAPIs/AlibabaWire.swift Sources/HTTPDNS/CommercialAPIs/TencentWire.swift
         Sources/HTTPDNS/CommercialAPIs/VendorCipherText.swift Fuzz/VendorCryptoStub.swift"
 status=0
@@ -37,7 +38,7 @@ for target in "${targets[@]}"; do
         stub) sources="$codec $daemon Fuzz/StubDatagramFuzzer.swift"; seeds=Fuzz/corpus-stub; crashers=Fuzz/crashers/stub; max_len=1500 ;;
         doh) sources="$codec $daemon Fuzz/DoHRequestFuzzer.swift"; seeds=Fuzz/corpus-doh; crashers=Fuzz/crashers/doh; max_len=2048 ;;
         vendor) sources="$codec $vendor Fuzz/VendorAnswerFuzzer.swift"; seeds=Fuzz/corpus-vendor; crashers=Fuzz/crashers/vendor; max_len=2048 ;;
-        dnssec) sources="$codec Sources/DNSSEC/DNSSECRecords.swift Sources/DNSSEC/DenialRecords.swift Fuzz/DNSSECRecordFuzzer.swift"; seeds=Fuzz/corpus-dnssec; crashers=Fuzz/crashers/dnssec; max_len=1024 ;;
+        dnssec) sources="$codec Sources/DNSSEC/DNSSECRecords.swift Sources/DNSSEC/DenialRecords.swift Sources/DNSSEC/NameLabels.swift Fuzz/DNSSECRecordFuzzer.swift"; seeds=Fuzz/corpus-dnssec; crashers=Fuzz/crashers/dnssec; max_len=1024 ;;
         connect) sources="Sources/ResolverDaemon/Proxy/ConnectHead.swift Sources/DaemonHTTP/HTTPSyntax.swift Fuzz/ConnectHeadFuzzer.swift"; seeds=Fuzz/corpus-connect; crashers=Fuzz/crashers/connect; max_len=2048 ;;
         *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect)" >&2; exit 2 ;;
     esac

@@ -66,4 +66,8 @@ if [ $# -eq 0 ]; then
     # A short run of the validator's forgery fuzzer (the long ones: Scripts/fuzz-validator.sh).
     "$bin/ValidatorForgeryFuzzer" --doh "https://doh-a.test:$DOH_PORT/dns-query" --ca "$root/.testenv/ca/ca.pem" \
         --anchors "$root/.testenv/sig.test.anchors" --runs 20000 --seconds 60 --seed "$(date +%s)"
+    # The byte parsers' libFuzzer harnesses (wire decoder, stub datagrams, DoH requests, vendor
+    # answers, DNSSEC records, CONNECT heads), built and run briefly so that none can rot unbuilt
+    # (the long runs: Scripts/fuzz.sh with no arguments). Crashers found go to Fuzz/crashers/.
+    bash Scripts/fuzz.sh 10000 15
 fi

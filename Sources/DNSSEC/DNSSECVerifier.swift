@@ -150,37 +150,11 @@ public enum DNSSECVerifier {
         return try _RSA.Signing.PublicKey(unsafeDERRepresentation: spki)
     }
 
-    static func labelCount(_ name: DomainName) -> Int {
-        // RFC 4034 §3.1.3: the root and a leading "*" label do not count.
-        var count = 0
-        var index = 0
-        var first = true
-        while index < name.wire.count, name.wire[index] != 0 {
-            let length = Int(name.wire[index])
-            if !(first && length == 1 && name.wire[index + 1] == UInt8(ascii: "*")) { count += 1 }
-            first = false
-            index += 1 + length
-        }
-        return count
-    }
+    static func labelCount(_ name: DomainName) -> Int { NameLabels.count(name) }
 
-    /// The last `labels` labels of a wire name (with the root).
-    static func suffix(of wire: [UInt8], labels: Int) -> [UInt8] {
-        var starts: [Int] = []
-        var index = 0
-        while index < wire.count, wire[index] != 0 {
-            starts.append(index)
-            index += 1 + Int(wire[index])
-        }
-        guard labels > 0 else { return [0] }
-        guard labels < starts.count else { return wire }
-        return Array(wire[starts[starts.count - labels]...])
-    }
+    static func suffix(of wire: [UInt8], labels: Int) -> [UInt8] { NameLabels.suffix(of: wire, labels: labels) }
 
-    static func isSubdomain(_ name: DomainName, of zone: DomainName) -> Bool {
-        let zoneLabels = labelCount(zone)
-        return suffix(of: name.wire, labels: zoneLabels) == zone.wire && labelCount(name) >= zoneLabels
-    }
+    static func isSubdomain(_ name: DomainName, of zone: DomainName) -> Bool { NameLabels.isSubdomain(name, of: zone) }
 }
 
 /// The few DER encodings an RSA SubjectPublicKeyInfo needs.

@@ -22,7 +22,7 @@ public struct NSECRecord: Sendable, Hashable {
     func covers(_ name: DomainName) -> Bool {
         let afterOwner = CanonicalOrder.less(owner, name)
         guard CanonicalOrder.less(next, owner) || next == owner else { return afterOwner && CanonicalOrder.less(name, next) }
-        return afterOwner && name != next && DNSSECVerifier.isSubdomain(name, of: next)
+        return afterOwner && name != next && NameLabels.isSubdomain(name, of: next)
     }
 
     /// A delegation point as the parent sees it: NS without SOA.

@@ -5,8 +5,25 @@ import Synchronization
 /// accepted, so the accept queue keeps moving and descriptors stay in reserve), each reachable for
 /// the drain on shutdown.
 package final class ConnectionRegistry: Sendable {
-    /// NIO channels, and connections held outside NIO (the proxy's splice relay) as a count.
-    private let entries = Mutex<(channels: [ObjectIdentifier: any Channel], reserved: Int)>(([:], 0))
+    private struct Entries {
+        var channels: [ObjectIdentifier: any Channel] = [:]
+        /// Connections held outside NIO (the proxy's splice relay), as a count.
+        var reserved = 0
+        /// Drains waiting for the last connection to go, by waiter number.
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        var nextWaiter = 0
+
+        var count: Int { channels.count + reserved }
+
+        /// The waiters to resume when the last connection has gone (none otherwise).
+        mutating func takeWaitersIfEmpty() -> [CheckedContinuation<Void, Never>] {
+            guard count == 0, !waiters.isEmpty else { return [] }
+            defer { waiters.removeAll() }
+            return Array(waiters.values)
+        }
+    }
+
+    private let entries = Mutex(Entries())
     package let limit: Int
     private let onChange: @Sendable (Int) -> Void
 
@@ -20,18 +37,14 @@ package final class ConnectionRegistry: Sendable {
     package func admit(_ channel: any Channel, force: Bool = false) -> Bool {
         let id = ObjectIdentifier(channel)
         let count: Int? = entries.withLock { all in
-            guard force || all.channels.count + all.reserved < limit else { return nil }
+            guard force || all.count < limit else { return nil }
             all.channels[id] = channel
-            return all.channels.count + all.reserved
+            return all.count
         }
         guard let count else { return false }
         onChange(count)
         channel.closeFuture.whenComplete { _ in
-            let left = self.entries.withLock { all in
-                all.channels[id] = nil
-                return all.channels.count + all.reserved
-            }
-            self.onChange(left)
+            self.removed { $0.channels[id] = nil }
         }
         return true
     }
@@ -40,9 +53,9 @@ package final class ConnectionRegistry: Sendable {
     /// Each successful reservation is ended by one ``release()``.
     package func reserve() -> Bool {
         let count: Int? = entries.withLock { all in
-            guard all.channels.count + all.reserved < limit else { return nil }
+            guard all.count < limit else { return nil }
             all.reserved += 1
-            return all.channels.count + all.reserved
+            return all.count
         }
         guard let count else { return false }
         onChange(count)
@@ -50,15 +63,11 @@ package final class ConnectionRegistry: Sendable {
     }
 
     package func release() {
-        onChange(
-            entries.withLock { all in
-                all.reserved -= 1
-                return all.channels.count + all.reserved
-            })
+        removed { $0.reserved -= 1 }
     }
 
     /// Open connections: NIO channels and reservations.
-    package var count: Int { entries.withLock { $0.channels.count + $0.reserved } }
+    package var count: Int { entries.withLock { $0.count } }
 
     private var channels: [any Channel] { entries.withLock { Array($0.channels.values) } }
 
@@ -68,12 +77,46 @@ package final class ConnectionRegistry: Sendable {
         for channel in channels {
             channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
         }
-        let deadline = ContinuousClock.now + grace
-        while count > 0, ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.emptied() }
+            group.addTask { try? await Task.sleep(for: grace) }
+            await group.next()
+            group.cancelAll()
         }
         let left = channels
         for channel in left { channel.close(promise: nil) }
         for channel in left { try? await channel.closeFuture.get() }
+    }
+
+    /// One connection fewer: reports the count and wakes the drains once none is left.
+    private func removed(_ change: (inout Entries) -> Void) {
+        let (left, waiters) = entries.withLock { all in
+            change(&all)
+            return (all.count, all.takeWaitersIfEmpty())
+        }
+        onChange(left)
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once no connection is open, or when the task is cancelled.
+    private func emptied() async {
+        let number = entries.withLock { all in
+            defer { all.nextWaiter += 1 }
+            return all.nextWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+                // Under the lock: a cancellation that came first has set the flag before its
+                // handler looked for this waiter, so one of the two resumes it.
+                let now = entries.withLock { all in
+                    guard all.count > 0, !Task.isCancelled else { return true }
+                    all.waiters[number] = waiter
+                    return false
+                }
+                if now { waiter.resume() }
+            }
+        } onCancel: {
+            entries.withLock { $0.waiters.removeValue(forKey: number) }?.resume()
+        }
     }
 }

@@ -2,6 +2,7 @@ import AddressProbing
 import CoreMetrics
 import Crypto
 import DNSCore
+import DNSStubServer
 import DaemonHTTP
 import Foundation
 import HTTPDNS
@@ -472,7 +473,9 @@ package final class Daemon: Sendable {
         }
         if let dnsListen = config.daemon.dnsListen {
             let (dnsHost, dnsPort) = try Self.listenAddress(dnsListen, key: "dns_listen")
-            var stub = DNSStub(state: state, host: dnsHost, port: dnsPort, maxConnections: maxConnections)
+            var stub = DNSStub(
+                answering: StubAnswerer(state: state), host: dnsHost, port: dnsPort, maxConnections: maxConnections,
+                lookups: LookupBudget(limit: DNSStub.maxInFlight))
             stub.onBound = { [self] udp, tcp in
                 bound.withLock {
                     $0.dnsUDP = udp
@@ -486,7 +489,7 @@ package final class Daemon: Sendable {
             let (dotHost, dotPort) = try Self.listenAddress(dotListen, key: "dot_listen")
             let limits = config.daemon.limits
             var dot = DoTListener(
-                state: state, host: dotHost, port: dotPort, sslContext: dotContext, maxConnections: maxConnections,
+                answering: StubAnswerer(state: state), host: dotHost, port: dotPort, sslContext: dotContext, maxConnections: maxConnections,
                 handshakeTimeout: .milliseconds(Int64(limits.requestTimeout / .milliseconds(1))),
                 lookups: LookupBudget(limit: DNSStub.maxInFlight))
             dot.onBound = { [self] address in

@@ -1,4 +1,5 @@
 import CoreMetrics
+import DNSStubServer
 import Synchronization
 
 /// Every metric the daemon itself records, with its label and dimensions written once here (the
@@ -88,11 +89,11 @@ final class DaemonMetrics: Sendable {
         timer.recordNanoseconds(Int64(clamping: nanoseconds))
     }
 
-    func stubQuery(_ transport: DNSTransport) { Self.pick(stubQueries, transport).increment() }
-    func stubMalformed(_ transport: DNSTransport) { Self.pick(stubMalformed, transport).increment() }
-    func stubDropped(_ transport: DNSTransport) { Self.pick(stubDropped, transport).increment() }
+    func stubQuery(_ transport: StubTransport) { Self.pick(stubQueries, transport).increment() }
+    func stubMalformed(_ transport: StubTransport) { Self.pick(stubMalformed, transport).increment() }
+    func stubDropped(_ transport: StubTransport) { Self.pick(stubDropped, transport).increment() }
 
-    private static func pick(_ series: (udp: Counter, tcp: Counter, dot: Counter), _ transport: DNSTransport) -> Counter {
+    private static func pick(_ series: (udp: Counter, tcp: Counter, dot: Counter), _ transport: StubTransport) -> Counter {
         switch transport {
         case .udp: series.udp
         case .tcp: series.tcp
@@ -190,8 +191,6 @@ final class DaemonMetrics: Sendable {
     func verdictChanged(host: String) {
         Counter(label: "httpdns_watch_verdict_changes_total", dimensions: [("host", host)], factory: factory).increment()
     }
-
-    enum DNSTransport: Sendable { case udp, tcp, dot }
 
     enum Listener: String, Sendable {
         case http

@@ -1,5 +1,6 @@
 import CoreMetrics
 import DNSCore
+import DNSStubServer
 import Foundation
 import NIOCore
 import ResolverConfig

@@ -2,6 +2,7 @@ import DNSCore
 import Foundation
 import Testing
 
+@testable import DNSStubServer
 @testable import ResolverDaemon
 
 /// Replays the daemon fuzzers' seeds and every crasher they found (Scripts/fuzz.sh stub|doh):

@@ -3,8 +3,10 @@ import Foundation
 import MetricsTestKit
 import NIOCore
 import ResolverConfig
+import TestSupport
 import Testing
 
+@testable import DNSStubServer
 @testable import ResolverDaemon
 
 /// The query log's writer in process: every entry is written or counted as dropped, lines are

@@ -6,6 +6,7 @@ import NIOEmbedded
 import TestSupport
 import Testing
 
+@testable import DNSStubServer
 @testable import ResolverDaemon
 
 /// DNS over TCP in an embedded pipeline: pipelined queries, backpressure, bounded work in flight.
@@ -22,7 +23,7 @@ import Testing
         let state = fixture.state
         // The handler is made and added on the channel's loop: it is not Sendable.
         return try await NIOAsyncTestingChannel { channel in
-            try channel.pipeline.syncOperations.addHandler(TCPQueryHandler(state: state, lookups: LookupBudget(limit: 100)))
+            try channel.pipeline.syncOperations.addHandler(TCPQueryHandler(answering: StubAnswerer(state: state), lookups: LookupBudget(limit: 100)))
         }
     }
 

@@ -1,4 +1,5 @@
 import DNSCore
+import DNSStubServer
 import HTTPDNS
 
 /// Answers DNS queries from the engine: the wire side of `/dns-query` and of the DNS stub.

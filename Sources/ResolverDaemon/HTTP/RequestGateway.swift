@@ -1,3 +1,4 @@
+import DNSStubServer
 import DaemonHTTP
 import DaemonListening
 import Dispatch

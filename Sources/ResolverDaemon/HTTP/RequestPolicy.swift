@@ -1,3 +1,4 @@
+import DNSStubServer
 import DaemonHTTP
 import Foundation
 import NIOCore

@@ -13,30 +13,45 @@ import ServiceLifecycle
 ///
 /// A connection must finish its handshake within `limits.request_timeout` or it is closed; at most
 /// `limits.max_connections` are open.
-struct DoTListener: Service {
-    let state: DaemonState
+package struct DoTListener: Service {
+    let answering: any StubAnswering
     let host: String
     let port: Int
     let sslContext: NIOSSLContext
     let maxConnections: Int
     let handshakeTimeout: TimeAmount
     let lookups: LookupBudget
-    var onBound: @Sendable (SocketAddress?) -> Void = { _ in }
+    package var onBound: @Sendable (SocketAddress?) -> Void = { _ in }
 
-    func run() async throws {
-        let state = self.state, sslContext = self.sslContext, lookups = self.lookups, handshakeTimeout = self.handshakeTimeout
-        let registry = ConnectionRegistry(limit: maxConnections) { state.metrics.connectionsOpen(.dot, $0) }
+    /// A listener on `host`:`port` with the daemon's certificate in `sslContext`; `lookups` is the
+    /// budget of lookups in flight over DNS over TLS, `handshakeTimeout` the time to finish TLS.
+    package init(
+        answering: any StubAnswering, host: String, port: Int, sslContext: NIOSSLContext, maxConnections: Int, handshakeTimeout: TimeAmount,
+        lookups: LookupBudget
+    ) {
+        self.answering = answering
+        self.host = host
+        self.port = port
+        self.sslContext = sslContext
+        self.maxConnections = maxConnections
+        self.handshakeTimeout = handshakeTimeout
+        self.lookups = lookups
+    }
+
+    package func run() async throws {
+        let answering = self.answering, sslContext = self.sslContext, lookups = self.lookups, handshakeTimeout = self.handshakeTimeout
+        let registry = ConnectionRegistry(limit: maxConnections) { answering.count(.connectionsOpen($0), over: .dot) }
         let channel = try await DNSStreamListener.bind(host: host, port: port, group: MultiThreadedEventLoopGroup.singleton, registry: registry) {
-            state.metrics.connectionRejected(.dot, reason: "limit")
+            answering.count(.connectionRejected(reason: "limit"), over: .dot)
         } handlers: { channel in
-            let guardHandler = ConnectionGuard(deadline: handshakeTimeout) { state.metrics.connectionRejected(.dot, reason: "timeout") }
+            let guardHandler = ConnectionGuard(deadline: handshakeTimeout) { answering.count(.connectionRejected(reason: "timeout"), over: .dot) }
             try channel.pipeline.syncOperations.addHandlers([
                 guardHandler, NIOSSLServerHandler(context: sslContext), HandshakeDone(guardHandler),
-                TCPQueryHandler(state: state, lookups: lookups, transport: .dot),
+                TCPQueryHandler(answering: answering, lookups: lookups, transport: .dot),
             ])
         }
         onBound(channel.localAddress)
-        state.logger.notice("dns over tls listening", metadata: ["address": "\(host):\(port)"])
+        answering.logger.notice("dns over tls listening", metadata: ["address": "\(host):\(port)"])
         try? await gracefulShutdown()
         try? await channel.close()
         await registry.drain(grace: .seconds(1))

@@ -8,7 +8,7 @@ import ServiceLifecycle
 import Synchronization
 
 /// The optional plain-DNS stub on `dns_listen`: UDP and TCP (RFC 1035 §4.2, RFC 7766), answered
-/// like `/dns-query` by ``DNSResponder``.
+/// by a ``StubAnswering`` (the daemon's: like `/dns-query`).
 ///
 /// - Malformed queries get FORMERR, other opcodes NOTIMP, EDNS versions above 0 BADVERS; a message
 ///   shorter than a header or with QR set gets nothing (it cannot be made to reflect traffic).
@@ -23,12 +23,23 @@ import Synchronization
 ///   counted) rather than queued, as a loaded DNS server does (unbound's `num-queries-per-thread`
 ///   is 1,024 too). A lookup under way holds ~20 KB at its peak (its task, the upstream request),
 ///   and glibc keeps a burst's peak: 3,000 at once grew the daemon by 38-100 MB with 4,096 allowed.
-struct DNSStub: Service {
-    let state: DaemonState
+package struct DNSStub: Service {
+    let answering: any StubAnswering
     let host: String
     let port: Int
     let maxConnections: Int
-    var onBound: @Sendable (SocketAddress?, SocketAddress?) -> Void = { _, _ in }
+    let lookups: LookupBudget
+    package var onBound: @Sendable (SocketAddress?, SocketAddress?) -> Void = { _, _ in }
+
+    /// A stub on `host`:`port` over UDP and TCP; `lookups` is the budget of lookups in flight over
+    /// both (``maxInFlight``).
+    package init(answering: any StubAnswering, host: String, port: Int, maxConnections: Int, lookups: LookupBudget) {
+        self.answering = answering
+        self.host = host
+        self.port = port
+        self.maxConnections = maxConnections
+        self.lookups = lookups
+    }
 
     static let idleTimeout = TimeAmount.seconds(10)
     static let datagramsPerRead = 32
@@ -36,12 +47,11 @@ struct DNSStub: Service {
     /// options, a few hundred bytes; 4,096 leaves room for any padding (RFC 8467 pads to 468).
     /// A longer datagram arrives cut and is answered FORMERR.
     static let maxQuerySize = 4_096
-    static let maxInFlight = 1_024
+    package static let maxInFlight = 1_024
 
-    func run() async throws {
+    package func run() async throws {
         let group = MultiThreadedEventLoopGroup.singleton
-        let state = self.state
-        let lookups = LookupBudget(limit: Self.maxInFlight)
+        let answering = self.answering, lookups = self.lookups
         let udp = try await DatagramBootstrap(group: group)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
             // Up to 32 datagrams per recvmmsg, and a read cycle takes up to 4 of those before the
@@ -54,18 +64,18 @@ struct DNSStub: Service {
             .channelOption(.maxMessagesPerRead, value: 4)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(UDPQueryHandler(state: state, lookups: lookups))
+                    try channel.pipeline.syncOperations.addHandler(UDPQueryHandler(answering: answering, lookups: lookups))
                 }
             }
             .bind(host: host, port: port).get()
-        let registry = ConnectionRegistry(limit: maxConnections) { state.metrics.connectionsOpen(.dnsTCP, $0) }
+        let registry = ConnectionRegistry(limit: maxConnections) { answering.count(.connectionsOpen($0), over: .tcp) }
         let tcp: any Channel
         do {
             tcp = try await DNSStreamListener.bind(host: host, port: port, group: group, registry: registry) {
-                state.metrics.connectionRejected(.dnsTCP, reason: "limit")
+                answering.count(.connectionRejected(reason: "limit"), over: .tcp)
             } handlers: { channel in
                 let guardHandler = ConnectionGuard(deadline: .seconds(3600))
-                try channel.pipeline.syncOperations.addHandlers([guardHandler, TCPQueryHandler(state: state, lookups: lookups)])
+                try channel.pipeline.syncOperations.addHandlers([guardHandler, TCPQueryHandler(answering: answering, lookups: lookups)])
                 guardHandler.protocolReady()
             }
         } catch {
@@ -73,7 +83,7 @@ struct DNSStub: Service {
             throw error
         }
         onBound(udp.localAddress, tcp.localAddress)
-        state.logger.notice("dns stub listening", metadata: ["address": "\(host):\(port)", "transports": "udp, tcp"])
+        answering.logger.notice("dns stub listening", metadata: ["address": "\(host):\(port)", "transports": "udp, tcp"])
         try? await gracefulShutdown()
         try? await tcp.close()
         try? await udp.close()
@@ -105,11 +115,11 @@ enum DNSStreamListener {
 }
 
 /// Queries being looked up at once, over both transports.
-final class LookupBudget: Sendable {
+package final class LookupBudget: Sendable {
     private let running = Atomic<Int>(0)
     let limit: Int
 
-    init(limit: Int) { self.limit = limit }
+    package init(limit: Int) { self.limit = limit }
 
     func enter() -> Bool {
         guard running.add(1, ordering: .relaxed).newValue <= limit else {
@@ -142,12 +152,12 @@ final class LookupBudget: Sendable {
 }
 
 extension StubDatagram {
-    /// `reply(to:cached:)` with the engine's cache, counting queries and malformed messages.
-    static func reply(to wire: [UInt8], state: DaemonState, transport: DaemonMetrics.DNSTransport) -> Reply {
-        state.metrics.stubQuery(transport)
-        let runtime = state.current
-        let (reply, malformed) = reply(to: wire) { state.answerWithoutWaiting($0, runtime: runtime) }
-        if malformed { state.metrics.stubMalformed(transport) }
+    /// `reply(to:cached:)` with what `answering` has without waiting, counting queries and
+    /// malformed messages.
+    static func reply(to wire: [UInt8], answering: any StubAnswering, transport: StubTransport) -> Reply {
+        answering.count(.query, over: transport)
+        let (reply, malformed) = reply(to: wire) { answering.answerWithoutWaiting($0) }
+        if malformed { answering.count(.malformed, over: transport) }
         return reply
     }
 }
@@ -156,55 +166,55 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
     typealias InboundIn = AddressedEnvelope<ByteBuffer>
     typealias OutboundOut = AddressedEnvelope<ByteBuffer>
 
-    let state: DaemonState
+    let answering: any StubAnswering
     let lookups: LookupBudget
     /// Whether a flush of lookups' answers is scheduled: the answers that lookups finish in one turn
     /// of the loop go out in one `sendmmsg`, not one `sendmsg` each.
     let flushScheduled = Atomic<Bool>(false)
 
-    init(state: DaemonState, lookups: LookupBudget) {
-        self.state = state
+    init(answering: any StubAnswering, lookups: LookupBudget) {
+        self.answering = answering
         self.lookups = lookups
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
         let wire = Array(buffer: envelope.data)
-        let started = state.queryLog == nil ? 0 : DispatchTime.now().uptimeNanoseconds
-        guard state.allows(envelope.remoteAddress, transport: .udp) else {
-            if let refused = state.limitedReply(to: wire) {
+        let started = answering.logsQueries ? DispatchTime.now().uptimeNanoseconds : 0
+        guard answering.allows(envelope.remoteAddress, over: .udp) else {
+            if let refused = answering.limitedReply(to: wire) {
                 context.write(
                     wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: refused))), promise: nil)
             }
             return
         }
-        switch StubDatagram.reply(to: wire, state: state, transport: .udp) {
+        switch StubDatagram.reply(to: wire, answering: answering, transport: .udp) {
         case .none:
             return
         case .now(let response):
             context.write(wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))), promise: nil)
         case .answer(let answer, let query):
             let response = StubDatagram.fitted(answer.bytes, to: query)
-            if response.count < answer.bytes.count { state.metrics.stubTruncated.increment() }
-            state.logQuery(query, answer, client: envelope.remoteAddress, transport: "udp", started: started)
+            if response.count < answer.bytes.count { answering.count(.truncated, over: .udp) }
+            answering.logQuery(query, answer, client: envelope.remoteAddress, transport: .udp, started: started)
             context.write(wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))), promise: nil)
         case .lookup(let query):
             guard lookups.enter() else {
-                state.metrics.stubDropped(.udp)
-                lookups.reportDrop(state.logger)
+                answering.count(.dropped, over: .udp)
+                lookups.reportDrop(answering.logger)
                 return
             }
-            let channel = context.channel, state = self.state, lookups = self.lookups, handler = self
+            let channel = context.channel, answering = self.answering, lookups = self.lookups, handler = self
             // On Swift's pool, not on this loop (as the TCP and DoH lookups are): the loop must go on
             // reading a burst of datagrams and drop what is over the budget itself, counted. With
             // lookups on the loop, 3,000 misses at once kept it busy and the kernel dropped the rest
             // of the burst unseen (Tests/Adversarial, the 1,024-lookup budget test).
             Task {
-                let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
+                let answer = await answering.answer(query)
                 lookups.leave()
                 let response = StubDatagram.fitted(answer.bytes, to: query)
-                if response.count < answer.bytes.count { state.metrics.stubTruncated.increment() }
-                state.logQuery(query, answer, client: envelope.remoteAddress, transport: "udp", started: started)
+                if response.count < answer.bytes.count { answering.count(.truncated, over: .udp) }
+                answering.logQuery(query, answer, client: envelope.remoteAddress, transport: .udp, started: started)
                 // Written and its flush decided on the loop, in that order: a write queued from here
                 // could land after a flush already scheduled and wait unflushed.
                 let reply = AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))
@@ -242,11 +252,10 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
 
     static let maxPending = 16
 
-    private let state: DaemonState
+    private let answering: any StubAnswering
     private let lookups: LookupBudget
     /// `tcp`, or `dot` behind a TLS handler (RFC 7858: the same framing inside TLS).
-    private let transport: DaemonMetrics.DNSTransport
-    private var transportName: String { transport == .dot ? "dot" : "tcp" }
+    private let transport: StubTransport
     private var buffer = ByteBuffer()
     private var pending = 0
     private var heldRead = false
@@ -258,8 +267,8 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
     /// Lookups run on the connection's loop (made when the handler is added).
     private var executor: EventLoopTaskExecutor?
 
-    init(state: DaemonState, lookups: LookupBudget, transport: DaemonMetrics.DNSTransport = .tcp) {
-        self.state = state
+    package init(answering: any StubAnswering, lookups: LookupBudget, transport: StubTransport = .tcp) {
+        self.answering = answering
         self.lookups = lookups
         self.transport = transport
     }
@@ -342,17 +351,17 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
             let wire = buffer.readBytes(length: Int(length)) ?? []
             lastActivity = now
             answered += 1
-            let started = state.queryLog == nil ? 0 : DispatchTime.now().uptimeNanoseconds
-            guard state.allows(context.remoteAddress, transport: transport == .dot ? .dot : .tcp) else {
-                if let refused = state.limitedReply(to: wire) { write(refused, context: context) }
+            let started = answering.logsQueries ? DispatchTime.now().uptimeNanoseconds : 0
+            guard answering.allows(context.remoteAddress, over: transport) else {
+                if let refused = answering.limitedReply(to: wire) { write(refused, context: context) }
                 continue
             }
-            switch StubDatagram.reply(to: wire, state: state, transport: transport) {
+            switch StubDatagram.reply(to: wire, answering: answering, transport: transport) {
             case .now(let response):
                 write(response, context: context)
             case .answer(let answer, let query):
                 write(answer.bytes, context: context)
-                state.logQuery(query, answer, client: context.remoteAddress, transport: transportName, started: started)
+                answering.logQuery(query, answer, client: context.remoteAddress, transport: transport, started: started)
             case .none:
                 // A response, or less than a header: this stream cannot be trusted to be framed
                 // right any more.
@@ -360,19 +369,19 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
                 return
             case .lookup(let query):
                 guard lookups.enter() else {
-                    state.metrics.stubDropped(transport)
-                    lookups.reportDrop(state.logger)
+                    answering.count(.dropped, over: transport)
+                    lookups.reportDrop(answering.logger)
                     write(DNSResponseWriter(answering: query, rcode: ResponseCode.serverFailure.rawValue).finish(), context: context)
                     continue
                 }
                 pending += 1
                 let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-                let state = self.state, lookups = self.lookups, eventLoop = context.eventLoop, client = context.remoteAddress
-                let transportName = self.transportName
+                let answering = self.answering, lookups = self.lookups, eventLoop = context.eventLoop, client = context.remoteAddress
+                let transport = self.transport
                 Task(executorPreference: executor) {
-                    let answer = await DNSResponder.answer(query, resolver: state.current.resolver)
+                    let answer = await answering.answer(query)
                     lookups.leave()
-                    state.logQuery(query, answer, client: client, transport: transportName, started: started)
+                    answering.logQuery(query, answer, client: client, transport: transport, started: started)
                     eventLoop.execute { handler.value.finished(answer.bytes) }
                 }
             }

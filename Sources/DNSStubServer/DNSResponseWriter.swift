@@ -6,7 +6,7 @@ import DNSCore
 ///
 /// Owner names as pointers keep answers as small as BIND's (40 A records: 680 bytes rather than
 /// 1,109), so more fit in a UDP datagram before TC and a reflected answer is no larger than the peer's.
-struct DNSResponseWriter {
+package struct DNSResponseWriter {
     /// The UDP payload size advertised in responses, and the most sent over UDP (DNS Flag Day 2020).
     static let udpPayloadSize: UInt16 = 1232
     /// Where the question's name starts; answers owned by it point here.
@@ -33,7 +33,7 @@ struct DNSResponseWriter {
     mutating func markAuthoritative() { bytes[2] |= 0x04 }
 
     /// Starts a response to `query` with `rcode` (its low 4 bits; the rest goes into the OPT record).
-    init(answering query: DNSQuery, rcode: UInt16 = 0, truncated: Bool = false) {
+    package init(answering query: DNSQuery, rcode: UInt16 = 0, truncated: Bool = false) {
         bytes = []
         bytes.reserveCapacity(query.questionEnd + 128)
         edns = query.edns
@@ -112,7 +112,7 @@ struct DNSResponseWriter {
     /// The finished message: answer count filled in, and the OPT record when the query had EDNS.
     /// - Parameter extendedRcode: the upper 8 bits of a 12-bit RCODE (1 for BADVERS).
     /// - Returns: the message's wire form.
-    consuming func finish(extendedRcode: UInt8 = 0) -> [UInt8] {
+    package consuming func finish(extendedRcode: UInt8 = 0) -> [UInt8] {
         var out = bytes
         bytes = []
         out[6] = UInt8(answerCount >> 8)
@@ -153,7 +153,7 @@ struct DNSResponseWriter {
 
     /// Puts the client's letter case back into a response that echoes its question (a forwarded
     /// answer comes back as the upstream wrote it), and its ID; the rest is left as it came.
-    static func restoreQuestion(_ response: inout [UInt8], from query: DNSQuery) {
+    package static func restoreQuestion(_ response: inout [UInt8], from query: DNSQuery) {
         guard response.count >= query.questionEnd else { return }
         response[0] = UInt8(query.id >> 8)
         response[1] = UInt8(truncatingIfNeeded: query.id)

@@ -3,25 +3,37 @@ import DNSCore
 /// Responses to DNS queries, built from what the engine said (a ``Resolution`` or an error code):
 /// the part of answering that needs no resolver, shared by `/dns-query` and the stub, and fuzzed
 /// with the query parser (Fuzz/DaemonFuzzer.swift).
-enum DNSAnswers {
+package enum DNSAnswers {
     /// A response and the smallest TTL in it (for `Cache-Control: max-age`).
-    struct Answer: Sendable {
-        var bytes: [UInt8]
-        var minTTL: UInt32
+    package struct Answer: Sendable {
+        package var bytes: [UInt8]
+        package var minTTL: UInt32
         /// Where the answer came from, for the query log; nil for error replies.
-        var provenance: Provenance?
+        package var provenance: Provenance?
+
+        package init(bytes: [UInt8], minTTL: UInt32, provenance: Provenance? = nil) {
+            self.bytes = bytes
+            self.minTTL = minTTL
+            self.provenance = provenance
+        }
     }
 
     /// Where an answer came from: `cache`, `doh`, `local`, `blocked`, `forwarded`, … with the
     /// upstream and the DNSSEC status when there are.
-    struct Provenance: Sendable {
-        var source: String
-        var upstream: String?
-        var dnssec: String?
+    package struct Provenance: Sendable {
+        package var source: String
+        package var upstream: String?
+        package var dnssec: String?
+
+        package init(source: String, upstream: String? = nil, dnssec: String? = nil) {
+            self.source = source
+            self.upstream = upstream
+            self.dnssec = dnssec
+        }
     }
 
     /// The reply to a message that cannot be answered normally; nil when it gets none.
-    static func reply(to problem: DNSQuery.Problem) -> [UInt8]? {
+    package static func reply(to problem: DNSQuery.Problem) -> [UInt8]? {
         switch problem {
         case .unanswerable:
             return nil
@@ -62,7 +74,7 @@ enum DNSAnswers {
 
     /// The response carrying `resolution`: a CNAME to the canonical name when there is one, the
     /// addresses with their TTLs capped at what remains of the answer's life.
-    static func response(to query: DNSQuery, _ resolution: Resolution, now: ResolverInstant) -> Answer {
+    package static func response(to query: DNSQuery, _ resolution: Resolution, now: ResolverInstant) -> Answer {
         var writer = DNSResponseWriter(answering: query)
         let minTTL = response(to: query, resolution, now: now, owner: DNSResponseWriter.questionNameOffset, writer: &writer)
         if resolution.dnssec == .secure, query.wantsAuthenticData { writer.markAuthentic() }
@@ -99,7 +111,9 @@ enum DNSAnswers {
     /// The response from local data: `records` (a CNAME chain first, as ``LocalZone/answer(_:type:)``
     /// gives them) with AA set when they are the whole answer, then — where the chain left the local
     /// data — `resolution`'s CNAME and addresses for the chain's last name.
-    static func response(to query: DNSQuery, local records: [LocalZone.Record], then resolution: Resolution? = nil, now: ResolverInstant) -> Answer {
+    package static func response(
+        to query: DNSQuery, local records: [LocalZone.Record], then resolution: Resolution? = nil, now: ResolverInstant
+    ) -> Answer {
         var writer = DNSResponseWriter(answering: query)
         var owner = DNSResponseWriter.questionNameOffset
         var minTTL = UInt32.max
@@ -125,7 +139,7 @@ enum DNSAnswers {
     /// The response to a blocked name (`block.answer`): NXDOMAIN, REFUSED, or `0.0.0.0`/`::` for A
     /// and AAAA and no data for other types; AA set and an Extended DNS Error 15, "Blocked"
     /// (RFC 8914 §4.16), so that a client can tell a block from a name that does not exist.
-    static func response(to query: DNSQuery, blocked mode: LocalZone.BlockAnswer, ttl: UInt32) -> Answer {
+    package static func response(to query: DNSQuery, blocked mode: LocalZone.BlockAnswer, ttl: UInt32) -> Answer {
         let rcode: ResponseCode =
             switch mode {
             case .nxdomain: .nameError
@@ -143,7 +157,7 @@ enum DNSAnswers {
 
     /// The response to a lookup that ended in `code`: NXDOMAIN and NODATA with `negativeTTL` for
     /// HTTP caches, the rest with their RCODE.
-    static func response(to query: DNSQuery, _ error: DNSError, negativeTTL: UInt32) -> Answer {
+    package static func response(to query: DNSQuery, _ error: DNSError, negativeTTL: UInt32) -> Answer {
         response(to: query, error.code, negativeTTL: negativeTTL, dnssec: error.dnssec, detail: error.message)
     }
 
@@ -171,15 +185,15 @@ enum DNSAnswers {
 
     /// The smallest TTL of a response's answers (OPT aside); for a negative answer, the SOA's
     /// negative TTL (RFC 2308 §5); 0 when neither says.
-    static func minTTL(of response: [UInt8]) -> UInt32 {
+    package static func minTTL(of response: [UInt8]) -> UInt32 {
         guard let message = try? DNSMessage(decoding: response) else { return 0 }
         return message.answers.filter { $0.type != .opt }.map(\.ttl).min() ?? message.negativeTTL ?? 0
     }
 }
 
 /// One datagram to the stub, answered as far as it can be without a lookup.
-enum StubDatagram {
-    enum Reply {
+package enum StubDatagram {
+    package enum Reply {
         /// Send these bytes (an error reply: small whatever the transport).
         case now([UInt8])
         /// Send this answer to the query (over UDP through ``fitted(_:to:)``).

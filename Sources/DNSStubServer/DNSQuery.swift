@@ -6,9 +6,9 @@ import DNSCore
 /// The parser walks the message once, never follows a compression pointer (a query's question has
 /// nothing before it to point at) and keeps the question's bytes as the client wrote them, so that
 /// answers echo its letter case (the "0x20" check some resolvers make on replies).
-struct DNSQuery: Sendable {
+package struct DNSQuery: Sendable {
     /// The EDNS(0) OPT record of a query (RFC 6891 §6.1.2).
-    struct EDNS: Sendable, Equatable {
+    package struct EDNS: Sendable, Equatable {
         /// The UDP payload size the client can take (the OPT record's class).
         var udpPayloadSize: UInt16
         var version: UInt8
@@ -17,7 +17,7 @@ struct DNSQuery: Sendable {
     }
 
     /// Why a message cannot be answered normally. Each case decides the reply.
-    enum Problem: Error, Equatable, Sendable {
+    package enum Problem: Error, Equatable, Sendable {
         /// Shorter than a header, or a response (QR set): no reply at all, so the stub can never be
         /// made to reflect traffic at a third party.
         case unanswerable(String)
@@ -28,7 +28,7 @@ struct DNSQuery: Sendable {
         /// EDNS version above 0: BADVERS with an OPT record of version 0 (RFC 6891 §6.1.3).
         case badVersion(DNSQuery)
 
-        static func == (lhs: Problem, rhs: Problem) -> Bool {
+        package static func == (lhs: Problem, rhs: Problem) -> Bool {
             switch (lhs, rhs) {
             case let (.unanswerable(a), .unanswerable(b)): a == b
             case let (.formatError(a, i, f), .formatError(b, j, g)): a == b && i == j && f == g
@@ -39,7 +39,7 @@ struct DNSQuery: Sendable {
         }
 
         /// A short reason for logs and HTTP 400 bodies.
-        var reason: String {
+        package var reason: String {
             switch self {
             case let .unanswerable(why), let .formatError(why, _, _): why
             case let .notImplemented(opcode, _, _): "opcode \(opcode) is not a standard query"
@@ -51,26 +51,26 @@ struct DNSQuery: Sendable {
     static let headerSize = 12
 
     /// The message as received.
-    let wire: [UInt8]
+    package let wire: [UInt8]
     let id: UInt16
     let flags: UInt16
     /// The question's name, type and class as the client wrote them (offset 12 up to here).
     let questionEnd: Int
     /// The question with its name case-folded (for the engine and the cache).
-    let question: DNSMessage.Question
+    package let question: DNSMessage.Question
     let edns: EDNS?
 
     /// The question's owner name in the client's letter case, in wire form.
     var questionNameBytes: ArraySlice<UInt8> { wire[Self.headerSize..<(questionEnd - 4)] }
 
     var recursionDesired: Bool { flags & 0x0100 != 0 }
-    var checkingDisabled: Bool { flags & 0x0010 != 0 }
+    package var checkingDisabled: Bool { flags & 0x0010 != 0 }
     /// DO or AD set: the client understands the AD bit (RFC 6840 §5.7).
     var wantsAuthenticData: Bool { flags & 0x0020 != 0 || edns?.dnssecOK == true }
 
     /// Parses and checks `wire`.
     /// - Throws: ``Problem``, which says how (and whether) to reply.
-    init(_ wire: [UInt8]) throws(Problem) {
+    package init(_ wire: [UInt8]) throws(Problem) {
         guard wire.count >= Self.headerSize else {
             throw .unanswerable("\(wire.count) bytes is shorter than a DNS header")
         }
@@ -121,7 +121,7 @@ struct DNSQuery: Sendable {
     }
 
     /// The query type the engine answers itself (A or AAAA in class IN); nil when it is forwarded.
-    var addressType: AddressQuery? {
+    package var addressType: AddressQuery? {
         guard question.recordClass == DNSMessage.classIN else { return nil }
         switch question.type {
         case .a: return .a
@@ -133,7 +133,7 @@ struct DNSQuery: Sendable {
 
 /// A bounds-checked walk over a query's bytes.
 private struct QueryReader {
-    struct Failure: Error {
+    package struct Failure: Error {
         var reason: String
     }
 

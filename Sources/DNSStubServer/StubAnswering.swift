@@ -1,0 +1,40 @@
+import Logging
+import NIOCore
+
+/// What the DNS stub (UDP, TCP) and DNS over TLS serve: all they see of the daemon. The listeners
+/// frame, bound and time queries; whether a client may ask, what a query is answered, what is
+/// logged and counted is the answering's.
+package protocol StubAnswering: Sendable {
+    var logger: Logger { get }
+    /// Whether answered queries are logged (each query's start is taken only then).
+    var logsQueries: Bool { get }
+    /// Whether a question from `client` may be answered now (the rate limit).
+    func allows(_ client: SocketAddress?, over transport: StubTransport) -> Bool
+    /// The reply to a limited client's `wire`, or nil when it gets none.
+    func limitedReply(to wire: [UInt8]) -> [UInt8]?
+    /// The answer when there is one without a lookup (local data, a fresh cached address), built
+    /// without suspending; nil when ``answer(_:)`` has to be awaited.
+    func answerWithoutWaiting(_ query: DNSQuery) -> DNSAnswers.Answer?
+    /// Answers `query`, looking up or forwarding as needed.
+    func answer(_ query: DNSQuery) async -> DNSAnswers.Answer
+    func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: StubTransport, started: UInt64)
+    func count(_ event: StubEvent, over transport: StubTransport)
+}
+
+package enum StubTransport: String, Sendable {
+    case udp, tcp, dot
+}
+
+/// What the stub's listeners count.
+package enum StubEvent: Sendable {
+    case query
+    case malformed
+    /// An answer cut to fit a UDP client (TC set).
+    case truncated
+    /// A query dropped: the lookups in flight were at their limit.
+    case dropped
+    /// A connection closed by the listener: `limit`, `timeout` or `error`.
+    case connectionRejected(reason: String)
+    /// The connections open now, after a change.
+    case connectionsOpen(Int)
+}
