@@ -83,7 +83,7 @@ package struct DNSStub: Service {
             throw error
         }
         onBound(udp.localAddress, tcp.localAddress)
-        answering.logger.notice("dns stub listening", metadata: ["address": "\(host):\(port)", "transports": "udp, tcp"])
+        answering.logger.notice("dns stub listening", metadata: ["address": "\(host):\(port)", "transports": "udp, tcp"], source: DaemonLog.source)
         try? await gracefulShutdown()
         try? await tcp.close()
         try? await udp.close()
@@ -147,7 +147,7 @@ package final class LookupBudget: Sendable {
         drops.subtract(count, ordering: .relaxed)
         logger.warning(
             "dns stub: queries dropped, \(limit) lookups already in flight (the upstreams are slower than the load)",
-            metadata: ["dropped": "\(count)", "since": last == 0 ? "start" : "\((now - last) / 1_000_000_000) s"])
+            metadata: ["dropped": "\(count)", "since": last == 0 ? "start" : "\((now - last) / 1_000_000_000) s"], source: DaemonLog.source)
     }
 }
 

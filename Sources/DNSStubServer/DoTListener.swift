@@ -51,7 +51,7 @@ package struct DoTListener: Service {
             ])
         }
         onBound(channel.localAddress)
-        answering.logger.notice("dns over tls listening", metadata: ["address": "\(host):\(port)"])
+        answering.logger.notice("dns over tls listening", metadata: ["address": "\(host):\(port)"], source: DaemonLog.source)
         try? await gracefulShutdown()
         try? await channel.close()
         await registry.drain(grace: .seconds(1))

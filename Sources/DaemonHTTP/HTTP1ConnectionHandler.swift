@@ -112,7 +112,7 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         handling.connectionRejected(reason: "error")
-        logger.debug("HTTP/1.1 connection error", metadata: ["error": "\(error)"])
+        logger.debug("HTTP/1.1 connection error", metadata: ["error": "\(error)"], source: DaemonLog.source)
         close()
     }
 

@@ -161,7 +161,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         handling.connectionRejected(reason: "error")
-        logger.debug("HTTP/2 connection error", metadata: ["error": "\(error)"])
+        logger.debug("HTTP/2 connection error", metadata: ["error": "\(error)"], source: DaemonLog.source)
         context.close(promise: nil)
     }
 
@@ -169,7 +169,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// at debug only, counted always: a client must not be able to flood the log.
     private func connectionError(_ error: HTTP2FrameLayer.ConnectionError) {
         handling.connectionRejected(reason: "error")
-        logger.debug("HTTP/2 connection error", metadata: ["code": "\(error.code)", "reason": "\(error.reason)"])
+        logger.debug("HTTP/2 connection error", metadata: ["code": "\(error.code)", "reason": "\(error.reason)"], source: DaemonLog.source)
         frames.goAway(error.code, reason: error.reason)
         close()
     }
@@ -300,7 +300,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         }
         guard now - stalled.since >= requests.configuration.idleTimeout else { return false }
         handling.connectionRejected(reason: "timeout")
-        logger.debug("HTTP/2 send timeout", metadata: ["waited": "\(requests.configuration.idleTimeout)"])
+        logger.debug("HTTP/2 send timeout", metadata: ["waited": "\(requests.configuration.idleTimeout)"], source: DaemonLog.source)
         frames.goAway(.noError, reason: "answers waited for flow-control window too long")
         close()
         return true

@@ -79,7 +79,7 @@ package struct HTTPListener: Service {
             "listening",
             metadata: [
                 "address": "\(server.localAddress.map { "\($0)" } ?? "\(host):\(port)")", "scheme": "\(sslContext == nil ? "http" : "https")",
-            ])
+            ], source: DaemonLog.source)
         await withGracefulShutdownHandler {
             try? await server.closeFuture.get()
         } onGracefulShutdown: {
