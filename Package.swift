@@ -158,13 +158,28 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
+        // The forward proxy: CONNECT tunnels (the splice relay on Linux), plain http:// forwarding,
+        // the pure policy and head scan. Serves a `ProxyResolving`; no daemon state.
+        .target(
+            name: "ForwardProxy",
+            dependencies: [
+                "DNSCore", "DaemonHTTP", "DaemonListening", "ResolverConfig",
+                .target(name: "CRelay", condition: .when(platforms: [.linux])),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+
         // The daemon: composition (config, reload, readiness, watcher, routes, metrics, the answers
-        // of /dns-query and the stub), the proxy. Its servers are DaemonHTTP and DNSStubServer.
+        // of /dns-query, the stub and the proxy). Its servers are DaemonHTTP, DNSStubServer and
+        // ForwardProxy.
         .target(
             name: "ResolverDaemon",
             dependencies: [
                 "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
-                "RedisCache", "DaemonListening", "DaemonHTTP", "DNSStubServer",
+                "RedisCache", "DaemonListening", "DaemonHTTP", "DNSStubServer", "ForwardProxy",
                 .target(name: "CRelay", condition: .when(platforms: [.linux])),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -259,7 +274,8 @@ let package = Package(
         .testTarget(
             name: "ResolverDaemonTests",
             dependencies: [
-                "ResolverDaemon", "DaemonHTTP", "DaemonListening", "DNSStubServer", "HTTPDNS", "DNSCore", "ResolverConfig", "SystemResolver",
+                "ResolverDaemon", "DaemonHTTP", "DaemonListening", "DNSStubServer", "ForwardProxy", "HTTPDNS", "DNSCore", "ResolverConfig",
+                "SystemResolver",
                 "TestSupport",
                 "CurlSupport", "RedisCache",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -282,6 +298,11 @@ let package = Package(
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ]),
         .testTarget(name: "DaemonListeningTests", dependencies: ["DaemonListening"]),
+        .testTarget(
+            name: "ForwardProxyTests",
+            dependencies: [
+                "ForwardProxy", "DaemonHTTP", "DNSCore", "ResolverConfig", "TestSupport", .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]),
         .testTarget(
             name: "DNSStubServerTests", dependencies: ["DNSStubServer", "DNSCore", "TestSupport", .product(name: "NIOCore", package: "swift-nio")]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport", "CurlSupport", "DNSCore"]),

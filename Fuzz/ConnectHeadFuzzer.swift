@@ -1,5 +1,5 @@
 // libFuzzer entry point: a proxy connection's first bytes through the relay's CONNECT scan
-// (Sources/ResolverDaemon/Proxy/ConnectHead.swift). Properties: no crash; a head it accepts ends
+// (Sources/ForwardProxy/ConnectHead.swift). Properties: no crash; a head it accepts ends
 // in CRLF CRLF within the input, names a non-empty authority without spaces, and stays the same
 // decision whatever follows it; no prefix of an accepted head is accepted.
 

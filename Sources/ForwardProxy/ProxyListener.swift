@@ -2,7 +2,6 @@ import DNSCore
 import DaemonHTTP
 import DaemonListening
 import Foundation
-import HTTPDNS
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -15,31 +14,41 @@ import ServiceLifecycle
 /// policy says so), with RFC 8305 fallback across them; then bytes relayed both ways untouched, so
 /// TLS stays end to end between the client and the origin. Policy (`proxy:`) is read per request,
 /// so SIGHUP changes it; on SIGTERM the listener stops accepting and tunnels get the drain time.
-struct ProxyListener: Service {
-    let state: DaemonState
+package struct ProxyListener: Service {
+    let context: any ProxyResolving
     let host: String
     let port: Int
     /// Tunnels and requests open at once: `proxy.max_connections`, or less when the descriptor
-    /// limit could not hold that many (``Daemon/connectionLimits(_:logger:)``).
+    /// limit could not hold that many (the daemon's `connectionLimits`).
     let maxConnections: Int
     let drainTimeout: Duration
     let logger: Logger
-    var onBound: @Sendable (SocketAddress?) -> Void = { _ in }
+    package var onBound: @Sendable (SocketAddress?) -> Void = { _ in }
 
-    func run() async throws {
-        let metrics = state.metrics
-        let registry = ConnectionRegistry(limit: maxConnections) { metrics.proxyConnectionsOpen($0) }
+    package init(context: any ProxyResolving, host: String, port: Int, maxConnections: Int, drainTimeout: Duration, logger: Logger) {
+        self.context = context
+        self.host = host
+        self.port = port
+        self.maxConnections = maxConnections
+        self.drainTimeout = drainTimeout
+        self.logger = logger
+    }
+
+    package func run() async throws {
+        let context = self.context
+        let registry = ConnectionRegistry(limit: maxConnections) { context.count(.connectionsOpen($0)) }
         #if os(Linux)
         // CONNECT tunnels are served by the splice relay; what is not a clean CONNECT comes back to
         // the NIO handlers below with the bytes the relay read.
-        let environment = SpliceRelay.Environment(state: state, registry: registry, logger: logger) { [state, logger] fd, head in
-            Self.adopt(fd, head: head, state: state, registry: registry, logger: logger)
+        let environment = SpliceRelay.Environment(context: context, registry: registry, logger: logger) { [logger] fd, head in
+            Self.adopt(fd, head: head, context: context, registry: registry, logger: logger)
         }
         let relay = try SpliceRelay(host: host, port: port, loops: System.coreCount, environment: environment)
         relay.start()
         let address = try? SocketAddress.makeAddressResolvingHost(host, port: relay.port)
         onBound(address)
-        logger.notice("proxy listening", metadata: ["address": "\(address.map { "\($0)" } ?? "\(host):\(port)")", "relay": "splice"])
+        logger.notice(
+            "proxy listening", metadata: ["address": "\(address.map { "\($0)" } ?? "\(host):\(port)")", "relay": "splice"], source: DaemonLog.source)
         try? await gracefulShutdown()
         async let relayDrained: Void = relay.drain(grace: drainTimeout)
         await registry.drain(grace: drainTimeout)
@@ -59,12 +68,12 @@ struct ProxyListener: Service {
                 .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .childChannelOption(.allowRemoteHalfClosure, value: true)
                 .childChannelOption(.recvAllocator, value: Self.receiveBuffers)
-                .childChannelInitializer { [state, logger] channel in
+                .childChannelInitializer { [logger] channel in
                     guard registry.admit(channel) else {
-                        metrics.proxyOutcome("connection_limit")
+                        context.count(.outcome("connection_limit"))
                         return channel.close()
                     }
-                    return channel.eventLoop.makeCompletedFuture { try Self.configure(channel, state: state, logger: logger) }
+                    return channel.eventLoop.makeCompletedFuture { try Self.configure(channel, context: context, logger: logger) }
                 }
                 .bind(host: host, port: boundPort).get()
             // Port 0: the first socket's port, shared by the others.
@@ -74,7 +83,9 @@ struct ProxyListener: Service {
         let listening = servers
         let address = listening.first?.localAddress
         onBound(address)
-        logger.notice("proxy listening", metadata: ["address": "\(address.map { "\($0)" } ?? "\(host):\(port)")", "sockets": "\(servers.count)"])
+        logger.notice(
+            "proxy listening", metadata: ["address": "\(address.map { "\($0)" } ?? "\(host):\(port)")", "sockets": "\(servers.count)"],
+            source: DaemonLog.source)
         await withGracefulShutdownHandler {
             for server in listening { try? await server.closeFuture.get() }
         } onGracefulShutdown: {
@@ -88,8 +99,8 @@ struct ProxyListener: Service {
     static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 262_144)
 
     /// The HTTP/1.1 handlers of a client connection.
-    static func configure(_ channel: any Channel, state: DaemonState, logger: Logger) throws {
-        let settings = state.current.config.daemon.proxy
+    static func configure(_ channel: any Channel, context: any ProxyResolving, logger: Logger) throws {
+        let settings = context.settings
         let sync = channel.pipeline.syncOperations
         let budget = HeaderBudget(limit: settings.maxHeaderBytes)
         let decoder = ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes))
@@ -99,14 +110,14 @@ struct ProxyListener: Service {
         try sync.addHandler(encoder)
         try sync.addHandler(
             ProxyConnectionHandler(
-                state: state, budget: budget, decoder: decoder, encoder: encoder,
-                headTimeout: .nanoseconds(Int64(state.current.config.daemon.limits.requestTimeout / .nanoseconds(1))),
+                context: context, budget: budget, decoder: decoder, encoder: encoder,
+                headTimeout: .nanoseconds(Int64(context.headTimeout / .nanoseconds(1))),
                 logger: logger))
     }
 
     /// A connection the relay read the start of and hands over: the same handlers, fed `head`
     /// first, then reading from the socket. Its registry reservation becomes the channel's entry.
-    static func adopt(_ fd: CInt, head: [UInt8], state: DaemonState, registry: ConnectionRegistry, logger: Logger) {
+    static func adopt(_ fd: CInt, head: [UInt8], context: any ProxyResolving, registry: ConnectionRegistry, logger: Logger) {
         ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelOption(.allowRemoteHalfClosure, value: true)
             .channelOption(.recvAllocator, value: receiveBuffers)
@@ -114,7 +125,7 @@ struct ProxyListener: Service {
             .channelOption(.autoRead, value: false)
             .channelInitializer { channel in
                 _ = registry.admit(channel, force: true)
-                return channel.eventLoop.makeCompletedFuture { try configure(channel, state: state, logger: logger) }
+                return channel.eventLoop.makeCompletedFuture { try configure(channel, context: context, logger: logger) }
             }
             .withConnectedSocket(fd)
             .whenComplete { result in
@@ -124,698 +135,8 @@ struct ProxyListener: Service {
                     channel.pipeline.fireChannelReadComplete()
                     channel.setOption(.autoRead, value: true).whenFailure { _ in channel.close(promise: nil) }
                 case let .failure(error):
-                    logger.debug("proxy hand-off failed", metadata: ["error": "\(error)"])
+                    logger.debug("proxy hand-off failed", metadata: ["error": "\(error)"], source: DaemonLog.source)
                 }
             }
-    }
-}
-
-/// Counts a connection's bytes until its request head is complete and answers 431 past the limit
-/// (the HTTP decoder's own limit is 80 KB). Removed once the head is in.
-final class HeaderBudget: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = ByteBuffer
-    typealias InboundOut = ByteBuffer
-    private let limit: Int
-    private var seen = 0
-    private var refused = false
-
-    init(limit: Int) { self.limit = limit }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard !refused else { return }
-        seen += unwrapInboundIn(data).readableBytes
-        guard seen <= limit else {
-            refused = true
-            let text = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            let channel = context.channel
-            context.writeAndFlush(NIOAny(channel.allocator.buffer(string: text))).whenComplete { _ in channel.close(promise: nil) }
-            return
-        }
-        context.fireChannelRead(data)
-    }
-}
-
-/// One client connection: reads the request head, applies the policy, resolves, dials, and turns the
-/// connection into a tunnel.
-final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundIn = HTTPServerResponsePart
-    typealias OutboundOut = HTTPServerResponsePart
-
-    private enum Stage {
-        case head
-        case awaitingEnd(ProxyTarget)
-        case connecting
-        /// A plain `http://` request being forwarded; `requestDone` once the client's `.end` is in.
-        case forwarding(requestDone: Bool)
-        case done
-    }
-
-    private let state: DaemonState
-    private let budget: HeaderBudget
-    private let decoder: ByteToMessageHandler<HTTPRequestDecoder>
-    private let encoder: HTTPResponseEncoder
-    private let headTimeout: TimeAmount
-    private let logger: Logger
-    private var stage = Stage.head
-    /// Bytes that arrived after the CONNECT head (a client that did not wait for the 200).
-    private var pending: [NIOAny] = []
-    private var headDeadline: Scheduled<Void>?
-    /// Forwarding: the upstream connection once made, the request parts that arrived before it, and
-    /// whether the client's reads wait for the upstream to take more (backpressure).
-    private var upstream: (any Channel)?
-    private var forwardQueue: [HTTPClientRequestPart] = []
-    private var readHeld = false
-    private var responseStarted = false
-    private var keepAlive = true
-    private weak var context: ChannelHandlerContext?
-
-    init(
-        state: DaemonState, budget: HeaderBudget, decoder: ByteToMessageHandler<HTTPRequestDecoder>, encoder: HTTPResponseEncoder,
-        headTimeout: TimeAmount, logger: Logger
-    ) {
-        self.state = state
-        self.budget = budget
-        self.decoder = decoder
-        self.encoder = encoder
-        self.headTimeout = headTimeout
-        self.logger = logger
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
-        // A client that never sends a complete head is closed (a slow-loris costs one timer).
-        let channel = context.channel
-        headDeadline = context.eventLoop.scheduleTask(in: headTimeout) { [metrics = state.metrics] in
-            metrics.proxyOutcome("head_timeout")
-            channel.close(promise: nil)
-        }
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        headDeadline?.cancel()
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch stage {
-        case .connecting, .done, .forwarding(requestDone: true):
-            pending.append(data)
-            return
-        case .forwarding(requestDone: false):
-            forwardRequestPart(unwrapInboundIn(data))
-            return
-        case .head, .awaitingEnd:
-            break
-        }
-        switch unwrapInboundIn(data) {
-        case let .head(head):
-            headDeadline?.cancel()
-            context.pipeline.syncOperations.removeHandler(budget, promise: nil)
-            begin(head, context: context)
-        case .body:
-            break  // a CONNECT has no body; anything else was refused at its head
-        case .end:
-            if case let .awaitingEnd(target) = stage {
-                stage = .connecting
-                resolve(target, context: context) { upstream, idle in
-                    self.glue(upstream, idle: idle, context: context)
-                    self.state.metrics.proxyOutcome("tunnel")
-                }
-            }
-        }
-    }
-
-    /// The client stopped sending (half-close is allowed for tunnels): outside a forwarded exchange
-    /// that still owes a response, the connection is done.
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        guard let event = event as? ChannelEvent, case .inputClosed = event else {
-            context.fireUserInboundEventTriggered(event)
-            return
-        }
-        if case .forwarding(requestDone: true) = stage {
-            keepAlive = false  // answer the request in flight, then close
-        } else {
-            context.close(promise: nil)
-        }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if case .head = stage, error is HTTPParserError {
-            refuse(ProxyRefusal(status: 400, reason: "malformed request (\(error))"), context: context)
-            return
-        }
-        context.close(promise: nil)
-    }
-
-    private func begin(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
-        let config = state.current.config.daemon
-        let policy = ProxyPolicy(settings: config.proxy)
-        guard policy.authorizes(head.headers.first(name: "proxy-authorization")) else {
-            refuse(ProxyRefusal(status: 407, reason: "proxy authentication required"), context: context)
-            return
-        }
-        guard head.method == .CONNECT else {
-            guard head.uri.lowercased().hasPrefix("http://") else {
-                let reason =
-                    head.uri.lowercased().hasPrefix("https://")
-                    ? "send https:// requests through CONNECT, so TLS stays end to end"
-                    : "this is a forward proxy: send CONNECT host:port or an absolute http:// URL"
-                refuse(ProxyRefusal(status: 400, reason: reason), context: context)
-                return
-            }
-            forward(head, policy: policy, context: context)
-            return
-        }
-        guard let target = ProxyTarget(authority: head.uri) else {
-            refuse(ProxyRefusal(status: 400, reason: "CONNECT needs host:port, got '\(head.uri.prefix(100))'"), context: context)
-            return
-        }
-        if let refusal = policy.refusal(for: target, plainHTTP: false) {
-            refuse(refusal, context: context)
-            return
-        }
-        stage = .awaitingEnd(target)
-    }
-
-    /// Resolves through HTTPDNS off the event loop, then dials on it.
-    private func resolve(
-        _ target: ProxyTarget, context: ChannelHandlerContext, connected: @escaping (any Channel, TimeAmount) -> Void
-    ) {
-        let runtime = state.current
-        let resolver = runtime.resolver
-        let lookup: EventLoopFuture<[IPAddress]>
-        if let literal = IPAddress(target.host) {
-            lookup = context.eventLoop.makeSucceededFuture([literal])
-        } else if let cached = resolver.resolveWithoutWaiting(target.host, type: .both) {
-            // A fresh cached answer: no hop off the event loop and back.
-            lookup = context.eventLoop.makeSucceededFuture(cached.addresses.map(\.ip))
-        } else {
-            lookup = context.eventLoop.makeFutureWithTask {
-                try await resolver.resolve(target.host, type: .both).addresses.map(\.ip)
-            }
-        }
-        lookup.assumeIsolated().whenComplete { result in
-            switch result {
-            case let .success(addresses):
-                let policy = ProxyPolicy(settings: self.state.current.config.daemon.proxy)
-                switch policy.destinations(addresses, host: target.host, state: self.state) {
-                case let .success(dialable): self.dial(target, addresses: dialable, context: context, connected: connected)
-                case let .failure(refusal): self.refuse(refusal, context: context)
-                }
-            case let .failure(error):
-                self.refuse(.resolution(of: target.host, failed: error as? DNSError ?? DNSError(.internalError, "\(error)")), context: context)
-            }
-        }
-    }
-
-    private func dial(
-        _ target: ProxyTarget, addresses: [IPAddress], context: ChannelHandlerContext, connected: @escaping (any Channel, TimeAmount) -> Void
-    ) {
-        let settings = state.current.config.daemon.proxy
-        let timeout = TimeAmount.nanoseconds(Int64(settings.connectTimeout / .nanoseconds(1)))
-        let idle = TimeAmount.nanoseconds(Int64(settings.idleTimeout / .nanoseconds(1)))
-        let started = NIODeadline.now()
-        let bootstrap = ClientBootstrap(group: context.eventLoop)
-            .connectTimeout(timeout)
-            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .channelOption(.allowRemoteHalfClosure, value: true)
-            .channelOption(.recvAllocator, value: ProxyListener.receiveBuffers)
-        let connecting: EventLoopFuture<any Channel>
-        if addresses.count == 1, let only = try? SocketAddress(ipAddress: addresses[0].description, port: target.port) {
-            // One address: nothing to race, so no Happy Eyeballs machinery (its timers and states
-            // are most of a new tunnel's cost on loopback).
-            connecting = bootstrap.connect(to: only)
-        } else {
-            connecting = bootstrap.resolver(FixedAddresses(addresses, on: context.eventLoop)).connect(host: target.host, port: target.port)
-        }
-        connecting
-            .assumeIsolated()
-            .whenComplete { result in
-                switch result {
-                case let .success(upstream):
-                    connected(upstream, idle)
-                    self.logger.debug(
-                        "upstream connected",
-                        metadata: [
-                            "target": "\(target.host):\(target.port)", "remote": "\(upstream.remoteAddress.map { "\($0)" } ?? "?")",
-                            "connect_ms": "\((NIODeadline.now() - started).nanoseconds / 1_000_000)",
-                        ])
-                case let .failure(error):
-                    let timedOut = (error as? ChannelError).map { if case .connectTimeout = $0 { true } else { false } } ?? false
-                    let reason =
-                        timedOut
-                        ? "connecting to \(target.host):\(target.port) timed out" : "cannot connect to \(target.host):\(target.port) (\(error))"
-                    self.refuse(ProxyRefusal(status: timedOut ? 504 : 502, reason: reason), context: context)
-                }
-            }
-    }
-
-    /// Answers 200 (RFC 9110 §9.3.6: no Content-Length, no Transfer-Encoding), takes the HTTP
-    /// handlers out, and relays bytes both ways from now on.
-    private func glue(_ upstream: any Channel, idle: TimeAmount, context: ChannelHandlerContext) {
-        stage = .done
-        let pipeline = context.pipeline.syncOperations
-        pipeline.removeHandler(encoder, promise: nil)
-        pipeline.removeHandler(decoder, promise: nil)
-        context.writeAndFlush(NIOAny(context.channel.allocator.buffer(string: "HTTP/1.1 200 Connection established\r\n\r\n")), promise: nil)
-        let (client, server) = TunnelHandler.pair(metrics: state.metrics, idle: idle)
-        do {
-            try pipeline.addHandler(client)
-            try upstream.pipeline.syncOperations.addHandler(server)
-        } catch {
-            upstream.close(promise: nil)
-            context.close(promise: nil)
-            return
-        }
-        for data in pending { context.fireChannelRead(data) }
-        pending = []
-        if readHeld {
-            readHeld = false
-            context.read()  // the read held while connecting, now for the tunnel
-        }
-        pipeline.removeHandler(self, promise: nil)
-    }
-
-    // MARK: Plain http:// forwarding
-
-    /// RFC 9110 §7.6.1: connection options, and the fields a `Connection` header names, are for one hop.
-    static let hopByHop: Set<String> = [
-        "connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer",
-        "transfer-encoding", "upgrade",
-    ]
-
-    /// Fields a `Connection` header may not take away: the message's framing and its target.
-    /// Dropping `Content-Length` from a GET with a body would turn the body into a second request
-    /// on the origin's connection (smuggling).
-    static let framing: Set<String> = ["content-length", "transfer-encoding", "host"]
-
-    static func endToEnd(_ headers: HTTPHeaders) -> HTTPHeaders {
-        let named = Set(headers[canonicalForm: "connection"].map { $0.lowercased() }).subtracting(framing)
-        var result = HTTPHeaders()
-        for (name, value) in headers where !hopByHop.contains(name.lowercased()) && !named.contains(name.lowercased()) {
-            result.add(name: name, value: value)
-        }
-        return result
-    }
-
-    /// The framing field a request's `Connection` header names, if any: such a request is refused
-    /// (400), as HAProxy and nginx refuse ambiguous framing rather than guess.
-    static func connectionNamesFraming(_ headers: HTTPHeaders) -> String? {
-        headers[canonicalForm: "connection"].map { $0.lowercased() }.first { framing.contains($0) }
-    }
-
-    /// An absolute-form request: checked, resolved, dialled, then sent in origin form with the body
-    /// streamed as it arrives; the response streams back the same way.
-    private func forward(_ head: HTTPRequestHead, policy: ProxyPolicy, context: ChannelHandlerContext) {
-        guard let url = URLComponents(string: head.uri), let host = url.host, !host.isEmpty,
-            let target = ProxyTarget(host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: url.port ?? 80)
-        else {
-            refuse(ProxyRefusal(status: 400, reason: "not a valid http:// URL"), context: context)
-            return
-        }
-        if let refusal = policy.refusal(for: target, plainHTTP: true) {
-            refuse(refusal, context: context)
-            return
-        }
-        if let field = Self.connectionNamesFraming(head.headers) {
-            refuse(ProxyRefusal(status: 400, reason: "the Connection header names \(field), which frames the request"), context: context)
-            return
-        }
-        var path = url.percentEncodedPath.isEmpty ? "/" : url.percentEncodedPath
-        if let query = url.percentEncodedQuery { path += "?" + query }
-        var headers = Self.endToEnd(head.headers)
-        let authority = url.port.map { "\(target.host.contains(":") ? "[\(target.host)]" : target.host):\($0)" } ?? target.host
-        headers.replaceOrAdd(name: "Host", value: authority)
-        headers.add(name: "Via", value: "1.1 resolve")
-        if head.headers[canonicalForm: "transfer-encoding"].contains(where: { $0.lowercased() == "chunked" }) {
-            headers.add(name: "Transfer-Encoding", value: "chunked")  // the body's framing is re-done by the encoder
-        }
-        forwardQueue = [.head(HTTPRequestHead(version: .http1_1, method: head.method, uri: path, headers: headers))]
-        keepAlive = head.isKeepAlive
-        responseStarted = false
-        stage = .forwarding(requestDone: false)
-        resolve(target, context: context) { upstream, idle in
-            self.connectedForForwarding(upstream, idle: idle, context: context)
-        }
-    }
-
-    private func connectedForForwarding(_ upstream: any Channel, idle: TimeAmount, context: ChannelHandlerContext) {
-        guard case .forwarding = stage, context.channel.isActive else {
-            upstream.close(promise: nil)
-            return
-        }
-        self.upstream = upstream
-        do {
-            let sync = upstream.pipeline.syncOperations
-            try sync.addHandler(IdleStateHandler(allTimeout: idle))
-            try sync.addHandler(HTTPRequestEncoder())
-            // 1xx answers (100 Continue above all) go to the client: a client that sent
-            // `Expect: 100-continue` would otherwise wait its timeout (curl: 1 s) before the body.
-            try sync.addHandler(ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .dropBytes, informationalResponseStrategy: .forward)))
-            try sync.addHandler(ForwardedResponseHandler(client: self))
-        } catch {
-            upstream.close(promise: nil)
-            refuse(ProxyRefusal(status: 502, reason: "cannot set up the upstream connection"), context: context)
-            return
-        }
-        for part in forwardQueue { upstream.write(part, promise: nil) }
-        forwardQueue = []
-        upstream.flush()
-        resumeReading()
-        state.metrics.proxyOutcome("forwarded")
-    }
-
-    private func forwardRequestPart(_ part: HTTPServerRequestPart) {
-        let outbound: HTTPClientRequestPart
-        switch part {
-        case .head: return  // cannot happen: a head ends the previous request
-        case let .body(buffer):
-            state.metrics.proxyBytes(upstream: true, buffer.readableBytes)
-            outbound = .body(.byteBuffer(buffer))
-        case let .end(trailers):
-            outbound = .end(trailers)
-            stage = .forwarding(requestDone: true)
-        }
-        if let upstream {
-            upstream.write(outbound, promise: nil)
-            if case .end = outbound { upstream.flush() }
-        } else {
-            forwardQueue.append(outbound)
-        }
-    }
-
-    func channelReadComplete(context: ChannelHandlerContext) {
-        upstream?.flush()
-        context.fireChannelReadComplete()
-    }
-
-    /// The upstream's response parts, on the same event loop.
-    fileprivate func upstreamResponded(_ part: HTTPClientResponsePart) {
-        guard let context else { return }
-        switch part {
-        case let .head(head) where (100..<200).contains(head.status.code):
-            // Informational: passed on at once; the final response follows.
-            guard head.status != .switchingProtocols else { return }
-            context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: head.status))), promise: nil)
-        case let .head(head):
-            responseStarted = true
-            var headers = Self.endToEnd(head.headers)
-            headers.add(name: "Via", value: "1.1 resolve")
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: head.status, headers: headers))), promise: nil)
-        case let .body(buffer):
-            state.metrics.proxyBytes(upstream: false, buffer.readableBytes)
-            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
-        case let .end(trailers):
-            context.writeAndFlush(wrapOutboundOut(.end(trailers)), promise: nil)
-            finishExchange(context: context)
-        }
-    }
-
-    fileprivate func upstreamFlushed() { context?.flush() }
-
-    /// The upstream closed or failed before its response ended.
-    fileprivate func upstreamEnded(error: (any Error)?) {
-        guard let context, case .forwarding = stage else { return }
-        if responseStarted {
-            context.close(promise: nil)  // a cut response must look cut to the client
-        } else {
-            refuse(ProxyRefusal(status: 502, reason: "the origin closed without a response\(error.map { " (\($0))" } ?? "")"), context: context)
-        }
-        upstream = nil
-    }
-
-    /// One exchange done: the connection is ready for the client's next request (keep-alive).
-    private func finishExchange(context: ChannelHandlerContext) {
-        let finished = upstream
-        upstream = nil
-        finished?.close(promise: nil)
-        guard keepAlive else {
-            stage = .done
-            context.close(promise: nil)
-            return
-        }
-        stage = .head
-        // A kept-alive connection waits for its next request at most the proxy's idle timeout.
-        let channel = context.channel
-        let idle = TimeAmount.nanoseconds(Int64(state.current.config.daemon.proxy.idleTimeout / .nanoseconds(1)))
-        headDeadline = context.eventLoop.scheduleTask(in: idle) { channel.close(promise: nil) }
-        resumeReading()
-        let queued = pending
-        pending = []
-        for data in queued { channelRead(context: context, data: data) }
-    }
-
-    // MARK: Backpressure while forwarding
-
-    func read(context: ChannelHandlerContext) {
-        switch stage {
-        case .forwarding(requestDone: false) where upstream.map({ !$0.isWritable }) ?? true,
-            .forwarding(requestDone: true), .connecting:
-            // Read the client's body only as fast as the upstream takes it (not at all while it is
-            // being dialled), and nothing more until a response is done or a tunnel is set up: what
-            // a client sends ahead waits in its socket, not in this process.
-            readHeld = true
-        case .head, .awaitingEnd, .forwarding, .done:
-            context.read()
-        }
-    }
-
-    fileprivate func resumeReading() {
-        guard readHeld, let context else { return }
-        readHeld = false
-        context.read()
-    }
-
-    fileprivate var clientIsWritable: Bool { context?.channel.isWritable ?? true }
-
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { upstreamReader?.resumeReading() }
-        context.fireChannelWritabilityChanged()
-    }
-
-    fileprivate weak var upstreamReader: ForwardedResponseHandler?
-
-    private func refuse(_ refusal: ProxyRefusal, context: ChannelHandlerContext) {
-        stage = .done
-        upstream?.close(promise: nil)
-        upstream = nil
-        state.metrics.proxyOutcome(String(refusal.status))
-        logger.info(
-            "proxy request refused", metadata: ["status": "\(refusal.status)", "reason": "\(refusal.reason)"])
-        let headers = HTTPHeaders(refusal.headerFields.map { ($0.name, $0.value) })
-        let body = context.channel.allocator.buffer(string: refusal.body)
-        let status = HTTPResponseStatus(statusCode: refusal.status)
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
-        context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
-    }
-}
-
-/// The addresses HTTPDNS chose, handed to NIO's Happy Eyeballs (RFC 8305) as a resolver's answer.
-final class FixedAddresses: Resolver, Sendable {
-    private let v4: [SocketAddress]
-    private let v6: [SocketAddress]
-    private let loop: any EventLoop
-
-    init(_ addresses: [IPAddress], on loop: any EventLoop) {
-        let socketAddresses = addresses.compactMap { try? SocketAddress(ipAddress: $0.description, port: 0) }
-        v4 = socketAddresses.filter { $0.protocol == .inet }
-        v6 = socketAddresses.filter { $0.protocol == .inet6 }
-        self.loop = loop
-    }
-
-    func initiateAQuery(host: String, port: Int) -> EventLoopFuture<[SocketAddress]> {
-        loop.makeSucceededFuture(v4.compactMap { try? Self.with(port: port, $0) })
-    }
-
-    func initiateAAAAQuery(host: String, port: Int) -> EventLoopFuture<[SocketAddress]> {
-        loop.makeSucceededFuture(v6.compactMap { try? Self.with(port: port, $0) })
-    }
-
-    func cancelQueries() {}
-
-    private static func with(port: Int, _ address: SocketAddress) throws -> SocketAddress {
-        try SocketAddress(ipAddress: address.ipAddress ?? "", port: port)
-    }
-}
-
-/// One side of a tunnel: what it reads is written to its partner; a partner that cannot take more
-/// stops the reading (backpressure both ways); a half-close is passed on; idleness closes both.
-final class TunnelHandler: ChannelDuplexHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-
-    private weak var partner: TunnelHandler?
-    private var context: ChannelHandlerContext?
-    private var pendingRead = false
-    private let upstreamSide: Bool
-    private let metrics: DaemonMetrics
-    private let activity: Activity
-    private var idleCheck: Scheduled<Void>?
-
-    /// When bytes last moved either way, shared by both sides (one event loop). Every write in a
-    /// tunnel follows a read on the other side, so reads alone say whether it is idle — without
-    /// NIO's IdleStateHandler, which made a promise and a callback for every write.
-    private final class Activity {
-        var last = NIODeadline.now()
-        let idle: TimeAmount
-        init(idle: TimeAmount) { self.idle = idle }
-    }
-
-    private init(upstreamSide: Bool, metrics: DaemonMetrics, activity: Activity) {
-        self.upstreamSide = upstreamSide
-        self.metrics = metrics
-        self.activity = activity
-    }
-
-    /// The client side and the upstream side, joined; closed after `idle` without a byte either way.
-    static func pair(metrics: DaemonMetrics, idle: TimeAmount) -> (TunnelHandler, TunnelHandler) {
-        let activity = Activity(idle: idle)
-        let client = TunnelHandler(upstreamSide: false, metrics: metrics, activity: activity)
-        let server = TunnelHandler(upstreamSide: true, metrics: metrics, activity: activity)
-        client.partner = server
-        server.partner = client
-        metrics.proxyTunnelsOpen(+1)
-        return (client, server)
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
-        // The client side keeps the tunnel's one idle timer.
-        if !upstreamSide { scheduleIdleCheck(in: activity.idle, context: context) }
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        idleCheck?.cancel()
-        idleCheck = nil
-        self.context = nil
-        partner = nil
-    }
-
-    private func scheduleIdleCheck(in delay: TimeAmount, context: ChannelHandlerContext) {
-        idleCheck = context.eventLoop.assumeIsolated().scheduleTask(in: delay) { [weak self] in
-            guard let self, let context = self.context else { return }
-            let quiet = NIODeadline.now() - self.activity.last
-            if quiet >= self.activity.idle {
-                context.close(promise: nil)
-            } else {
-                self.scheduleIdleCheck(in: self.activity.idle - quiet, context: context)
-            }
-        }
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        activity.last = .now()
-        let bytes = unwrapInboundIn(data).readableBytes
-        metrics.proxyBytes(upstream: !upstreamSide, bytes)
-        partner?.context?.write(data, promise: nil)
-    }
-
-    func channelReadComplete(context: ChannelHandlerContext) {
-        partner?.context?.flush()
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        if !upstreamSide { metrics.proxyTunnelsOpen(-1) }
-        partner?.context?.close(promise: nil)
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let event = event as? ChannelEvent, case .inputClosed = event {
-            // The peer finished sending: finish sending to the other side too (TLS close_notify and
-            // HTTP/1.0 bodies rely on it).
-            partner?.context?.close(mode: .output, promise: nil)
-        } else {
-            context.fireUserInboundEventTriggered(event)
-        }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        context.close(promise: nil)
-    }
-
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { partner?.resumeReading() }
-    }
-
-    func read(context: ChannelHandlerContext) {
-        if let partner, let partnerContext = partner.context, !partnerContext.channel.isWritable {
-            pendingRead = true
-            return
-        }
-        context.read()
-    }
-
-    private func resumeReading() {
-        guard pendingRead, let context else { return }
-        pendingRead = false
-        context.read()
-    }
-}
-
-/// The upstream side of a forwarded plain-HTTP exchange: response parts go to the client's handler;
-/// reading stops while the client cannot take more.
-final class ForwardedResponseHandler: ChannelDuplexHandler {
-    typealias InboundIn = HTTPClientResponsePart
-    typealias OutboundIn = HTTPClientRequestPart
-    typealias OutboundOut = HTTPClientRequestPart
-
-    private let client: ProxyConnectionHandler
-    private var context: ChannelHandlerContext?
-    private var readHeld = false
-    private var ended = false
-
-    init(client: ProxyConnectionHandler) {
-        self.client = client
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
-        client.upstreamReader = self
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let part = unwrapInboundIn(data)
-        if case .end = part { ended = true }
-        client.upstreamResponded(part)
-    }
-
-    func channelReadComplete(context: ChannelHandlerContext) {
-        client.upstreamFlushed()
-    }
-
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { client.resumeReading() }
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        if !ended { client.upstreamEnded(error: nil) }
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is IdleStateHandler.IdleStateEvent { context.close(promise: nil) }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if !ended {
-            ended = true
-            client.upstreamEnded(error: error)
-        }
-        context.close(promise: nil)
-    }
-
-    func read(context: ChannelHandlerContext) {
-        if !client.clientIsWritable {
-            readHeld = true
-            return
-        }
-        context.read()
-    }
-
-    func resumeReading() {
-        guard readHeld, let context else { return }
-        readHeld = false
-        context.read()
     }
 }

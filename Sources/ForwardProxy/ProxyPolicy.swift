@@ -131,8 +131,7 @@ struct ProxyPolicy: Sendable {
     /// What may be dialled of `host`'s trusted `addresses`, in order: the watcher's word heeded
     /// (``heed(_:hijacked:ranking:)``), private destinations dropped unless allowed; a 403 when
     /// nothing is left.
-    func destinations(_ addresses: [IPAddress], host: String, state: DaemonState) -> Result<[IPAddress], ProxyRefusal> {
-        let advice = state.watchAdvice(for: host)
+    func destinations(_ addresses: [IPAddress], host: String, advice: WatchAdvice) -> Result<[IPAddress], ProxyRefusal> {
         let dialable = dialable(Self.heed(addresses, hijacked: advice.hijacked, ranking: advice.ranking))
         guard !dialable.isEmpty else { return .failure(.policy("\(host) resolves only to private, loopback or link-local addresses")) }
         return .success(dialable)

@@ -4,7 +4,6 @@ import CRelay
 import DNSCore
 import Foundation
 import Glibc
-import HTTPDNS
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -21,9 +20,9 @@ import Synchronization
 /// cost a channel, a pipeline and a dozen epoll_ctl calls; on 2 cores beside curl and nginx that
 /// was 0.7-0.8x of a direct download and 0.8x of tinyproxy's tunnels per second.
 final class SpliceRelay: Sendable {
-    /// Context the loops share: settings come from `state` per connection, so SIGHUP applies.
+    /// Context the loops share: settings come from `context` per connection, so SIGHUP applies.
     struct Environment: Sendable {
-        let state: DaemonState
+        let context: any ProxyResolving
         let registry: ConnectionRegistry
         let logger: Logger
         /// Where a connection goes that is not a clean CONNECT: its descriptor and the bytes read.
@@ -326,15 +325,14 @@ private final class RelayLoop: @unchecked Sendable {
                 return
             }
             guard environment.registry.reserve() else {
-                environment.state.metrics.proxyOutcome("connection_limit")
+                environment.context.count(.outcome("connection_limit"))
                 close(fd)
                 continue
             }
             var one: CInt = 1
             setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
             nextID &+= 1
-            let settings = environment.state.current.config.daemon.limits
-            let tunnel = ProxyTunnel(id: nextID, client: fd, headDeadline: monotonicNow() + nanoseconds(settings.requestTimeout))
+            let tunnel = ProxyTunnel(id: nextID, client: fd, headDeadline: monotonicNow() + nanoseconds(environment.context.headTimeout))
             open[tunnel.id] = tunnel
             connections[fd] = tunnel
             openCount.add(1, ordering: .relaxed)
@@ -373,7 +371,7 @@ private final class RelayLoop: @unchecked Sendable {
     // MARK: The head
 
     private func readHead(_ tunnel: ProxyTunnel) {
-        let limit = environment.state.current.config.daemon.proxy.maxHeaderBytes
+        let limit = environment.context.settings.maxHeaderBytes
         while true {
             let count = read(tunnel.client, scratch.baseAddress, scratch.count)
             if count > 0 {
@@ -397,8 +395,8 @@ private final class RelayLoop: @unchecked Sendable {
     }
 
     private func begin(_ tunnel: ProxyTunnel, authority: String, authorization: String?, headLength: Int) {
-        let runtime = environment.state.current
-        let policy = ProxyPolicy(settings: runtime.config.daemon.proxy)
+        let context = environment.context
+        let policy = ProxyPolicy(settings: context.settings)
         // Unauthorized, malformed or refused targets: the full handler answers (407, 400, 403).
         guard policy.authorizes(authorization), let target = ProxyTarget(authority: authority),
             policy.refusal(for: target, plainHTTP: false) == nil
@@ -407,19 +405,18 @@ private final class RelayLoop: @unchecked Sendable {
         tunnel.send(Array(tunnel.head[headLength...]), toUpstream: true)
         tunnel.head = []
         tunnel.target = target
-        let resolver = runtime.resolver
         if let literal = IPAddress(target.host) {
             resolved(tunnel, .success([literal]))
-        } else if let cached = resolver.resolveWithoutWaiting(target.host, type: .both) {
-            resolved(tunnel, .success(cached.addresses.map(\.ip)))
+        } else if let cached = context.addressesWithoutWaiting(target.host) {
+            resolved(tunnel, .success(cached))
         } else {
             tunnel.phase = .resolving
             let id = tunnel.id
             Task { [self] in
-                do {
-                    post(.resolved(id: id, .success(try await resolver.resolve(target.host, type: .both).addresses.map(\.ip))))
+                do throws(DNSError) {
+                    post(.resolved(id: id, .success(try await context.addresses(target.host))))
                 } catch {
-                    post(.resolved(id: id, .failure(error as? DNSError ?? DNSError(.internalError, "\(error)"))))
+                    post(.resolved(id: id, .failure(error)))
                 }
             }
         }
@@ -429,9 +426,9 @@ private final class RelayLoop: @unchecked Sendable {
         guard let target = tunnel.target else { return finish(tunnel) }
         switch result {
         case let .success(addresses):
-            let settings = environment.state.current.config.daemon.proxy
+            let context = environment.context, settings = context.settings
             let dialable: [IPAddress]
-            switch ProxyPolicy(settings: settings).destinations(addresses, host: target.host, state: environment.state) {
+            switch ProxyPolicy(settings: settings).destinations(addresses, host: target.host, advice: context.advice(for: target.host)) {
             case let .success(addresses): dialable = addresses
             case let .failure(refusal): return refuse(tunnel, refusal)
             }
@@ -503,9 +500,8 @@ private final class RelayLoop: @unchecked Sendable {
         tunnel.upstream = upstream
         tunnel.phase = .tunnel
         tunnel.lastActivity = now
-        let metrics = environment.state.metrics
-        metrics.proxyOutcome("tunnel")
-        metrics.proxyTunnelsOpen(+1)
+        environment.context.count(.outcome("tunnel"))
+        environment.context.count(.tunnels(delta: +1))
         tunnel.counted = true
         if environment.logger.logLevel <= .debug, let target = tunnel.target {
             environment.logger.debug(
@@ -513,7 +509,7 @@ private final class RelayLoop: @unchecked Sendable {
                 metadata: [
                     "target": "\(target.host):\(target.port)",
                     "connect_ms": "\((monotonicNow() - tunnel.started) / 1_000_000)",
-                ])
+                ], source: DaemonLog.source)
         }
         // RFC 9110 §9.3.6: a 2xx answer to CONNECT has no Content-Length or Transfer-Encoding.
         tunnel.send(Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8), toUpstream: false)
@@ -565,9 +561,9 @@ private final class RelayLoop: @unchecked Sendable {
     // MARK: Timers (a sweep every 50 ms while anything is open)
 
     private func sweep(now: UInt64) {
-        let metrics = environment.state.metrics
-        if relayed.up > 0 { metrics.proxyBytes(upstream: true, relayed.up) }
-        if relayed.down > 0 { metrics.proxyBytes(upstream: false, relayed.down) }
+        let context = environment.context
+        if relayed.up > 0 { context.count(.bytes(upstream: true, relayed.up)) }
+        if relayed.down > 0 { context.count(.bytes(upstream: false, relayed.down)) }
         relayed = (0, 0)
         if batch && splicedSinceSweep < Self.batchBytes { batch = httpdns_sched_batch(0) != 0 }
         splicedSinceSweep = 0
@@ -579,7 +575,7 @@ private final class RelayLoop: @unchecked Sendable {
             switch tunnel.phase {
             case .head where now >= tunnel.headDeadline:
                 // A client that never sends a complete head is closed (a slow-loris costs nothing more).
-                environment.state.metrics.proxyOutcome("head_timeout")
+                context.count(.outcome("head_timeout"))
                 finish(tunnel)
             case .connecting where now >= tunnel.connectDeadline:
                 let target = tunnel.target.map { "\($0.host):\($0.port)" } ?? "?"
@@ -597,8 +593,9 @@ private final class RelayLoop: @unchecked Sendable {
     // MARK: Endings
 
     private func refuse(_ tunnel: ProxyTunnel, _ refusal: ProxyRefusal) {
-        environment.state.metrics.proxyOutcome(String(refusal.status))
-        environment.logger.info("proxy request refused", metadata: ["status": "\(refusal.status)", "reason": "\(refusal.reason)"])
+        environment.context.count(.outcome(String(refusal.status)))
+        environment.logger.info(
+            "proxy request refused", metadata: ["status": "\(refusal.status)", "reason": "\(refusal.reason)"], source: DaemonLog.source)
         let response = Array(refusal.response(reasonPhrase: HTTPResponseStatus(statusCode: refusal.status).reasonPhrase).utf8)
         _ = response.withUnsafeBytes { write(tunnel.client, $0.baseAddress, $0.count) }
         finish(tunnel)
@@ -622,7 +619,7 @@ private final class RelayLoop: @unchecked Sendable {
         if tunnel.upstream >= 0 { connections[tunnel.upstream] = nil }
         for fd in tunnel.attempts { connections[fd] = nil }
         open[tunnel.id] = nil
-        if tunnel.counted { environment.state.metrics.proxyTunnelsOpen(-1) }
+        if tunnel.counted { environment.context.count(.tunnels(delta: -1)) }
         tunnel.closeAll()
         openCount.add(-1, ordering: .relaxed)
         environment.registry.release()

@@ -4,6 +4,7 @@ import Crypto
 import DNSCore
 import DNSStubServer
 import DaemonHTTP
+import ForwardProxy
 import Foundation
 import HTTPDNS
 import HijackDetection
@@ -207,14 +208,14 @@ final class DaemonState: Sendable {
     /// What the watcher knows about `host` that a connection should heed: the addresses it holds as
     /// hijacked (the system's answer, where the verdict is hijacked, less the trusted addresses),
     /// and its ranking of the trusted ones (healthy first, fastest first).
-    func watchAdvice(for host: String) -> (hijacked: Set<IPAddress>, ranking: [IPAddress]) {
-        guard let status = statuses.withLock({ $0[host] }) else { return ([], []) }
+    func watchAdvice(for host: String) -> WatchAdvice {
+        guard let status = statuses.withLock({ $0[host] }) else { return WatchAdvice() }
         var hijacked = Set<IPAddress>()
         if status.comparison.verdict.kind == .hijacked, case let .addresses(system) = status.comparison.system {
             let trusted: [IPAddress] = if case let .addresses(list) = status.comparison.trusted { list } else { [] }
             hijacked = Set(system).subtracting(trusted)
         }
-        return (hijacked, status.ranked.filter(\.isHealthy).map(\.ip))
+        return WatchAdvice(hijacked: hijacked, ranking: status.ranked.filter(\.isHealthy).map(\.ip))
     }
 
     func forget(except hosts: Set<String>) {
@@ -501,7 +502,8 @@ package final class Daemon: Sendable {
         if let proxyListen = config.daemon.proxyListen {
             let (proxyHost, proxyPort) = try Self.listenAddress(proxyListen, key: "proxy_listen")
             var proxy = ProxyListener(
-                state: state, host: proxyHost, port: proxyPort, maxConnections: maxTunnels, drainTimeout: Self.drainTimeout, logger: logger)
+                context: ProxyContext(state: state), host: proxyHost, port: proxyPort, maxConnections: maxTunnels, drainTimeout: Self.drainTimeout,
+                logger: logger)
             proxy.onBound = { [self] address in
                 bound.withLock { $0.proxy = address }
                 listening()

@@ -1,6 +1,7 @@
+import TestSupport
 import Testing
 
-@testable import ResolverDaemon
+@testable import ForwardProxy
 
 /// The relay's CONNECT scan: what it serves itself, and what it leaves to the full HTTP parser.
 @Suite struct ConnectHeadTests {
@@ -37,7 +38,7 @@ import Testing
     }
 
     @Test func theFuzzSeedsAndCrashersScanWithoutATrap() {
-        let inputs = FuzzReplayTests.inputs("corpus-connect", "crashers/connect")
+        let inputs = FuzzCorpus.inputs(["corpus-connect", "crashers/connect"])
         #expect(inputs.count >= 4)
         for input in inputs {
             if case let .connect(_, _, length) = ConnectHead.scan(input) {

@@ -1,5 +1,6 @@
 import DNSCore
 import Foundation
+import TestSupport
 import Testing
 
 @testable import DNSStubServer
@@ -8,16 +9,7 @@ import Testing
 /// Replays the daemon fuzzers' seeds and every crasher they found (Scripts/fuzz.sh stub|doh):
 /// each input is answered with a well-formed response or refused, never a trap.
 @Suite struct FuzzReplayTests {
-    static let fuzz = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("Fuzz")
-
-    static func inputs(_ folders: String...) -> [[UInt8]] {
-        folders.flatMap { folder -> [[UInt8]] in
-            let directory = fuzz.appendingPathComponent(folder)
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
-            return names.filter { !$0.hasPrefix(".") }.sorted().compactMap { try? Array(Data(contentsOf: directory.appendingPathComponent($0))) }
-        }
-    }
+    static func inputs(_ folders: String...) -> [[UInt8]] { FuzzCorpus.inputs(folders) }
 
     @Test func stubDatagramsFromTheCorpusAndCrashers() throws {
         let inputs = Self.inputs("corpus-stub", "crashers/stub")
