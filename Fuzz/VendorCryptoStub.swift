@@ -12,5 +12,5 @@ package enum VendorCrypto {
     package static func aesGCMOpen(_ sealed: [UInt8], key: [UInt8]) throws(VendorCryptoError) -> [UInt8] {
         throw .badCiphertext("AES is not in the fuzz build")
     }
-    package static func randomBytes(_ count: Int) -> [UInt8] { Array(repeating: 0, count: count) }
+    @Sendable package static func randomBytes(_ count: Int) -> [UInt8] { Array(repeating: 0, count: count) }
 }
