@@ -303,8 +303,7 @@ struct HTTP2FrameLayer {
         case .streamError(let code):
             return try streamError(stream, code, now: now)
         case .closed:
-            streams[stream] = nil
-            closedStreams.insert(stream)
+            closeNormally(stream)
             return nil
         case .drop:
             state.receiveWindow -= length
@@ -357,8 +356,7 @@ struct HTTP2FrameLayer {
             case .streamError(let code):
                 return try streamError(id, code, now: now)
             case .closed:
-                streams[id] = nil
-                closedStreams.insert(id)
+                closeNormally(id)
                 return nil
             case .drop, .send, .resetAfterAnswer, .discardRest, .ignored:
                 return nil  // not outcomes of the client's HEADERS
@@ -469,6 +467,13 @@ struct HTTP2FrameLayer {
         try countReset(now)
     }
 
+    /// The stream ended normally (both sides done): it leaves the table, and a frame on it later is
+    /// STREAM_CLOSED.
+    private mutating func closeNormally(_ stream: UInt32) {
+        streams[stream] = nil
+        closedStreams.insert(stream)
+    }
+
     /// A stream error of the client's making (RFC 9113 §5.4.2): the stream leaves the table, RST_STREAM
     /// goes out and counts as a reset, and the request layer hears of it.
     private mutating func streamError(_ stream: UInt32, _ code: HTTP2ErrorCode, now: NIODeadline) throws(ConnectionError) -> Event {
@@ -572,8 +577,7 @@ struct HTTP2FrameLayer {
         unblock(stream)
         switch state.phase.advance(.answerSent(windowLeft: state.receiveWindow > 0)) {
         case .closed:
-            streams[stream] = nil
-            closedStreams.insert(stream)
+            closeNormally(stream)
         case .resetAfterAnswer:
             streams[stream] = nil
             resetByUs.insert(stream)  // what arrives before the reset is written is ignored too

@@ -14,8 +14,6 @@ import NIOHTTP1
 /// - anything else: the API (``Routes``), in a task, also counted.
 /// Both versions record the same metrics through here.
 final class RequestGateway: HTTPRequestHandling {
-    typealias Outcome = HTTPReply
-
     let state: DaemonState
     /// The Prometheus text `/metrics` serves.
     private let exposition: @Sendable () -> [UInt8]
@@ -37,7 +35,7 @@ final class RequestGateway: HTTPRequestHandling {
         state.current.policy.check(method: method, target: target, contentLength: contentLength, authorization: authorization)
     }
 
-    func respond(to request: HTTPRequest, on channel: any Channel) -> Outcome {
+    func respond(to request: HTTPRequest, on channel: any Channel) -> HTTPReply {
         let started = DispatchTime.now().uptimeNanoseconds
         let runtime = state.current
         let route = Self.route(of: request.target)
@@ -71,7 +69,7 @@ final class RequestGateway: HTTPRequestHandling {
 
     // MARK: DoH
 
-    private func dns(_ request: HTTPRequest, runtime: Runtime, channel: any Channel, started: UInt64) -> Outcome {
+    private func dns(_ request: HTTPRequest, runtime: Runtime, channel: any Channel, started: UInt64) -> HTTPReply {
         let route = DoHRequest.path, method = request.method
         let wire: [UInt8]
         switch DoHRequest.query(
