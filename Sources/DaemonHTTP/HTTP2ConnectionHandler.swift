@@ -40,6 +40,12 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     private var stalled: (stream: UInt32, since: NIODeadline)?
 
     private var answersSinceFlush = 0
+    /// When the read being processed began: the time of every request it brings (one clock read per
+    /// read, not three per request).
+    private var readStarted: NIODeadline?
+
+    /// The time for deadlines: the read's start while one is processed, else the clock.
+    private var moment: NIODeadline { readStarted ?? now }
 
     init(handling: any HTTPRequestHandling, configuration: HTTP2RequestStateMachine.Configuration, logger: Logger) {
         self.handling = handling
@@ -68,6 +74,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !closing else { return }
         reading = true
+        if readStarted == nil { readStarted = now }
         var bytes = unwrapInboundIn(data)
         if var held = partial {
             partial = nil
@@ -81,7 +88,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// the start of a frame) waits in `partial`.
     private func process(_ bytes: inout ByteBuffer, _ context: ChannelHandlerContext) {
         do {
-            while let event = try frames.next(from: &bytes, now: self.now) {
+            while let event = try frames.next(from: &bytes, now: self.moment) {
                 handle(event)
                 if closing { return }
                 if !context.channel.isWritable { break }
@@ -99,11 +106,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     private func handle(_ event: HTTP2FrameLayer.Event) {
         switch event {
         case let .headers(id, headers, endStream):
-            perform(requests.receivedHeaders(id, headers, endStream: endStream, now: now))
+            perform(requests.receivedHeaders(id, headers, endStream: endStream, now: moment))
         case let .data(id, bytes, endStream):
             perform(requests.receivedData(id, bytes, endStream: endStream))
         case .reset(let id):
-            requests.streamClosed(id, now: now)
+            requests.streamClosed(id, now: moment)
             if requests.closeIfDrained() { close() }
         case .goAway:
             drain()
@@ -118,6 +125,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// The end of a read: window updates for what the read consumed, then one flush.
     private func finishRead(_ context: ChannelHandlerContext) {
         reading = false
+        readStarted = nil
         for (stream, increment) in requests.readComplete(connectionWindow: frames.inboundWindow) {
             frames.windowUpdate(stream, increment)
         }
@@ -140,6 +148,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
             if var held = partial {
                 partial = nil
                 reading = true
+                readStarted = now
                 process(&held, context)
                 if !closing { finishRead(context) }
             }
@@ -188,7 +197,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
             if let head = requests.head(of: id) { handling.recordEarly(answer, target: head.path, method: head.method) }
             write(id, answer, abortUnfinished: reset)
         case let .reset(id, code):
-            frames.reset(id, code, now: now)
+            frames.reset(id, code, now: moment)
             scheduleFlush()
         }
     }
@@ -214,11 +223,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// of this read, or on the next turn of the loop for an answer that came from a task.
     private func write(_ id: HTTP2StreamID, _ answer: HTTPAnswer, abortUnfinished: Bool = false) {
         guard context != nil, !closing, requests.isAwaitingResponse(id) else { return }
-        var headers = answer.headers
-        headers.append(("content-length", String(answer.body.readableBytes)))
-        headers.append(("date", date.now()))
-        let closeAfter = requests.responded(id, now: now)
-        frames.respond(id, status: answer.status, headers: headers, body: answer.body, abortUnfinished: abortUnfinished)
+        let closeAfter = requests.responded(id, now: moment)
+        frames.respond(id, status: answer.status, headers: answer.headers, body: answer.body, date: date.now(), abortUnfinished: abortUnfinished)
         if let context { emit(context) }
         scheduleFlush()
         if closeAfter { close() }
@@ -309,7 +315,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// SIGTERM, or the client's GOAWAY: GOAWAY with the last stream taken; close once those are
     /// answered (or at the drain deadline).
     private func drain() {
-        guard requests.startDraining(now: now) else { return }
+        guard requests.startDraining(now: moment) else { return }
         sendGoAway()
         if requests.closeIfDrained() { close() }
     }

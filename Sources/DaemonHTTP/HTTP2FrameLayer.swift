@@ -509,11 +509,14 @@ struct HTTP2FrameLayer {
     /// request, what it still sends within the stream's window is dropped and its END_STREAM closes
     /// the stream; RST_STREAM NO_ERROR (RFC 9113 §8.1) once that window is used up, or right after the
     /// response with `abortUnfinished` (a request that timed out). Resetting at once made libcurl
-    /// 7.88 fail an early 413 with "stream error" in about 1 of 4 small POSTs.
-    mutating func respond(_ id: HTTP2StreamID, status: Int, headers: [(String, String)], body: ByteBuffer, abortUnfinished: Bool = false) {
+    /// 7.88 fail an early 413 with "stream error" in about 1 of 4 small POSTs. The frame layer adds
+    /// `content-length` (the body's) and, when given, `date`.
+    mutating func respond(
+        _ id: HTTP2StreamID, status: Int, headers: [(String, String)], body: ByteBuffer, date: String? = nil, abortUnfinished: Bool = false
+    ) {
         let stream = UInt32(Int32(id))
         guard var state = streams[stream], state.phase.advance(.answer(body: body, abortUnfinished: abortUnfinished)) == .send else { return }
-        writeHeaders(stream, status: status, headers: headers, endStream: body.readableBytes == 0)
+        writeHeaders(stream, status: status, headers: headers, contentLength: body.readableBytes, date: date, endStream: body.readableBytes == 0)
         streams[stream] = state
         sendData(stream)
     }
@@ -597,15 +600,36 @@ struct HTTP2FrameLayer {
         if let index = blocked.firstIndex(of: stream) { blocked.remove(at: index) }
     }
 
-    private mutating func writeHeaders(_ stream: UInt32, status: Int, headers: [(String, String)], endStream: Bool) {
-        var block = ByteBuffer()
-        block.reserveCapacity(128)
-        if tableSizeUpdatePending {
-            block.writeInteger(UInt8(0x20))
-            tableSizeUpdatePending = false
+    /// The answer's header block, written straight after its frame header in `output` (one frame:
+    /// an answer's fields are far below any peer's frame size); a block over the peer's frame size is
+    /// moved out and written again as HEADERS and CONTINUATION frames.
+    private mutating func writeHeaders(
+        _ stream: UInt32, status: Int, headers: [(String, String)], contentLength: Int, date: String?, endStream: Bool
+    ) {
+        let frameStart = output.writerIndex
+        writeFrameHeader(length: 0, type: .headers, flags: 0, stream: stream)
+        let blockStart = output.writerIndex
+        let tableSizeUpdate = tableSizeUpdatePending
+        tableSizeUpdatePending = false
+        let bound = HPACKLiteralWriter.bound(headers: headers, date: date)
+        output.writeWithUnsafeMutableBytes(minimumWritableBytes: bound) { bytes in
+            var block = HPACKLiteralWriter(bytes)
+            if tableSizeUpdate { block.byte(0x20) }  // a dynamic table size update to 0
+            block.status(status)
+            for (name, value) in headers { block.field(name: name, value: value) }
+            block.contentLength(contentLength)
+            if let date { block.field(name: "date", value: date) }
+            return block.count
         }
-        HPACKLiterals.writeStatus(status, to: &block)
-        for (name, value) in headers { HPACKLiterals.write(name: name, value: value, to: &block) }
+        let length = output.writerIndex - blockStart
+        if length <= peerMaxFrameSize {
+            let flags = Flag.endHeaders | (endStream ? Flag.endStream : 0)
+            output.setInteger(UInt32(length) << 8 | UInt32(FrameType.headers.rawValue), at: frameStart)
+            output.setInteger(flags, at: frameStart + 4)
+            return
+        }
+        var block = output.getSlice(at: blockStart, length: length)!
+        output.moveWriterIndex(to: frameStart)
         var first = true
         repeat {
             let count = min(block.readableBytes, peerMaxFrameSize)
@@ -763,61 +787,6 @@ struct SlidingWindowCount {
         times[oldest] = now
         oldest = (oldest + 1) % limit
         return true
-    }
-}
-
-/// Response header blocks without the dynamic table (RFC 7541 §6.2.2, literal without indexing):
-/// the static table's name index where there is one, raw (not Huffman) strings. A few bytes more
-/// than an indexed block and no table state to keep in step with the client.
-enum HPACKLiterals {
-    /// Static table indexes of the names an answer uses (RFC 7541 Appendix A).
-    static let nameIndex: [String: Int] = [
-        "accept-ranges": 18, "access-control-allow-origin": 20, "age": 21, "allow": 22, "cache-control": 24,
-        "content-disposition": 25, "content-encoding": 26, "content-language": 27, "content-length": 28,
-        "content-location": 29, "content-range": 30, "content-type": 31, "date": 33, "etag": 34, "expires": 36,
-        "last-modified": 44, "link": 45, "location": 46, "retry-after": 53, "server": 54, "set-cookie": 55,
-        "strict-transport-security": 56, "vary": 59, "via": 60, "www-authenticate": 61,
-    ]
-
-    static func writeStatus(_ status: Int, to block: inout ByteBuffer) {
-        let indexed: [Int: UInt8] = [200: 8, 204: 9, 206: 10, 304: 11, 400: 12, 404: 13, 500: 14]
-        if let index = indexed[status] {
-            block.writeInteger(0x80 | index)
-        } else {
-            writeInteger(8, prefix: 4, flags: 0, to: &block)
-            writeString(String(status), to: &block)
-        }
-    }
-
-    static func write(name: String, value: String, to block: inout ByteBuffer) {
-        if let index = nameIndex[name] {
-            writeInteger(index, prefix: 4, flags: 0, to: &block)
-        } else {
-            block.writeInteger(UInt8(0))
-            writeString(name.lowercased(), to: &block)
-        }
-        writeString(value, to: &block)
-    }
-
-    static func writeString(_ string: String, to block: inout ByteBuffer) {
-        writeInteger(string.utf8.count, prefix: 7, flags: 0, to: &block)
-        block.writeString(string)
-    }
-
-    /// RFC 7541 §5.1.
-    static func writeInteger(_ value: Int, prefix: Int, flags: UInt8, to block: inout ByteBuffer) {
-        let limit = (1 << prefix) - 1
-        if value < limit {
-            block.writeInteger(flags | UInt8(value))
-            return
-        }
-        block.writeInteger(flags | UInt8(limit))
-        var rest = value - limit
-        while rest >= 128 {
-            block.writeInteger(UInt8(rest & 0x7F | 0x80))
-            rest >>= 7
-        }
-        block.writeInteger(UInt8(rest))
     }
 }
 

@@ -155,8 +155,11 @@ final class DaemonState: Sendable {
     var current: Runtime { runtime.withLock { $0 } }
 
     /// Whether a question from `client` may be answered (always, without `rate_limit:`).
-    func allows(_ client: SocketAddress?, transport: RateLimiter.Transport) -> Bool {
-        rateLimiter?.allows(client, transport: transport) ?? true
+    /// Whether `client` may ask now; the address is read only when a limit is set (a channel's
+    /// `remoteAddress` takes a lock).
+    func allows(_ client: @autoclosure () -> SocketAddress?, transport: RateLimiter.Transport) -> Bool {
+        guard let rateLimiter else { return true }
+        return rateLimiter.allows(client(), transport: transport)
     }
 
     /// The REFUSED reply to a limited client's `wire`, or nil when it gets none (`action: drop`, or
@@ -167,8 +170,11 @@ final class DaemonState: Sendable {
     }
 
     /// Logs an answered question when the query log is on (one nil check when it is off).
-    func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: String, started: UInt64) {
+    func logQuery(
+        _ query: DNSQuery, _ answer: DNSAnswers.Answer, client: @autoclosure () -> SocketAddress?, transport: String, started: UInt64
+    ) {
         guard let queryLog else { return }
+        let client = client()
         let verdict: String? =
             hasStatuses.load(ordering: .relaxed)
             ? statuses.withLock { $0[query.question.name.description]?.comparison.verdict.kind.rawValue } : nil

@@ -471,6 +471,52 @@ import Testing
         #expect(stream == 101, "the 51st reset ends the connection")
     }
 
+    @Test func anAnswersHeaderBlockDecodesToItsFieldsWithTheBodysLength() throws {
+        var harness = try Harness()
+        _ = try harness.feed(harness.request(1))
+        _ = try harness.feed(harness.request(3))
+        let date = "Fri, 27 Nov 2026 08:00:00 GMT"
+        harness.session.respond(
+            1, status: 200, headers: [("content-type", "application/dns-message"), ("cache-control", "max-age=300"), ("X-Odd", "é")],
+            body: ByteBuffer(repeating: 1, count: 1234), date: date)
+        harness.session.respond(3, status: 429, headers: [("retry-after", "1")], body: ByteBuffer(), date: nil)
+        let frames = harness.output()
+        let blocks = frames.filter { $0.type == H2Wire.Kind.headers }
+        #expect(blocks.count == 2)
+        var decoder = HPACKDecoder(allocator: .init())
+        var first = blocks[0].payload
+        let answer = try decoder.decodeHeaders(from: &first)
+        #expect(
+            answer.map { [$0.name, $0.value] } == [
+                [":status", "200"], ["content-type", "application/dns-message"], ["cache-control", "max-age=300"], ["x-odd", "é"],
+                ["content-length", "1234"], ["date", date],
+            ])
+        var second = blocks[1].payload
+        let refusal = try decoder.decodeHeaders(from: &second)
+        #expect(refusal.map { [$0.name, $0.value] } == [[":status", "429"], ["retry-after", "1"], ["content-length", "0"]])
+        #expect(blocks[1].endStream, "no body: END_STREAM on the HEADERS")
+    }
+
+    @Test func aHeaderBlockOverThePeersFrameSizeGoesOutAsContinuations() throws {
+        var harness = try Harness()
+        _ = try harness.feed(harness.request(1))
+        let long = String(repeating: "v", count: 40_000)
+        harness.session.respond(1, status: 200, headers: [("link", long)], body: ByteBuffer(string: "ok"))
+        let frames = harness.output()
+        #expect(frames.map(\.type) == [H2Wire.Kind.headers, H2Wire.Kind.continuation, H2Wire.Kind.continuation, H2Wire.Kind.data])
+        #expect(frames.prefix(3).map { $0.flags & 0x4 } == [0, 0, 0x4], "END_HEADERS on the last only")
+        #expect(frames.prefix(2).allSatisfy { $0.payload.readableBytes == 16_384 })
+        var block = ByteBuffer()
+        for frame in frames.prefix(3) {
+            var payload = frame.payload
+            block.writeBuffer(&payload)
+        }
+        var decoder = HPACKDecoder(allocator: .init(), maxDynamicTableSize: 4096, maxHeaderListSize: 65_536)
+        let headers = try decoder.decodeHeaders(from: &block)
+        #expect(headers.first(name: "link") == long)
+        #expect(headers.first(name: "content-length") == "2")
+    }
+
     @Test func aLowerHeaderTableSizeIsAcknowledgedInTheNextBlock() throws {
         var harness = try Harness(settings: [(1, 0)])
         _ = try harness.feed(harness.request(1))

@@ -200,6 +200,20 @@ import Testing
         #expect(DoHWire.encodeBase64URL([]) == "")
         #expect(DoHWire.encodeBase64URL([0x00, 0x00, 0x01]) == "AAAB")
     }
+
+    @Test func base64URLDecodesWhatItEncodesAndRefusesTheRest() {
+        var generator = SystemRandomNumberGenerator()
+        for count in 0..<200 {
+            let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let text = DoHWire.encodeBase64URL(bytes)
+            #expect(DoHWire.decodeBase64URL(text[...]) == bytes, "\(count) bytes")
+        }
+        #expect(DoHWire.decodeBase64URL("-_8=") == [0xfb, 0xff], "padding tolerated")
+        #expect(DoHWire.decodeBase64URL("AAE==") == [0x00, 0x01])
+        for refused in ["A", "AAAAA", "A===", "AA===", "AB=C", "AB!C", "AB+/", "AB C", "é"] {
+            #expect(DoHWire.decodeBase64URL(refused[...]) == nil, "\(refused)")
+        }
+    }
 }
 
 @Suite struct CachePersistenceTests {

@@ -13,18 +13,25 @@ enum DoHRequest {
 
     /// The query a GET (`?dns=`, base64url) or a POST (`application/dns-message` body) carries, or
     /// the answer that refuses it: 400 with the reason, 415 for another media type.
-    static func query(method: String, target: String, contentType: String?, body: @autoclosure () -> [UInt8]) -> Result<[UInt8], Refusal> {
+    static func query(
+        method: String, target: String, contentType: @autoclosure () -> String?, body: @autoclosure () -> [UInt8]
+    ) -> Result<[UInt8], Refusal> {
         switch method {
         case "GET":
-            guard let parameter = queryParameter("dns", in: target) else {
-                return .failure(Refusal(status: 400, "give ?dns=BASE64URL (RFC 8484 §4.1)\n"))
+            var target = target
+            return target.withUTF8 { bytes in
+                guard let range = queryParameter("dns", in: bytes) else {
+                    return .failure(Refusal(status: 400, "give ?dns=BASE64URL (RFC 8484 §4.1)\n"))
+                }
+                guard range.count <= maxMessageBytes * 4 / 3 + 4,
+                    let wire = DoHWire.decodeBase64URL(bytes: UnsafeBufferPointer(rebasing: bytes[range]))
+                else {
+                    return .failure(Refusal(status: 400, "the dns parameter is not base64url\n"))
+                }
+                return .success(wire)
             }
-            guard parameter.utf8.count <= maxMessageBytes * 4 / 3 + 4, let wire = DoHWire.decodeBase64URL(parameter) else {
-                return .failure(Refusal(status: 400, "the dns parameter is not base64url\n"))
-            }
-            return .success(wire)
         case "POST":
-            guard isDNSMessage(contentType: contentType) else {
+            guard isDNSMessage(contentType: contentType()) else {
                 return .failure(Refusal(status: 415, "Content-Type must be application/dns-message\n"))
             }
             return .success(body())
@@ -47,18 +54,18 @@ enum DoHRequest {
         DoHWire.mediaType(of: contentType) == DoHWire.mediaType
     }
 
-    /// The first `name=value` of a request target's query, as it is (base64url needs no decoding).
-    /// Scans bytes: the target of a DoH GET is long, and splitting it as characters cost more than
-    /// answering the query.
-    static func queryParameter(_ name: String, in target: String) -> Substring? {
-        let bytes = target.utf8
-        guard var start = bytes.firstIndex(of: UInt8(ascii: "?")).map(bytes.index(after:)) else { return nil }
-        while start < bytes.endIndex {
-            let end = bytes[start...].firstIndex(of: UInt8(ascii: "&")) ?? bytes.endIndex
-            if let equals = bytes[start..<end].firstIndex(of: UInt8(ascii: "=")), bytes[start..<equals].elementsEqual(name.utf8) {
-                return Substring(bytes[bytes.index(after: equals)..<end])
+    /// Where the value of the first `name=value` of a request target's query is, as it is
+    /// (base64url needs no decoding). Scans bytes: the target of a DoH GET is long, and splitting it
+    /// as characters cost more than answering the query.
+    static func queryParameter(_ name: StaticString, in target: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
+        let key = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+        guard var start = target.firstIndex(of: UInt8(ascii: "?")).map({ $0 + 1 }) else { return nil }
+        while start < target.count {
+            let end = target[start...].firstIndex(of: UInt8(ascii: "&")) ?? target.count
+            if let equals = target[start..<end].firstIndex(of: UInt8(ascii: "=")), target[start..<equals].elementsEqual(key) {
+                return (equals + 1)..<end
             }
-            start = end == bytes.endIndex ? end : bytes.index(after: end)
+            start = end + 1
         }
         return nil
     }
