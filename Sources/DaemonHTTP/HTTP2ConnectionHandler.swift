@@ -15,7 +15,8 @@ import NIOHTTP2
 /// connections wait), and no new read is asked for, so what it costs is bounded by the write
 /// buffer's high mark and one read — not by every answer a large read asks for. Answers that wait
 /// for flow-control window make progress or the connection closes after the idle timeout (the
-/// send timeout).
+/// send timeout). Those decisions — when to flush, read and close — are ``HTTP2ConnectionIO``'s;
+/// this class does the I/O they call for.
 final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -26,26 +27,20 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     private let handling: any HTTPRequestHandling
     private let logger: Logger
     var context: ChannelHandlerContext?
-    private var reading = false
-    private var flushPending = false
+    /// When to flush, read and close (the decisions; this class does the I/O).
+    private var io = HTTP2ConnectionIO()
     var timer: RepeatedTask?
     /// The write of the last bytes sent while draining: the connection closes after they are on the wire.
     private var lastWrite: EventLoopFuture<Void>?
-    private var closing = false
     private var date = HTTPDate()
     /// The start of a frame that has not fully arrived.
     private var partial: ByteBuffer?
-    private var readHeld = false
-    /// The send timeout: the stream whose answer has waited longest for window, and since when.
-    private var stalled: (stream: UInt32, since: NIODeadline)?
-
-    private var answersSinceFlush = 0
     /// When the read being processed began: the time of every request it brings (one clock read per
     /// read, not three per request).
-    private var readStarted: NIODeadline?
+    private var readTime: NIODeadline?
 
     /// The time for deadlines: the read's start while one is processed, else the clock.
-    private var moment: NIODeadline { readStarted ?? now }
+    private var moment: NIODeadline { readTime ?? now }
 
     init(handling: any HTTPRequestHandling, configuration: HTTP2RequestStateMachine.Configuration, logger: Logger) {
         self.handling = handling
@@ -72,9 +67,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard !closing else { return }
-        reading = true
-        if readStarted == nil { readStarted = now }
+        guard io.readStarted() else { return }
+        if readTime == nil { readTime = now }
         var bytes = unwrapInboundIn(data)
         if var held = partial {
             partial = nil
@@ -90,7 +84,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         do {
             while let event = try frames.next(from: &bytes, now: self.moment) {
                 handle(event)
-                if closing { return }
+                if io.closing { return }
                 if !context.channel.isWritable { break }
             }
         } catch {
@@ -124,39 +118,27 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
 
     /// The end of a read: window updates for what the read consumed, then one flush.
     private func finishRead(_ context: ChannelHandlerContext) {
-        reading = false
-        readStarted = nil
+        io.readFinished()
+        readTime = nil
         for (stream, increment) in requests.readComplete(connectionWindow: frames.inboundWindow) {
             frames.windowUpdate(stream, increment)
         }
         flushOutput(context)
-        answersSinceFlush = 0
-        flushPending = false
     }
 
     func read(context: ChannelHandlerContext) {
-        if context.channel.isWritable {
-            context.read()
-        } else {
-            readHeld = true
-        }
+        if io.readRequested(writable: context.channel.isWritable) { context.read() }
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable, !closing {
-            // The frames a read left when the channel filled up come first, as one more read.
-            if var held = partial {
-                partial = nil
-                reading = true
-                readStarted = now
-                process(&held, context)
-                if !closing { finishRead(context) }
-            }
-            if readHeld, context.channel.isWritable {
-                readHeld = false
-                context.read()
-            }
+        // The frames a read left when the channel filled up come first, as one more read.
+        if io.resumesHeldBytes(writable: context.channel.isWritable), var held = partial, io.readStarted() {
+            partial = nil
+            readTime = now
+            process(&held, context)
+            if !io.closing { finishRead(context) }
         }
+        if io.resumesRead(writable: context.channel.isWritable) { context.read() }
         context.fireChannelWritabilityChanged()
     }
 
@@ -222,7 +204,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// ``HTTP2FrameLayer/respond(_:status:headers:body:abortUnfinished:)`` says. Flushed with the rest
     /// of this read, or on the next turn of the loop for an answer that came from a task.
     private func write(_ id: HTTP2StreamID, _ answer: HTTPAnswer, abortUnfinished: Bool = false) {
-        guard context != nil, !closing, requests.isAwaitingResponse(id) else { return }
+        guard context != nil, !io.closing, requests.isAwaitingResponse(id) else { return }
         let closeAfter = requests.responded(id, now: moment)
         frames.respond(id, status: answer.status, headers: answer.headers, body: answer.body, date: date.now(), abortUnfinished: abortUnfinished)
         if let context { emit(context) }
@@ -231,22 +213,19 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     }
 
     private func scheduleFlush() {
-        answersSinceFlush += 1
-        if reading, answersSinceFlush >= WriteBatching.flushEvery, let context {
-            answersSinceFlush = 0
-            flushPending = false
+        guard let context else { return }
+        switch io.wrote() {
+        case .later:
+            break
+        case .now:
             flushOutput(context)
-            return
-        }
-        guard !flushPending, let context else { return }
-        flushPending = true
-        if reading { return }
-        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-        context.eventLoop.execute {
-            let this = handler.value
-            guard this.flushPending, !this.reading, let context = this.context else { return }
-            this.flushPending = false
-            this.flushOutput(context)
+        case .nextTurn:
+            let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+            context.eventLoop.execute {
+                let this = handler.value
+                guard let context = this.context, this.io.turnCame() else { return }
+                this.flushOutput(context)
+            }
         }
     }
 
@@ -261,7 +240,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     private func emit(_ context: ChannelHandlerContext) {
         // Usually one buffer; resets after answers come as a second (a TLS record of their own).
         while let bytes = frames.takeOutput(allocator: context.channel.allocator) {
-            if closing || requests.isDraining {
+            if io.closing || requests.isDraining {
                 let promise = context.eventLoop.makePromise(of: Void.self)
                 context.write(wrapOutboundOut(bytes), promise: promise)
                 lastWrite = promise.futureResult
@@ -279,7 +258,16 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     // MARK: Time and draining
 
     func tick(now: NIODeadline) {
-        if sendTimedOut(now) { return }
+        // An answer waiting for a window the client keeps closed: once one stream has waited the
+        // idle timeout, GOAWAY and close (a client that holds answers holds nothing for longer than
+        // an idle one).
+        let limit = requests.configuration.idleTimeout
+        if io.sendTimedOut(waiting: frames.longestWaitingStream, now: now, limit: limit) {
+            handling.connectionRejected(reason: "timeout")
+            logger.debug("HTTP/2 send timeout", metadata: ["waited": "\(limit)"], source: DaemonLog.source)
+            frames.goAway(.noError, reason: "answers waited for flow-control window too long")
+            return close()
+        }
         let housekeeping = requests.tick(now: now)
         for (id, status, reason) in housekeeping.responses {
             let answer = HTTPAnswer.text(status, reason)
@@ -289,27 +277,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
         }
         if housekeeping.goAway { sendGoAway() }
         if housekeeping.close || requests.isClosed { close() }
-        if let context, !closing { flushOutput(context) }
-    }
-
-    /// An answer waiting for a window the client keeps closed: once one stream has waited the idle
-    /// timeout, GOAWAY and close, whatever other streams the client lets through meanwhile (a client
-    /// that holds answers holds nothing for longer than an idle one).
-    private func sendTimedOut(_ now: NIODeadline) -> Bool {
-        guard let waiting = frames.longestWaitingStream else {
-            stalled = nil
-            return false
-        }
-        guard let stalled, stalled.stream == waiting else {
-            stalled = (waiting, now)
-            return false
-        }
-        guard now - stalled.since >= requests.configuration.idleTimeout else { return false }
-        handling.connectionRejected(reason: "timeout")
-        logger.debug("HTTP/2 send timeout", metadata: ["waited": "\(requests.configuration.idleTimeout)"], source: DaemonLog.source)
-        frames.goAway(.noError, reason: "answers waited for flow-control window too long")
-        close()
-        return true
+        if let context, !io.closing { flushOutput(context) }
     }
 
     /// SIGTERM, or the client's GOAWAY: GOAWAY with the last stream taken; close once those are
@@ -328,9 +296,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
 
     /// Closes once the last bytes written are on the wire (a close fails writes not yet sent).
     private func close() {
-        guard !closing, let context else { return }
-        closing = true
-        flushPending = false
+        guard let context, io.close() else { return }
         flushOutput(context)
         let channel = context.channel
         (lastWrite ?? context.eventLoop.makeSucceededVoidFuture()).whenComplete { _ in channel.close(promise: nil) }

@@ -4,9 +4,10 @@ import DaemonHTTP
 /// serves itself, or anything else, which goes to the full HTTP/1.1 parser (and its statuses).
 ///
 /// Deliberately strict (RFC 9112 §3 and §5): one request line `CONNECT authority HTTP/1.x`, field
-/// lines `token ":" OWS value OWS`, CRLF line ends, no obs-fold, no body framing. A head this scan
-/// does not accept is not refused here: the full parser decides, so every status the proxy sends
-/// for odd input comes from one place.
+/// lines `token ":" OWS value OWS`, CRLF line ends, no obs-fold, no body framing (`Content-Length:
+/// 0` aside). A head this scan does not accept is not refused here: the full parser decides, so
+/// every status the proxy sends for odd input comes from one place — and on Linux a CONNECT it
+/// would have tunnelled is answered 400 there: the relay is the only tunnel path.
 
 enum ConnectHead: Equatable {
     /// No decision yet: the head is not complete.
@@ -44,8 +45,10 @@ enum ConnectHead: Equatable {
             case "proxy-authorization":
                 guard proxyAuthorization == nil else { return .other }
                 proxyAuthorization = value
+            case "content-length" where value == "0":
+                break  // says what a CONNECT has anyway: no content (RFC 9110 §9.3.6)
             case "content-length", "transfer-encoding":
-                return .other  // a CONNECT with body framing: the full parser's case
+                return .other  // a CONNECT with body framing: refused (400) by the full parser
             default:
                 break
             }

@@ -9,8 +9,10 @@ import NIOPosix
 import ResolverConfig
 import ServiceLifecycle
 
-/// One client connection: reads the request head, applies the policy, resolves, dials, and turns the
-/// connection into a tunnel.
+/// One client connection: reads the request head, applies the policy, resolves, dials, and forwards
+/// a plain `http://` request or (outside Linux, where ``SpliceRelay`` tunnels) turns the connection
+/// into a tunnel. On Linux it serves what the relay hands over: plain requests, and the refusals of
+/// heads the relay does not vouch for.
 final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
@@ -147,7 +149,14 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
             refuse(refusal, context: context)
             return
         }
+        #if os(Linux)
+        // The splice relay is the one tunnel path on Linux: a CONNECT that reaches this handler is
+        // one the relay's scan did not take (body framing, or not the connection's first request).
+        let reason = "CONNECT must be the first request of a connection, without a body (Content-Length other than 0, Transfer-Encoding)"
+        refuse(ProxyRefusal(status: 400, reason: reason), context: context)
+        #else
         stage = .awaitingEnd(target)
+        #endif
     }
 
     /// Resolves through HTTPDNS off the event loop, then dials on it.

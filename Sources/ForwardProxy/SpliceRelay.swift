@@ -157,8 +157,6 @@ private final class RelayLoop: @unchecked Sendable {
     static let roundsPerTurn = 16
     /// Spliced between two sweeps (50 ms), this much makes the loop a bulk mover: 20 MB/s.
     static let batchBytes = 1 << 20
-    /// RFC 8305 §5: the next address is tried when the last has not connected after this long.
-    static let attemptDelay: UInt64 = 250_000_000
 
     private let environment: SpliceRelay.Environment
     private var listener: CInt
@@ -299,7 +297,7 @@ private final class RelayLoop: @unchecked Sendable {
         for message in messages {
             switch message {
             case let .resolved(id, result):
-                guard let tunnel = open[id], tunnel.phase == .resolving else { continue }
+                guard let tunnel = open[id], tunnel.plan.phase == .resolving else { continue }
                 resolved(tunnel, result)
             case .quiesce:
                 if listener >= 0 {
@@ -307,7 +305,7 @@ private final class RelayLoop: @unchecked Sendable {
                     listener = -1
                 }
                 // Connections that are not tunnels yet have nothing to finish.
-                for tunnel in open.values where tunnel.phase != .tunnel { finish(tunnel) }
+                for tunnel in open.values where tunnel.plan.phase != .tunnel { finish(tunnel) }
             case .stop:
                 stopping = true
             }
@@ -332,7 +330,8 @@ private final class RelayLoop: @unchecked Sendable {
             var one: CInt = 1
             setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
             nextID &+= 1
-            let tunnel = ProxyTunnel(id: nextID, client: fd, headDeadline: monotonicNow() + nanoseconds(environment.context.headTimeout))
+            let tunnel = ProxyTunnel(
+                id: nextID, client: fd, plan: TunnelPlan(now: monotonicNow(), headTimeout: nanoseconds(environment.context.headTimeout)))
             open[tunnel.id] = tunnel
             connections[fd] = tunnel
             openCount.add(1, ordering: .relaxed)
@@ -343,7 +342,7 @@ private final class RelayLoop: @unchecked Sendable {
     }
 
     private func handle(_ tunnel: ProxyTunnel, fd: CInt, events: UInt32) {
-        switch tunnel.phase {
+        switch tunnel.plan.phase {
         case .head:
             if fd == tunnel.client { readHead(tunnel) }
         case .resolving:
@@ -410,7 +409,7 @@ private final class RelayLoop: @unchecked Sendable {
         } else if let cached = context.addressesWithoutWaiting(target.host) {
             resolved(tunnel, .success(cached))
         } else {
-            tunnel.phase = .resolving
+            tunnel.plan.lookingUp()
             let id = tunnel.id
             Task { [self] in
                 do throws(DNSError) {
@@ -432,63 +431,68 @@ private final class RelayLoop: @unchecked Sendable {
             case let .success(addresses): dialable = addresses
             case let .failure(refusal): return refuse(tunnel, refusal)
             }
-            let now = monotonicNow()
-            tunnel.phase = .connecting
-            tunnel.remaining = dialable
-            tunnel.started = now
-            tunnel.connectDeadline = now + nanoseconds(settings.connectTimeout)
-            tunnel.idle = nanoseconds(settings.idleTimeout)
-            attemptNext(tunnel)
+            let step = tunnel.plan.resolved(
+                dialable, target: "\(target.host):\(target.port)", now: monotonicNow(), connectTimeout: nanoseconds(settings.connectTimeout),
+                idleTimeout: nanoseconds(settings.idleTimeout))
+            perform(step, for: tunnel)
         case let .failure(error):
             refuse(tunnel, .resolution(of: target.host, failed: error))
         }
     }
 
-    // MARK: Dialling (RFC 8305: in the ranked order, a new attempt every 250 ms until one connects)
+    // MARK: Dialling (RFC 8305: when and what the plan says)
 
-    private func attemptNext(_ tunnel: ProxyTunnel) {
-        guard let target = tunnel.target else { return finish(tunnel) }
-        while !tunnel.remaining.isEmpty {
-            let address = tunnel.remaining.removeFirst()
-            guard let socketAddress = try? SocketAddress(ipAddress: address.description, port: target.port) else { continue }
-            let fd = socket(
-                socketAddress.protocol.rawValue, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
-            guard fd >= 0 else {
-                tunnel.lastError = String(cString: strerror(errno))
-                continue
-            }
-            var one: CInt = 1
-            setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
-            let result = socketAddress.withSockAddr { connect(fd, $0, socklen_t($1)) }
-            if result == 0 || errno == EINPROGRESS {
-                tunnel.attempts.append(fd)
-                connections[fd] = tunnel
-                watch(fd, events: EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue)
-                tunnel.nextAttempt = monotonicNow() + Self.attemptDelay
-                if result == 0 { attemptSettled(tunnel, fd: fd) }
-                return
-            }
-            tunnel.lastError = String(cString: strerror(errno))
-            close(fd)
-        }
-        if tunnel.attempts.isEmpty {
-            refuse(tunnel, ProxyRefusal(status: 502, reason: "cannot connect to \(target.host):\(target.port) (\(tunnel.lastError))"))
+    /// Does what the tunnel's plan says.
+    private func perform(_ step: TunnelPlan.Step, for tunnel: ProxyTunnel) {
+        switch step {
+        case .wait:
+            break
+        case let .dial(address):
+            dial(tunnel, address)
+        case let .refuse(refusal):
+            refuse(tunnel, refusal)
+        case let .close(outcome):
+            if let outcome { environment.context.count(.outcome(outcome)) }
+            finish(tunnel)
         }
     }
 
+    private func dial(_ tunnel: ProxyTunnel, _ address: IPAddress) {
+        guard let target = tunnel.target, let socketAddress = try? SocketAddress(ipAddress: address.description, port: target.port) else {
+            return perform(tunnel.plan.attemptFailed("not a socket address", now: now, wasStarted: false), for: tunnel)
+        }
+        let fd = socket(
+            socketAddress.protocol.rawValue, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else {
+            return perform(tunnel.plan.attemptFailed(String(cString: strerror(errno)), now: now, wasStarted: false), for: tunnel)
+        }
+        var one: CInt = 1
+        setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
+        let result = socketAddress.withSockAddr { connect(fd, $0, socklen_t($1)) }
+        guard result == 0 || errno == EINPROGRESS else {
+            let error = String(cString: strerror(errno))
+            close(fd)
+            return perform(tunnel.plan.attemptFailed(error, now: now, wasStarted: false), for: tunnel)
+        }
+        tunnel.attempts.append(fd)
+        connections[fd] = tunnel
+        watch(fd, events: EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue)
+        tunnel.plan.attemptStarted(now: monotonicNow())
+        if result == 0 { attemptSettled(tunnel, fd: fd) }
+    }
+
     private func attemptSettled(_ tunnel: ProxyTunnel, fd: CInt) {
-        guard tunnel.phase == .connecting, tunnel.attempts.contains(fd) else { return }
+        guard tunnel.plan.phase == .connecting, tunnel.attempts.contains(fd) else { return }
         var error: CInt = 0
         var length = socklen_t(MemoryLayout<CInt>.size)
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length)
         if error == EINPROGRESS || error == EALREADY { return }
         // The socket's first event after a non-blocking connect: with no error, it is connected.
         if error == 0 { return established(tunnel, upstream: fd) }
-        tunnel.lastError = String(cString: strerror(error))
         tunnel.attempts.removeAll { $0 == fd }
         connections[fd] = nil
         close(fd)
-        attemptNext(tunnel)
+        perform(tunnel.plan.attemptFailed(String(cString: strerror(error)), now: monotonicNow(), wasStarted: true), for: tunnel)
     }
 
     private func established(_ tunnel: ProxyTunnel, upstream: CInt) {
@@ -498,8 +502,7 @@ private final class RelayLoop: @unchecked Sendable {
         }
         tunnel.attempts = []
         tunnel.upstream = upstream
-        tunnel.phase = .tunnel
-        tunnel.lastActivity = now
+        tunnel.plan.established(now: now)
         environment.context.count(.outcome("tunnel"))
         environment.context.count(.tunnels(delta: +1))
         tunnel.counted = true
@@ -508,7 +511,7 @@ private final class RelayLoop: @unchecked Sendable {
                 "upstream connected",
                 metadata: [
                     "target": "\(target.host):\(target.port)",
-                    "connect_ms": "\((monotonicNow() - tunnel.started) / 1_000_000)",
+                    "connect_ms": "\((monotonicNow() - tunnel.plan.connectStarted) / 1_000_000)",
                 ], source: DaemonLog.source)
         }
         // RFC 9110 §9.3.6: a 2xx answer to CONNECT has no Content-Length or Transfer-Encoding.
@@ -523,7 +526,7 @@ private final class RelayLoop: @unchecked Sendable {
     /// `shortReadDrains`: the side whose edge brought no FIN (-1: none; then a short read is
     /// followed by another, which sees a FIN that came with the data).
     private func pump(_ tunnel: ProxyTunnel, up: Bool = true, down: Bool = true, shortReadDrains: CInt = -1) {
-        guard tunnel.phase == .tunnel, !tunnel.closed else { return }
+        guard tunnel.plan.phase == .tunnel, !tunnel.closed else { return }
         var moved = (up: 0, down: 0)
         var finishedTurn = true
         for upstreamward in [true, false] where upstreamward ? up : down {
@@ -553,7 +556,7 @@ private final class RelayLoop: @unchecked Sendable {
                 batchAllowed = batch  // refused (a sandbox): not asked again
             }
         }
-        if moved.up > 0 || moved.down > 0 { tunnel.lastActivity = now }
+        if moved.up > 0 || moved.down > 0 { tunnel.plan.relayed(now: now) }
         if tunnel.bothDirectionsDone { return finish(tunnel) }
         if !finishedTurn { again.append(tunnel) }
     }
@@ -571,22 +574,9 @@ private final class RelayLoop: @unchecked Sendable {
             acceptDeferred = false
             acceptAll()
         }
-        for tunnel in open.values {
-            switch tunnel.phase {
-            case .head where now >= tunnel.headDeadline:
-                // A client that never sends a complete head is closed (a slow-loris costs nothing more).
-                context.count(.outcome("head_timeout"))
-                finish(tunnel)
-            case .connecting where now >= tunnel.connectDeadline:
-                let target = tunnel.target.map { "\($0.host):\($0.port)" } ?? "?"
-                refuse(tunnel, ProxyRefusal(status: 504, reason: "connecting to \(target) timed out"))
-            case .connecting where now >= tunnel.nextAttempt && !tunnel.remaining.isEmpty:
-                attemptNext(tunnel)
-            case .tunnel where now > tunnel.lastActivity && now - tunnel.lastActivity >= tunnel.idle:
-                finish(tunnel)
-            default:
-                break
-            }
+        // The head's and the connect's deadlines, the next staggered attempt, idle tunnels: the plan's.
+        for tunnel in open.values where !tunnel.closed {
+            perform(tunnel.plan.due(now: now), for: tunnel)
         }
     }
 
@@ -623,173 +613,6 @@ private final class RelayLoop: @unchecked Sendable {
         tunnel.closeAll()
         openCount.add(-1, ordering: .relaxed)
         environment.registry.release()
-    }
-}
-
-/// One client connection on its way to being a tunnel, and then the tunnel: its descriptors and
-/// the state of each direction. Owned by one relay loop.
-private final class ProxyTunnel {
-    enum Phase { case head, resolving, connecting, tunnel }
-
-    /// One direction: bytes spliced from its source into `pipe`, then from the pipe to its sink.
-    struct Direction {
-        var pipe: (read: CInt, write: CInt) = (-1, -1)
-        var pipeSize = 0
-        var inPipe = 0
-        /// Copied bytes the sink has not taken yet.
-        var pending: [UInt8] = []
-        /// The last read was not small: bulk data, spliced.
-        var bulk = false
-        var sourceDone = false
-        var sinkShut = false
-
-        /// Bytes read from the source wait for the sink (copied or in the pipe).
-        var holdsBytes: Bool { inPipe > 0 || !pending.isEmpty }
-
-        /// A larger pipe means fewer splices per megabyte; the kernel refuses past the user's pipe
-        /// quota, and the default (64 KiB, or less past the quota) stays.
-        mutating func openPipe(capacity: CInt) -> Bool {
-            var fds: [CInt] = [-1, -1]
-            guard httpdns_pipe2(&fds, O_NONBLOCK | O_CLOEXEC) == 0 else { return false }
-            pipe = (fds[0], fds[1])
-            let size = fcntl(fds[1], httpdns_f_setpipe_sz, capacity)
-            pipeSize = Int(size > 0 ? size : fcntl(fds[1], httpdns_f_getpipe_sz))
-            return pipeSize > 0
-        }
-    }
-
-    enum PumpResult {
-        case blocked(Int)
-        case turnEnded(Int)
-        case failed
-    }
-
-    let id: UInt64
-    let client: CInt
-    var phase = Phase.head
-    var closed = false
-    var head: [UInt8] = []
-    var headDeadline: UInt64
-    var target: ProxyTarget?
-    var remaining: [IPAddress] = []
-    var attempts: [CInt] = []
-    var lastError = "no address"
-    var started: UInt64 = 0
-    var nextAttempt: UInt64 = 0
-    var connectDeadline: UInt64 = 0
-    var upstream: CInt = -1
-    var up = Direction()
-    var down = Direction()
-    var idle: UInt64 = 300_000_000_000
-    var lastActivity: UInt64 = 0
-    /// Counted in the open-tunnels gauge.
-    var counted = false
-    /// Bulk bytes spliced in since the loop last looked.
-    var spliced = 0
-
-    init(id: UInt64, client: CInt, headDeadline: UInt64) {
-        self.id = id
-        self.client = client
-        self.headDeadline = headDeadline
-    }
-
-    var bothDirectionsDone: Bool {
-        up.sourceDone && up.inPipe == 0 && up.pending.isEmpty && down.sourceDone && down.inPipe == 0 && down.pending.isEmpty
-    }
-
-    /// Queues `bytes` toward one side (the `200`, the client's early bytes); once the tunnel is up,
-    /// ``pump`` writes them before anything else of that direction.
-    func send(_ bytes: [UInt8], toUpstream: Bool) {
-        if toUpstream { up.pending += bytes } else { down.pending += bytes }
-    }
-
-    /// A read below this is interactive traffic (a TLS handshake message, a request, a small
-    /// response): copied, since a read and a write cost less than two splices for it.
-    static let smallRead = 4096
-
-    /// Moves bytes in one direction until its source has nothing (or its sink takes nothing more),
-    /// or `rounds` reads have been made. Reads below ``smallRead`` are copied through `scratch`;
-    /// a larger one makes the direction bulk, spliced through its pipe (opened then: a tunnel that
-    /// only ever carries small messages never has one) until a read comes back small again.
-    /// `shortReadDrains`: the source's edge came without a FIN, so a copied read shorter than the
-    /// buffer, once written, ends the turn (the socket is empty; more data or a FIN makes a new edge).
-    func pump(
-        upstreamward: Bool, rounds: Int, scratch: UnsafeMutableRawBufferPointer, pipeCapacity: CInt, shortReadDrains: Bool = false
-    ) -> PumpResult {
-        var direction = upstreamward ? up : down
-        defer { if upstreamward { up = direction } else { down = direction } }
-        let source = upstreamward ? client : upstream
-        let sink = upstreamward ? upstream : client
-        var moved = 0
-        for _ in 0..<rounds {
-            if !direction.pending.isEmpty {
-                let count = direction.pending.withUnsafeBytes { write(sink, $0.baseAddress, $0.count) }
-                if count > 0 {
-                    direction.pending.removeFirst(count)
-                    moved += count
-                    continue
-                }
-                if count < 0 && (errno == EAGAIN || errno == EINTR) { return .blocked(moved) }
-                return .failed  // the sink is gone (EPIPE, ECONNRESET)
-            }
-            if direction.inPipe > 0 {
-                let count = httpdns_splice(direction.pipe.read, sink, direction.inPipe)
-                if count > 0 {
-                    direction.inPipe -= count
-                    moved += count
-                    continue
-                }
-                if count < 0 && (errno == EAGAIN || errno == EINTR) { return .blocked(moved) }
-                return .failed
-            }
-            if direction.sourceDone {
-                if !direction.sinkShut {
-                    direction.sinkShut = true
-                    // The source finished sending: so does this side, toward the sink (TLS close_notify
-                    // and HTTP/1.0 bodies rely on the half-close).
-                    shutdown(sink, CInt(SHUT_WR))
-                }
-                return .blocked(moved)
-            }
-            let spliced = direction.bulk
-            if spliced && direction.pipe.read < 0 && !direction.openPipe(capacity: pipeCapacity) { return .failed }
-            let count = spliced ? httpdns_splice(source, direction.pipe.write, direction.pipeSize) : read(source, scratch.baseAddress, scratch.count)
-            if count == 0 {
-                direction.sourceDone = true
-                continue
-            }
-            if count < 0 {
-                if errno == EAGAIN || errno == EINTR { return .blocked(moved) }
-                return .failed
-            }
-            direction.bulk = count >= Self.smallRead
-            if spliced {
-                direction.inPipe = count
-                self.spliced += count
-                continue
-            }
-            let written = write(sink, scratch.baseAddress, count)
-            if written == count {
-                moved += count
-                // A short read emptied the socket. Read again all the same unless its edge said
-                // no FIN: a FIN that came with the data makes no new edge, only the next read (0)
-                // sees it.
-                if shortReadDrains && count < scratch.count { return .blocked(moved) }
-                continue
-            }
-            if written < 0 && errno != EAGAIN && errno != EINTR { return .failed }
-            moved += max(written, 0)
-            // What the sink did not take waits, ahead of anything read later.
-            direction.pending = Array(UnsafeRawBufferPointer(rebasing: scratch[max(written, 0)..<count]))
-        }
-        return .turnEnded(moved)
-    }
-
-    func closeAll() {
-        for fd in [client, upstream, up.pipe.read, up.pipe.write, down.pipe.read, down.pipe.write] + attempts where fd >= 0 {
-            close(fd)
-        }
-        attempts = []
     }
 }
 #endif

@@ -13,6 +13,10 @@ import Testing
             scan(head + "\u{16}\u{03}\u{01}")
                 == .connect(authority: "origin.hd.test:443", proxyAuthorization: "Basic YWxpY2U6eA==", length: head.utf8.count))
         #expect(scan("CONNECT [::1]:8443 HTTP/1.0\r\n\r\n") == .connect(authority: "[::1]:8443", proxyAuthorization: nil, length: 31))
+        // `Content-Length: 0` says what a CONNECT has anyway; any other length, or a transfer
+        // coding, is body framing (below).
+        let zero = "CONNECT a.test:443 HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+        #expect(scan(zero) == .connect(authority: "a.test:443", proxyAuthorization: nil, length: zero.utf8.count))
     }
 
     @Test func aHeadIsIncompleteUntilItsBlankLine() {
@@ -30,6 +34,7 @@ import Testing
             "CONNECT a:1 HTTP/1.1\r\nNo colon\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\n: empty name\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\nBad Name: v\r\n\r\n",
             "CONNECT a:1 HTTP/1.1\rX: y\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\nX: a\nb\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\nX: \u{7f}\r\n\r\n",
             "CONNECT a:1 HTTP/1.1\r\nContent-Length: 5\r\n\r\n", "CONNECT a:1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "CONNECT a:1 HTTP/1.1\r\nContent-Length: 00\r\n\r\n",
             "CONNECT a:1 HTTP/1.1\r\nProxy-Authorization: a\r\nProxy-Authorization: b\r\n\r\n",
             "CONNECT " + String(repeating: "a", count: 2000) + ":443 HTTP/1.1\r\n\r\n",
         ] {

@@ -375,17 +375,24 @@ extension DaemonSuites {
                 print(exchange(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"))
                 start = time.time(); print(exchange(b"", wait=8) or "closed", round(time.time() - start))
                 print(exchange(b"CONNECT origin.hd.test:\(Env.originPort) HTTP/1.1\\r\\n", half_close=True) or "closed")
+                print(exchange(b"CONNECT origin.hd.test:\(Env.originPort) HTTP/1.1\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"))
+                print(exchange(b"CONNECT origin.hd.test:\(Env.originPort) HTTP/1.1\\r\\nContent-Length: 7\\r\\n\\r\\n"))
+                print(exchange(b"CONNECT origin.hd.test:\(Env.originPort) HTTP/1.1\\r\\nContent-Length: 0\\r\\n\\r\\n"))
                 """
             let output = try await CLI.run(["-c", script], executable: "/usr/bin/python3")
             let lines = output.lines
-            #expect(lines.count == 6, "\(output.stdout)\(output.stderr)")
-            guard lines.count == 6 else { return }
+            #expect(lines.count == 9, "\(output.stdout)\(output.stderr)")
+            guard lines.count == 9 else { return }
             #expect(lines[0].hasPrefix("HTTP/1.1 400"), "malformed request line: \(lines[0])")
             #expect(lines[1].hasPrefix("HTTP/1.1 400"), "CONNECT without a port: \(lines[1])")
             #expect(lines[2].hasPrefix("HTTP/1.1 431"), "an absurd header: \(lines[2])")
             #expect(lines[3].hasPrefix("HTTP/1.1 400"), "origin-form to a proxy: \(lines[3])")
             #expect(["closed 2", "closed 3"].contains(lines[4]), "a client that never sends is closed after request_timeout: \(lines[4])")
             #expect(lines[5] == "closed" || lines[5].hasPrefix("HTTP/1.1 400"), "half-closed mid-head: \(lines[5])")
+            // Body framing on a CONNECT: refused, not tunnelled by a second path; a zero length is no body.
+            #expect(lines[6].hasPrefix("HTTP/1.1 400"), "CONNECT with a transfer coding: \(lines[6])")
+            #expect(lines[7].hasPrefix("HTTP/1.1 400"), "CONNECT with a body length: \(lines[7])")
+            #expect(lines[8] == "HTTP/1.1 200 Connection established", "CONNECT with Content-Length: 0: \(lines[8])")
             // And it still serves.
             let echo = try await curl([Env.origin("/echo")])
             #expect(echo.stdout.hasPrefix("sni=origin.hd.test"), "\(echo.stdout)\(echo.stderr)")
