@@ -50,9 +50,11 @@ package struct ProxyListener: Service {
         logger.notice(
             "proxy listening", metadata: ["address": "\(address.map { "\($0)" } ?? "\(host):\(port)")", "relay": "splice"], source: DaemonLog.source)
         try? await gracefulShutdown()
-        async let relayDrained: Void = relay.drain(grace: drainTimeout)
+        // New connections stop; tunnels get the grace (the registry counts them: its drain is woken by
+        // the last one's end), then whatever is left is closed and the relay's threads end.
+        relay.quiesce()
         await registry.drain(grace: drainTimeout)
-        await relayDrained
+        await relay.stop()
         #else
         // One listening socket per event loop (SO_REUSEPORT), each keeping its connections on its own
         // loop: a connection is accepted, served and dialled out on one thread. With one socket for

@@ -30,6 +30,8 @@ final class SpliceRelay: Sendable {
     }
 
     private let loops: [RelayLoop]
+    /// How many started loops have not ended, and who waits for the last.
+    private let running: RunningLoops
     let port: Int
 
     /// Binds one listening socket per loop on `host:port` (port 0: the first socket's port for all).
@@ -42,13 +44,14 @@ final class SpliceRelay: Sendable {
         // it fails with EADDRINUSE on any listener, reuse-port or not, and it is closed at once.
         if port != 0 { try Self.probe(host: host, port: port) }
         var loops: [RelayLoop] = []
+        let running = RunningLoops()
         var boundPort = port
         do {
             for _ in 0..<max(1, count) {
                 let listener = try Self.listen(host: host, port: boundPort)
                 boundPort = Self.localPort(listener) ?? boundPort
                 do {
-                    loops.append(try RelayLoop(listener: listener, environment: environment))
+                    loops.append(try RelayLoop(listener: listener, environment: environment, running: running))
                 } catch {
                     close(listener)
                     throw error
@@ -59,25 +62,25 @@ final class SpliceRelay: Sendable {
             throw error
         }
         self.loops = loops
+        self.running = running
         self.port = boundPort
     }
 
     func start() {
+        running.started(loops.count)
         for loop in loops { loop.start() }
     }
 
-    /// Stops accepting and closes connections that have not become tunnels; tunnels may finish
-    /// within `grace`, then they are closed and the loops end.
-    func drain(grace: Duration) async {
+    /// Stops accepting and closes the connections that have not become tunnels; tunnels go on (the
+    /// connection registry's drain waits for them, within its grace).
+    func quiesce() {
         for loop in loops { loop.post(.quiesce) }
-        let deadline = ContinuousClock.now + grace
-        while loops.contains(where: { $0.openConnections > 0 }), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
+    }
+
+    /// Closes what is still open and returns once every loop has ended.
+    func stop() async {
         for loop in loops { loop.post(.stop) }
-        while loops.contains(where: { !$0.finished }) {
-            try? await Task.sleep(for: .milliseconds(5))
-        }
+        await running.allEnded()
     }
 
     private static func listen(host: String, port: Int) throws -> CInt {
@@ -121,6 +124,37 @@ final class SpliceRelay: Sendable {
     }
 }
 
+/// The relay's loops that have started and not ended; ``allEnded()`` returns when the last ends
+/// (woken by it, not polled).
+private final class RunningLoops: Sendable {
+    private let state = Mutex<(count: Int, waiters: [CheckedContinuation<Void, Never>])>((0, []))
+
+    func started(_ count: Int) {
+        state.withLock { $0.count += count }
+    }
+
+    func ended() {
+        let waiters = state.withLock { state in
+            state.count -= 1
+            guard state.count == 0 else { return [CheckedContinuation<Void, Never>]() }
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func allEnded() async {
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state in
+                guard state.count > 0 else { return true }
+                state.waiters.append(waiter)
+                return false
+            }
+            if now { waiter.resume() }
+        }
+    }
+}
+
 enum RelayError: Error, CustomStringConvertible {
     case system(String, CInt)
 
@@ -142,8 +176,8 @@ private func monotonicNow() -> UInt64 {
 }
 
 /// One relay thread: its listening socket, its epoll set and every connection it accepted.
-/// `@unchecked Sendable`: everything but `inbox`, `openCount` and `done` is touched only on the loop's
-/// own thread; those three are behind a Mutex or atomics.
+/// `@unchecked Sendable`: everything but `inbox` is touched only on the loop's own thread; it is
+/// behind a Mutex.
 private final class RelayLoop: @unchecked Sendable {
     enum Message {
         case resolved(id: UInt64, Result<[IPAddress], DNSError>)
@@ -186,15 +220,12 @@ private final class RelayLoop: @unchecked Sendable {
     /// The copy buffer of small relayed reads, shared by the loop's tunnels (one thread).
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
     private let inbox = Mutex<[Message]>([])
-    private let openCount = Atomic<Int>(0)
-    private let done = Atomic<Bool>(false)
+    private let running: RunningLoops
 
-    var openConnections: Int { openCount.load(ordering: .relaxed) }
-    var finished: Bool { done.load(ordering: .acquiring) }
-
-    init(listener: CInt, environment: SpliceRelay.Environment) throws {
+    init(listener: CInt, environment: SpliceRelay.Environment, running: RunningLoops) throws {
         self.listener = listener
         self.environment = environment
+        self.running = running
         epoll = epoll_create1(CInt(EPOLL_CLOEXEC))
         wake = eventfd(0, CInt(EFD_NONBLOCK | EFD_CLOEXEC))
         guard epoll >= 0, wake >= 0 else {
@@ -213,7 +244,6 @@ private final class RelayLoop: @unchecked Sendable {
         close(listener)
         close(epoll)
         close(wake)
-        done.store(true, ordering: .releasing)
     }
 
     func start() {
@@ -247,7 +277,7 @@ private final class RelayLoop: @unchecked Sendable {
             scratch.deallocate()
             close(epoll)
             close(wake)
-            done.store(true, ordering: .releasing)
+            running.ended()
         }
         while !stopping {
             // Sleeps without a deadline only when the sweep has nothing to do: no connection, no
@@ -334,7 +364,6 @@ private final class RelayLoop: @unchecked Sendable {
                 id: nextID, client: fd, plan: TunnelPlan(now: monotonicNow(), headTimeout: nanoseconds(environment.context.headTimeout)))
             open[tunnel.id] = tunnel
             connections[fd] = tunnel
-            openCount.add(1, ordering: .relaxed)
             watch(fd, events: EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue)
             readHead(tunnel)
         }
@@ -596,7 +625,6 @@ private final class RelayLoop: @unchecked Sendable {
         epoll_ctl(epoll, EPOLL_CTL_DEL, tunnel.client, nil)
         connections[tunnel.client] = nil
         open[tunnel.id] = nil
-        openCount.add(-1, ordering: .relaxed)
         tunnel.closed = true
         environment.registry.release()
         environment.handOff(tunnel.client, tunnel.head)
@@ -611,7 +639,6 @@ private final class RelayLoop: @unchecked Sendable {
         open[tunnel.id] = nil
         if tunnel.counted { environment.context.count(.tunnels(delta: -1)) }
         tunnel.closeAll()
-        openCount.add(-1, ordering: .relaxed)
         environment.registry.release()
     }
 }
