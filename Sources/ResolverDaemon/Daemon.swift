@@ -154,9 +154,8 @@ final class DaemonState: Sendable {
 
     var current: Runtime { runtime.withLock { $0 } }
 
-    /// Whether a question from `client` may be answered (always, without `rate_limit:`).
-    /// Whether `client` may ask now; the address is read only when a limit is set (a channel's
-    /// `remoteAddress` takes a lock).
+    /// Whether a question from `client` may be answered (always, without `rate_limit:`); the address
+    /// is read only when a limit is set (a channel's `remoteAddress` takes a lock).
     func allows(_ client: @autoclosure () -> SocketAddress?, transport: RateLimiter.Transport) -> Bool {
         guard let rateLimiter else { return true }
         return rateLimiter.allows(client(), transport: transport)
