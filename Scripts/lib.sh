@@ -31,7 +31,7 @@ need_packages() {
 
 # The system packages the Swift build itself needs.
 need_build_packages() {
-    need_packages libcurl4-openssl-dev libc-ares-dev libhiredis-dev pkg-config ca-certificates
+    need_packages libcurl4-openssl-dev libssl-dev libc-ares-dev libhiredis-dev pkg-config ca-certificates
     command -v swift >/dev/null || { echo "swift is not on PATH (Swift 6.x toolchain required)" >&2; exit 2; }
 }
 

@@ -1,6 +1,7 @@
 #ifndef SWIFT_HTTPDNS_CCURL_SHIM_H
 #define SWIFT_HTTPDNS_CCURL_SHIM_H
-// Only static inline wrappers for libcurl's variadic calls live here: Swift cannot call C varargs.
+// Only static inline wrappers for libcurl's variadic calls live here (Swift cannot call C varargs),
+// and the one TLS-context callback that sets ALPN for a connection libcurl only opens.
 #include <curl/curl.h>
 
 static inline CURLcode httpdns_easy_setopt_long(CURL *handle, CURLoption option, long value) {
@@ -57,6 +58,20 @@ static inline CURLcode httpdns_easy_getinfo_pointer(CURL *handle, CURLINFO info,
 }
 static inline CURLcode httpdns_easy_getinfo_socket(CURL *handle, CURLINFO info, curl_socket_t *value) {
     return curl_easy_getinfo(handle, info, value);
+}
+/* ALPN "h2" alone, set on the TLS context before the handshake, for a connection libcurl opens but
+   does not speak HTTP on (CURLOPT_CONNECT_ONLY with CURLOPT_SSL_ENABLE_ALPN off, so libcurl neither
+   offers its own list nor installs its HTTP/2 layer). OpenSSL is libcurl's TLS backend here; the
+   function is declared rather than included so that no OpenSSL type reaches Swift. */
+int SSL_CTX_set_alpn_protos(void *ctx, const unsigned char *protos, unsigned int protos_len);
+static inline CURLcode httpdns_offer_h2_only(CURL *handle, void *ssl_ctx, void *userdata) {
+    (void)handle;
+    (void)userdata;
+    static const unsigned char h2[] = {2, 'h', '2'};
+    return SSL_CTX_set_alpn_protos(ssl_ctx, h2, sizeof h2) == 0 ? CURLE_OK : CURLE_SSL_CONNECT_ERROR;
+}
+static inline CURLcode httpdns_easy_offer_h2_only(CURL *handle) {
+    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, httpdns_offer_h2_only);
 }
 static inline CURLMcode httpdns_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);

@@ -28,12 +28,14 @@ package final class CurlConnection: @unchecked Sendable {
 
     /// Connects and completes the TLS handshake, blocking the calling thread for at most the
     /// request's connect budget. The request's URL names the host the certificate is checked
-    /// against; no HTTP is sent, and ALPN is not offered.
-    package static func open(_ request: CurlRequest) throws(CurlError) -> CurlConnection {
+    /// against; no HTTP is sent. ALPN offers `h2` alone when `http2` (the owner speaks HTTP/2 on the
+    /// stream, RFC 9113 §3.2), else nothing.
+    package static func open(_ request: CurlRequest, http2: Bool = false) throws(CurlError) -> CurlConnection {
         var request = request
         request.connectOnly = true
         request.allowsHTTP2 = false
         request.offersALPN = false
+        request.offersOnlyHTTP2 = http2
         let transfer = Transfer(request: request)
         let easy: UnsafeMutableRawPointer
         do {

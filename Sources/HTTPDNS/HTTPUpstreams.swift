@@ -3,13 +3,28 @@ import DNSCore
 import Foundation
 import Synchronization
 
-/// An RFC 8484 resolver reached over the shared libcurl engine.
+/// An RFC 8484 resolver: each query a stream on one HTTP/2 connection that a worker thread of its
+/// own drives (``DoHSession`` on a ``PipelineClient``), the way DoT is driven; the shared libcurl
+/// engine carries the queries of a server that does not speak HTTP/2 (RFC 8484 §5.2 only
+/// recommends it).
 struct DoHUpstream: MessageExchanging {
     static let contentType = DoHWire.mediaType
 
     let endpoint: UpstreamEndpoint
     let method: UpstreamEndpoint.DoHMethod
     let transport: HTTPTransport
+    let client: PipelineClient<DoHSession>
+
+    init(endpoint: UpstreamEndpoint, method: UpstreamEndpoint.DoHMethod, transport: HTTPTransport) {
+        self.endpoint = endpoint
+        self.method = method
+        self.transport = transport
+        let target = DoHSession.Target(endpoint: endpoint, method: method)
+        let maxResponseBytes = min(transport.maxResponseBytes, 65_535)
+        self.client = PipelineClient(endpoint: endpoint, trust: transport.trust, threadName: "httpdns.doh", http2: true) {
+            DoHSession(target: target, maxResponseBytes: maxResponseBytes)
+        }
+    }
 
     var identifier: String { endpoint.url }
     var source: Resolution.Source { .doh }
@@ -21,7 +36,20 @@ struct DoHUpstream: MessageExchanging {
     /// Sends a whole message and returns the response's bytes, checked only for HTTP status and
     /// content type.
     func exchange(_ wire: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
+        if !client.protocolRefused.load(ordering: .relaxed) {
+            do {
+                return try await client.exchange(wire, timeout: timeout)
+            } catch where !client.protocolRefused.load(ordering: .relaxed) {
+                throw error
+            }
+        }
+        return try await exchangeOverHTTP1(wire, timeout: timeout)
+    }
+
+    /// The same exchange as a libcurl transfer, for a server that refused HTTP/2.
+    func exchangeOverHTTP1(_ wire: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
         var request = transport.request(for: endpoint, timeout: timeout)
+        request.allowsHTTP2 = false
         request.headers.append("Accept: \(Self.contentType)")
         switch method {
         case .get:

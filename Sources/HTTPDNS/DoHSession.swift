@@ -1,0 +1,444 @@
+import DNSCore
+import Foundation
+
+/// The client side of one HTTP/2 connection (RFC 9113) carrying DoH requests (RFC 8484): each query
+/// a stream, its answer that stream's response. Pure — bytes in, bytes and events out — and driven
+/// by a ``PipelineClient`` worker, which owns the socket.
+///
+/// Requests are written with literal fields only (``HPACKRequestFields``); responses are read with a
+/// whole HPACK decoder. The checks a DoH answer must pass before anyone sees it are the HTTP ones:
+/// status 200, `application/dns-message`, the size cap; the DNS ones (ID, question, chain) are the
+/// caller's, as on every other path.
+struct DoHSession: PipelineFraming {
+    /// Where requests go: the `:authority` and the path (with any query) of the endpoint's URL.
+    struct Target: Sendable {
+        var authority: [UInt8]
+        var path: [UInt8]
+        var method: UpstreamEndpoint.DoHMethod
+
+        init(endpoint: UpstreamEndpoint, method: UpstreamEndpoint.DoHMethod) {
+            let components = URLComponents(string: endpoint.url)
+            let host = IPAddress(endpoint.host)?.urlHost ?? endpoint.host
+            authority = Array((endpoint.port == 443 ? host : "\(host):\(endpoint.port)").utf8)
+            var path = components?.percentEncodedPath ?? "/"
+            if path.isEmpty { path = "/" }
+            if let query = components?.percentEncodedQuery { path += "?" + query }
+            self.path = Array(path.utf8)
+            self.method = method
+        }
+    }
+
+    /// HTTP/2's error codes this side sends or reads (RFC 9113 §7).
+    enum ErrorCode: UInt32 {
+        case noError = 0x0, protocolError = 0x1, flowControlError = 0x3, frameSizeError = 0x6
+        case refusedStream = 0x7, cancel = 0x8, compressionError = 0x9
+    }
+
+    struct Stream {
+        var status: Int?
+        var contentType: String?
+        var body: [UInt8] = []
+        /// What the server's window lets this stream send (a POST's body).
+        var sendWindow: Int
+        /// A POST body waiting for window.
+        var pendingBody: ArraySlice<UInt8>?
+    }
+
+    static var rewritesIDs: Bool { false }
+    /// Streams this client opens at once at most, whatever the server allows.
+    static let maxStreams = 128
+    /// The frame size this side reads (SETTINGS_MAX_FRAME_SIZE's default, never raised).
+    static let maxFrameSize = 16_384
+    /// The stream window this side advertises: a whole DNS message and its frames' padding.
+    static let streamWindow = 262_144
+    /// The connection window, opened once at the start and topped up as answers are read.
+    static let connectionWindow = 16 << 20
+    /// The most a header block may hold (HEADERS and CONTINUATIONs).
+    static let maxHeaderBlock = 65_536
+
+    let target: Target
+    let maxResponseBytes: Int
+    var decoder = HPACKDecoder()
+    /// RFC 9113 §3.4: the server's first frame is SETTINGS; anything else is not HTTP/2.
+    var settingsSeen = false
+    var nextStreamID: UInt32 = 1
+    var peerMaxStreams = 100
+    var peerInitialWindow = 65_535
+    var peerMaxFrameSize = 16_384
+    var connectionSendWindow = 65_535
+    var streams: [UInt32: Stream] = [:]
+    /// A header block being continued: its stream, its bytes so far, and whether it ends the stream.
+    var continuation: (stream: UInt32, block: [UInt8], endStream: Bool)?
+    var goingAway = false
+    /// DATA bytes read since the connection window was last topped up.
+    var unacknowledged = 0
+
+    init(target: Target, maxResponseBytes: Int) {
+        self.target = target
+        self.maxResponseBytes = maxResponseBytes
+    }
+
+    var capacity: Int { isDraining ? 0 : min(peerMaxStreams, Self.maxStreams) }
+    var isDraining: Bool { goingAway || nextStreamID >= 0x7fff_fff0 }
+
+    func start(into output: inout [UInt8]) {
+        output.append(contentsOf: Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8))
+        // ENABLE_PUSH 0, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE.
+        let settings: [(UInt16, UInt32)] = [(0x2, 0), (0x4, UInt32(Self.streamWindow)), (0x6, UInt32(Self.maxHeaderBlock))]
+        Self.appendFrameHeader(length: settings.count * 6, type: 0x4, flags: 0, stream: 0, to: &output)
+        for (identifier, value) in settings {
+            Self.append16(identifier, to: &output)
+            Self.append32(value, to: &output)
+        }
+        Self.appendWindowUpdate(stream: 0, increment: UInt32(Self.connectionWindow - 65_535), to: &output)
+    }
+
+    mutating func send(_ query: [UInt8], into output: inout [UInt8], isTaken: (UInt32) -> Bool) -> UInt32 {
+        let id = nextStreamID
+        nextStreamID += 2
+        var block: [UInt8] = []
+        block.reserveCapacity(64 + target.authority.count + target.path.count + query.count * 4 / 3)
+        switch target.method {
+        case .get:
+            block.append(HPACKRequestFields.methodGET)
+            block.append(HPACKRequestFields.schemeHTTPS)
+            var path = target.path
+            path.append(path.contains(UInt8(ascii: "?")) ? UInt8(ascii: "&") : UInt8(ascii: "?"))
+            path.append(contentsOf: "dns=".utf8)
+            path.append(contentsOf: DoHWire.encodeBase64URL(query).utf8)
+            HPACKRequestFields.append(nameIndex: HPACKRequestFields.path, value: path, to: &block)
+            HPACKRequestFields.append(nameIndex: HPACKRequestFields.authority, value: target.authority, to: &block)
+        case .post:
+            block.append(HPACKRequestFields.methodPOST)
+            block.append(HPACKRequestFields.schemeHTTPS)
+            HPACKRequestFields.append(nameIndex: HPACKRequestFields.path, value: target.path, to: &block)
+            // Pseudo-fields come before the others (RFC 9113 §8.3).
+            HPACKRequestFields.append(nameIndex: HPACKRequestFields.authority, value: target.authority, to: &block)
+            HPACKRequestFields.append(nameIndex: HPACKRequestFields.contentType, value: DoHWire.mediaType.utf8, to: &block)
+            // BIND resets a POST without one.
+            HPACKRequestFields.append(nameIndex: HPACKRequestFields.contentLength, value: String(query.count).utf8, to: &block)
+        }
+        HPACKRequestFields.append(nameIndex: HPACKRequestFields.accept, value: DoHWire.mediaType.utf8, to: &block)
+        appendHeaderBlock(block, stream: id, endStream: target.method == .get, to: &output)
+        var stream = Stream(sendWindow: peerInitialWindow)
+        if target.method == .post { stream.pendingBody = query[...] }
+        streams[id] = stream
+        if target.method == .post { sendBody(of: id, into: &output) }
+        return id
+    }
+
+    mutating func abandon(_ key: UInt32, into output: inout [UInt8]) {
+        guard streams.removeValue(forKey: key) != nil else { return }
+        Self.appendReset(stream: key, code: .cancel, to: &output)
+    }
+
+    /// HEADERS, and CONTINUATIONs when the block is larger than the server's frame size.
+    func appendHeaderBlock(_ block: [UInt8], stream: UInt32, endStream: Bool, to output: inout [UInt8]) {
+        var start = 0
+        repeat {
+            let end = min(block.count, start + peerMaxFrameSize)
+            var flags: UInt8 = end == block.count ? 0x4 : 0
+            if start == 0, endStream { flags |= 0x1 }
+            Self.appendFrameHeader(length: end - start, type: start == 0 ? 0x1 : 0x9, flags: flags, stream: stream, to: &output)
+            output.append(contentsOf: block[start..<end])
+            start = end
+        } while start < block.count
+    }
+
+    /// Writes as much of a POST body as the windows allow; the last DATA ends the stream.
+    mutating func sendBody(of id: UInt32, into output: inout [UInt8]) {
+        guard var stream = streams[id], var body = stream.pendingBody else { return }
+        while !body.isEmpty {
+            let length = min(body.count, stream.sendWindow, connectionSendWindow, peerMaxFrameSize)
+            guard length > 0 else { break }
+            let last = length == body.count
+            Self.appendFrameHeader(length: length, type: 0x0, flags: last ? 0x1 : 0, stream: id, to: &output)
+            output.append(contentsOf: body.prefix(length))
+            body = body.dropFirst(length)
+            stream.sendWindow -= length
+            connectionSendWindow -= length
+        }
+        stream.pendingBody = body.isEmpty ? nil : body
+        streams[id] = stream
+    }
+
+    mutating func receive(_ input: inout [UInt8], into output: inout [UInt8], events: inout [PipelineEvent]) {
+        var offset = 0
+        defer { input.removeFirst(min(offset, input.count)) }
+        while input.count - offset >= 9 {
+            let length = Int(input[offset]) << 16 | Int(input[offset + 1]) << 8 | Int(input[offset + 2])
+            let type = input[offset + 3]
+            let flags = input[offset + 4]
+            let stream = (UInt32(input[offset + 5]) << 24 | UInt32(input[offset + 6]) << 16 | UInt32(input[offset + 7]) << 8 | UInt32(input[offset + 8])) & 0x7fff_ffff
+            if !settingsSeen {
+                guard type == 0x4, flags & 0x1 == 0, stream == 0, length % 6 == 0 else {
+                    events.append(.refused(DNSError(.malformedResponse, "the server does not speak HTTP/2 on this connection (its first bytes are not a SETTINGS frame)")))
+                    offset = input.count
+                    return
+                }
+                settingsSeen = true
+            }
+            guard length <= Self.maxFrameSize else {
+                return breakConnection(.frameSizeError, "a \(length)-byte frame is larger than the \(Self.maxFrameSize) allowed", &output, &events, &offset, input.count)
+            }
+            guard input.count - offset - 9 >= length else { return }
+            let payload = input[offset + 9..<offset + 9 + length]
+            offset += 9 + length
+            if let continuation, type != 0x9 || stream != continuation.stream {
+                return breakConnection(.protocolError, "a header block was interrupted by another frame", &output, &events, &offset, input.count)
+            }
+            if let failure = frame(type: type, flags: flags, stream: stream, payload: payload, into: &output, events: &events) {
+                return breakConnection(failure.code, failure.reason, &output, &events, &offset, input.count)
+            }
+        }
+    }
+
+    struct ConnectionError: Error {
+        var code: ErrorCode
+        var reason: String
+    }
+
+    /// Handles one whole frame; a connection error is returned.
+    mutating func frame(
+        type: UInt8, flags: UInt8, stream: UInt32, payload: ArraySlice<UInt8>, into output: inout [UInt8], events: inout [PipelineEvent]
+    ) -> ConnectionError? {
+        switch type {
+        case 0x0:  // DATA
+            guard stream != 0 else { return ConnectionError(code: .protocolError, reason: "DATA on stream 0") }
+            unacknowledged += payload.count
+            if unacknowledged >= Self.connectionWindow / 2 {
+                Self.appendWindowUpdate(stream: 0, increment: UInt32(unacknowledged), to: &output)
+                unacknowledged = 0
+            }
+            guard let data = Self.unpadded(payload, flags: flags, priority: false) else {
+                return ConnectionError(code: .protocolError, reason: "DATA padding longer than the frame")
+            }
+            guard var state = streams[stream] else { return closedStreamFrame(stream, "DATA") }
+            guard state.status != nil else { return ConnectionError(code: .protocolError, reason: "DATA before the response's HEADERS") }
+            guard state.body.count + data.count <= maxResponseBytes else {
+                streams[stream] = nil
+                Self.appendReset(stream: stream, code: .cancel, to: &output)
+                events.append(.failed(stream, DNSError(.responseTooLarge, "the response is larger than \(maxResponseBytes) bytes")))
+                return nil
+            }
+            state.body.append(contentsOf: data)
+            streams[stream] = state
+            if flags & 0x1 != 0 { complete(stream, events: &events) }
+        case 0x1:  // HEADERS
+            guard stream != 0 else { return ConnectionError(code: .protocolError, reason: "HEADERS on stream 0") }
+            guard let fragment = Self.unpadded(payload, flags: flags, priority: flags & 0x20 != 0) else {
+                return ConnectionError(code: .protocolError, reason: "HEADERS padding longer than the frame")
+            }
+            guard stream < nextStreamID, stream & 1 == 1 else { return ConnectionError(code: .protocolError, reason: "HEADERS on stream \(stream), which this client did not open") }
+            if flags & 0x4 == 0 {
+                continuation = (stream, Array(fragment), flags & 0x1 != 0)
+                return nil
+            }
+            return headers(Array(fragment), stream: stream, endStream: flags & 0x1 != 0, events: &events)
+        case 0x9:  // CONTINUATION
+            guard var pending = continuation, pending.stream == stream else {
+                return ConnectionError(code: .protocolError, reason: "CONTINUATION without a header block to continue")
+            }
+            pending.block.append(contentsOf: payload)
+            guard pending.block.count <= Self.maxHeaderBlock else {
+                return ConnectionError(code: .protocolError, reason: "a header block larger than \(Self.maxHeaderBlock) bytes")
+            }
+            if flags & 0x4 == 0 {
+                continuation = pending
+                return nil
+            }
+            continuation = nil
+            return headers(pending.block, stream: stream, endStream: pending.endStream, events: &events)
+        case 0x3:  // RST_STREAM
+            guard stream != 0, payload.count == 4 else { return ConnectionError(code: .protocolError, reason: "a malformed RST_STREAM") }
+            guard streams.removeValue(forKey: stream) != nil else { return nil }
+            let code = Self.read32(payload, at: payload.startIndex)
+            if code == ErrorCode.refusedStream.rawValue {
+                events.append(.unprocessed(stream))
+            } else {
+                events.append(.failed(stream, DNSError(.malformedResponse, "the server reset the request (HTTP/2 error code \(code))")))
+            }
+        case 0x4:  // SETTINGS
+            guard stream == 0 else { return ConnectionError(code: .protocolError, reason: "SETTINGS on a stream") }
+            if flags & 0x1 != 0 {
+                guard payload.isEmpty else { return ConnectionError(code: .frameSizeError, reason: "a SETTINGS acknowledgement with a payload") }
+                return nil
+            }
+            guard payload.count % 6 == 0 else { return ConnectionError(code: .frameSizeError, reason: "a SETTINGS frame of \(payload.count) bytes") }
+            var index = payload.startIndex
+            while index < payload.endIndex {
+                let identifier = UInt16(payload[index]) << 8 | UInt16(payload[index + 1])
+                let value = Self.read32(payload, at: index + 2)
+                index += 6
+                switch identifier {
+                case 0x3: peerMaxStreams = Int(value)
+                case 0x4:
+                    guard value <= 0x7fff_ffff else { return ConnectionError(code: .flowControlError, reason: "an initial window above 2^31-1") }
+                    let delta = Int(value) - peerInitialWindow
+                    peerInitialWindow = Int(value)
+                    for id in streams.keys { streams[id]?.sendWindow += delta }
+                case 0x5:
+                    guard (16_384...16_777_215).contains(value) else { return ConnectionError(code: .protocolError, reason: "a maximum frame size of \(value)") }
+                    peerMaxFrameSize = Int(value)
+                default: break
+                }
+            }
+            Self.appendFrameHeader(length: 0, type: 0x4, flags: 0x1, stream: 0, to: &output)
+            flushBodies(into: &output)
+        case 0x5:  // PUSH_PROMISE: refused in SETTINGS
+            return ConnectionError(code: .protocolError, reason: "PUSH_PROMISE after push was disabled")
+        case 0x6:  // PING
+            guard stream == 0, payload.count == 8 else { return ConnectionError(code: .protocolError, reason: "a malformed PING") }
+            if flags & 0x1 == 0 {
+                Self.appendFrameHeader(length: 8, type: 0x6, flags: 0x1, stream: 0, to: &output)
+                output.append(contentsOf: payload)
+            }
+        case 0x7:  // GOAWAY
+            guard stream == 0, payload.count >= 8 else { return ConnectionError(code: .protocolError, reason: "a malformed GOAWAY") }
+            let last = Self.read32(payload, at: payload.startIndex) & 0x7fff_ffff
+            goingAway = true
+            for id in streams.keys.sorted() where id > last {
+                streams[id] = nil
+                events.append(.unprocessed(id))
+            }
+        case 0x8:  // WINDOW_UPDATE
+            guard payload.count == 4 else { return ConnectionError(code: .frameSizeError, reason: "a WINDOW_UPDATE of \(payload.count) bytes") }
+            let increment = Int(Self.read32(payload, at: payload.startIndex) & 0x7fff_ffff)
+            if stream == 0 {
+                guard increment > 0 else { return ConnectionError(code: .protocolError, reason: "a connection WINDOW_UPDATE of 0") }
+                connectionSendWindow += increment
+                guard connectionSendWindow <= 0x7fff_ffff else { return ConnectionError(code: .flowControlError, reason: "the connection window above 2^31-1") }
+            } else if var state = streams[stream] {
+                state.sendWindow += increment
+                guard increment > 0, state.sendWindow <= 0x7fff_ffff else {
+                    streams[stream] = nil
+                    Self.appendReset(stream: stream, code: increment > 0 ? .flowControlError : .protocolError, to: &output)
+                    events.append(.failed(stream, DNSError(.malformedResponse, "the server sent an invalid stream WINDOW_UPDATE")))
+                    return nil
+                }
+                streams[stream] = state
+            }
+            flushBodies(into: &output)
+        default:  // PRIORITY and unknown types are ignored (RFC 9113 §4.1, §5.5).
+            break
+        }
+        return nil
+    }
+
+    /// Decodes a whole header block: every block, even one for a stream given up, keeps the HPACK
+    /// table in step with the server's.
+    mutating func headers(_ block: [UInt8], stream: UInt32, endStream: Bool, events: inout [PipelineEvent]) -> ConnectionError? {
+        let fields: [HPACKDecoder.Field]
+        do { fields = try decoder.decode(block[...], maxListSize: Self.maxHeaderBlock) } catch {
+            return ConnectionError(code: .compressionError, reason: "an undecodable header block: \(error.reason)")
+        }
+        guard var state = streams[stream] else { return nil }
+        if state.status == nil {
+            guard let text = fields.first(where: { $0.name == ":status" })?.value, let status = Int(text), (100...599).contains(status) else {
+                streams[stream] = nil
+                events.append(.failed(stream, DNSError(.malformedResponse, "a response without a valid :status")))
+                return nil
+            }
+            // An interim (1xx) response is followed by the real one.
+            if status >= 200 {
+                state.status = status
+                state.contentType = fields.first(where: { $0.name == "content-type" })?.value
+            }
+            streams[stream] = state
+        }
+        if endStream { complete(stream, events: &events) }
+        return nil
+    }
+
+    /// The response is whole: the HTTP checks, then the body to the caller.
+    mutating func complete(_ stream: UInt32, events: inout [PipelineEvent]) {
+        guard let state = streams.removeValue(forKey: stream) else { return }
+        guard let status = state.status, status == 200 else {
+            events.append(.failed(stream, DNSError(.httpStatus, "HTTP status \(state.status.map(String.init) ?? "1xx at the end of the stream")")))
+            return
+        }
+        let mediaType = DoHWire.mediaType(of: state.contentType)
+        guard mediaType == DoHWire.mediaType else {
+            events.append(
+                .failed(stream, DNSError(.badContentType, "content type '\(mediaType.isEmpty ? "none" : mediaType)', expected \(DoHWire.mediaType)")))
+            return
+        }
+        events.append(.answer(stream, state.body))
+    }
+
+    /// A frame for a stream that is not open: one this client reset or gave up on (frames may still
+    /// be under way), or one it never opened, which is the server's error (§5.1).
+    func closedStreamFrame(_ stream: UInt32, _ kind: String) -> ConnectionError? {
+        guard stream >= nextStreamID || stream & 1 == 0 else { return nil }
+        return ConnectionError(code: .protocolError, reason: "\(kind) on stream \(stream), which this client did not open")
+    }
+
+    mutating func flushBodies(into output: inout [UInt8]) {
+        guard target.method == .post else { return }
+        for id in streams.keys.sorted() where streams[id]?.pendingBody != nil { sendBody(of: id, into: &output) }
+    }
+
+    /// Ends the connection: GOAWAY with the code, the reason to every query on it.
+    func breakConnection(
+        _ code: ErrorCode, _ reason: String, _ output: inout [UInt8], _ events: inout [PipelineEvent], _ offset: inout Int, _ end: Int
+    ) {
+        Self.appendFrameHeader(length: 8, type: 0x7, flags: 0, stream: 0, to: &output)
+        Self.append32(0, to: &output)  // no server-initiated stream was processed
+        Self.append32(code.rawValue, to: &output)
+        events.append(.broken(DNSError(.malformedResponse, "HTTP/2: \(reason)")))
+        offset = end
+    }
+
+    /// A padded frame's content (and a HEADERS frame's without its priority fields); nil when the
+    /// padding does not fit (§6.1, §6.2).
+    static func unpadded(_ payload: ArraySlice<UInt8>, flags: UInt8, priority: Bool) -> ArraySlice<UInt8>? {
+        var content = payload
+        var padding = 0
+        if flags & 0x8 != 0 {
+            guard let first = content.first else { return nil }
+            padding = Int(first)
+            content = content.dropFirst()
+        }
+        if priority {
+            guard content.count >= 5 else { return nil }
+            content = content.dropFirst(5)
+        }
+        guard padding <= content.count else { return nil }
+        return content.dropLast(padding)
+    }
+
+    static func appendFrameHeader(length: Int, type: UInt8, flags: UInt8, stream: UInt32, to output: inout [UInt8]) {
+        output.append(UInt8(truncatingIfNeeded: length >> 16))
+        output.append(UInt8(truncatingIfNeeded: length >> 8))
+        output.append(UInt8(truncatingIfNeeded: length))
+        output.append(type)
+        output.append(flags)
+        append32(stream, to: &output)
+    }
+
+    static func appendWindowUpdate(stream: UInt32, increment: UInt32, to output: inout [UInt8]) {
+        appendFrameHeader(length: 4, type: 0x8, flags: 0, stream: stream, to: &output)
+        append32(increment, to: &output)
+    }
+
+    static func appendReset(stream: UInt32, code: ErrorCode, to output: inout [UInt8]) {
+        appendFrameHeader(length: 4, type: 0x3, flags: 0, stream: stream, to: &output)
+        append32(code.rawValue, to: &output)
+    }
+
+    static func append16(_ value: UInt16, to output: inout [UInt8]) {
+        output.append(UInt8(value >> 8))
+        output.append(UInt8(value & 0xff))
+    }
+
+    static func append32(_ value: UInt32, to output: inout [UInt8]) {
+        output.append(UInt8(value >> 24))
+        output.append(UInt8(value >> 16 & 0xff))
+        output.append(UInt8(value >> 8 & 0xff))
+        output.append(UInt8(value & 0xff))
+    }
+
+    static func read32(_ bytes: ArraySlice<UInt8>, at index: Int) -> UInt32 {
+        UInt32(bytes[index]) << 24 | UInt32(bytes[index + 1]) << 16 | UInt32(bytes[index + 2]) << 8 | UInt32(bytes[index + 3])
+    }
+}
