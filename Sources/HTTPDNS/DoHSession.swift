@@ -1,5 +1,4 @@
 import DNSCore
-import Foundation
 
 /// The client side of one HTTP/2 connection (RFC 9113) carrying DoH requests (RFC 8484): each query
 /// a stream, its answer that stream's response. Pure — bytes in, bytes and events out — and driven
@@ -12,20 +11,11 @@ import Foundation
 struct DoHSession: PipelineFraming {
     /// Where requests go: the `:authority` and the path (with any query) of the endpoint's URL.
     struct Target: Sendable {
+        enum Method: Sendable { case get, post }
+
         var authority: [UInt8]
         var path: [UInt8]
-        var method: UpstreamEndpoint.DoHMethod
-
-        init(endpoint: UpstreamEndpoint, method: UpstreamEndpoint.DoHMethod) {
-            let components = URLComponents(string: endpoint.url)
-            let host = IPAddress(endpoint.host)?.urlHost ?? endpoint.host
-            authority = Array((endpoint.port == 443 ? host : "\(host):\(endpoint.port)").utf8)
-            var path = components?.percentEncodedPath ?? "/"
-            if path.isEmpty { path = "/" }
-            if let query = components?.percentEncodedQuery { path += "?" + query }
-            self.path = Array(path.utf8)
-            self.method = method
-        }
+        var method: Method
     }
 
     /// HTTP/2's error codes this side sends or reads (RFC 9113 §7).
@@ -169,17 +159,24 @@ struct DoHSession: PipelineFraming {
             let length = Int(input[offset]) << 16 | Int(input[offset + 1]) << 8 | Int(input[offset + 2])
             let type = input[offset + 3]
             let flags = input[offset + 4]
-            let stream = (UInt32(input[offset + 5]) << 24 | UInt32(input[offset + 6]) << 16 | UInt32(input[offset + 7]) << 8 | UInt32(input[offset + 8])) & 0x7fff_ffff
+            let stream =
+                (UInt32(input[offset + 5]) << 24 | UInt32(input[offset + 6]) << 16 | UInt32(input[offset + 7]) << 8 | UInt32(input[offset + 8]))
+                & 0x7fff_ffff
             if !settingsSeen {
                 guard type == 0x4, flags & 0x1 == 0, stream == 0, length % 6 == 0 else {
-                    events.append(.refused(DNSError(.malformedResponse, "the server does not speak HTTP/2 on this connection (its first bytes are not a SETTINGS frame)")))
+                    events.append(
+                        .refused(
+                            DNSError(
+                                .malformedResponse, "the server does not speak HTTP/2 on this connection (its first bytes are not a SETTINGS frame)"))
+                    )
                     offset = input.count
                     return
                 }
                 settingsSeen = true
             }
             guard length <= Self.maxFrameSize else {
-                return breakConnection(.frameSizeError, "a \(length)-byte frame is larger than the \(Self.maxFrameSize) allowed", &output, &events, &offset, input.count)
+                return breakConnection(
+                    .frameSizeError, "a \(length)-byte frame is larger than the \(Self.maxFrameSize) allowed", &output, &events, &offset, input.count)
             }
             guard input.count - offset - 9 >= length else { return }
             let payload = input[offset + 9..<offset + 9 + length]
@@ -229,7 +226,9 @@ struct DoHSession: PipelineFraming {
             guard let fragment = Self.unpadded(payload, flags: flags, priority: flags & 0x20 != 0) else {
                 return ConnectionError(code: .protocolError, reason: "HEADERS padding longer than the frame")
             }
-            guard stream < nextStreamID, stream & 1 == 1 else { return ConnectionError(code: .protocolError, reason: "HEADERS on stream \(stream), which this client did not open") }
+            guard stream < nextStreamID, stream & 1 == 1 else {
+                return ConnectionError(code: .protocolError, reason: "HEADERS on stream \(stream), which this client did not open")
+            }
             if flags & 0x4 == 0 {
                 continuation = (stream, Array(fragment), flags & 0x1 != 0)
                 return nil
@@ -278,7 +277,9 @@ struct DoHSession: PipelineFraming {
                     peerInitialWindow = Int(value)
                     for id in streams.keys { streams[id]?.sendWindow += delta }
                 case 0x5:
-                    guard (16_384...16_777_215).contains(value) else { return ConnectionError(code: .protocolError, reason: "a maximum frame size of \(value)") }
+                    guard (16_384...16_777_215).contains(value) else {
+                        return ConnectionError(code: .protocolError, reason: "a maximum frame size of \(value)")
+                    }
                     peerMaxFrameSize = Int(value)
                 default: break
                 }
@@ -307,7 +308,9 @@ struct DoHSession: PipelineFraming {
             if stream == 0 {
                 guard increment > 0 else { return ConnectionError(code: .protocolError, reason: "a connection WINDOW_UPDATE of 0") }
                 connectionSendWindow += increment
-                guard connectionSendWindow <= 0x7fff_ffff else { return ConnectionError(code: .flowControlError, reason: "the connection window above 2^31-1") }
+                guard connectionSendWindow <= 0x7fff_ffff else {
+                    return ConnectionError(code: .flowControlError, reason: "the connection window above 2^31-1")
+                }
             } else if var state = streams[stream] {
                 state.sendWindow += increment
                 guard increment > 0, state.sendWindow <= 0x7fff_ffff else {

@@ -2,7 +2,6 @@ import CurlSupport
 import DNSCore
 import Foundation
 
-
 /// An RFC 7858 resolver: DNS messages, each after its 2-byte length, over one TLS connection.
 ///
 /// Queries are pipelined on the connection and answers matched by ID, in whatever order they

@@ -27,8 +27,12 @@ struct HPACKDecoder {
     }
 
     /// Decodes one whole header block (HEADERS and its CONTINUATIONs joined).
-    /// - Parameter maxListSize: the decoded list's bound (name + value + 32 per field, RFC 9113
-    ///   §6.5.2); past it the block is refused rather than held.
+    /// - Parameters:
+    ///   - block: the block's bytes.
+    ///   - maxListSize: the decoded list's bound (name + value + 32 per field, RFC 9113 §6.5.2);
+    ///     past it the block is refused rather than held.
+    /// - Returns: the fields in order.
+    /// - Throws: ``Failure`` for a block that breaks RFC 7541 (the connection cannot go on).
     mutating func decode(_ block: ArraySlice<UInt8>, maxListSize: Int = 65_536) throws(Failure) -> [Field] {
         var reader = Reader(bytes: block)
         var fields: [Field] = []

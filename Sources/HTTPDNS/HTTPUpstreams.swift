@@ -19,7 +19,7 @@ struct DoHUpstream: MessageExchanging {
         self.endpoint = endpoint
         self.method = method
         self.transport = transport
-        let target = DoHSession.Target(endpoint: endpoint, method: method)
+        let target = DoHSession.Target(endpoint: endpoint, method: method == .post ? .post : .get)
         let maxResponseBytes = min(transport.maxResponseBytes, 65_535)
         self.client = PipelineClient(endpoint: endpoint, trust: transport.trust, threadName: "httpdns.doh", http2: true) {
             DoHSession(target: target, maxResponseBytes: maxResponseBytes)
@@ -39,7 +39,7 @@ struct DoHUpstream: MessageExchanging {
         if !client.protocolRefused.load(ordering: .relaxed) {
             do {
                 return try await client.exchange(wire, timeout: timeout)
-            } catch where !client.protocolRefused.load(ordering: .relaxed) {
+            } catch  where !client.protocolRefused.load(ordering: .relaxed) {
                 throw error
             }
         }
@@ -63,6 +63,18 @@ struct DoHUpstream: MessageExchanging {
         let response = try await transport.perform(request, endpoint: endpoint)
         try HTTPTransport.check(response, accepting: [Self.contentType], upstream: endpoint.url)
         return response.body
+    }
+}
+
+extension DoHSession.Target {
+    /// The `:authority` and `:path` a request for `endpoint` carries, as libcurl would write them.
+    init(endpoint: UpstreamEndpoint, method: Method) {
+        let components = URLComponents(string: endpoint.url)
+        let host = IPAddress(endpoint.host)?.urlHost ?? endpoint.host
+        var path = components?.percentEncodedPath ?? "/"
+        if path.isEmpty { path = "/" }
+        if let query = components?.percentEncodedQuery { path += "?" + query }
+        self.init(authority: Array((endpoint.port == 443 ? host : "\(host):\(endpoint.port)").utf8), path: Array(path.utf8), method: method)
     }
 }
 

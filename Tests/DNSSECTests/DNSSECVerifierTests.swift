@@ -35,16 +35,7 @@ import Testing
         return try! JSONDecoder().decode(Vectors.self, from: Data(contentsOf: url))
     }()
 
-    static func bytes(_ hex: String) -> [UInt8] {
-        var out: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            out.append(UInt8(hex[index..<next], radix: 16)!)
-            index = next
-        }
-        return out
-    }
+    static func bytes(_ hex: String) -> [UInt8] { Hex.bytes(hex) }
 
     static func rrset(_ test: Case) throws -> [DNSMessage.Record] {
         let type: RecordType = ["A": .a, "TXT": .txt, "DNSKEY": .dnskey][test.type]!

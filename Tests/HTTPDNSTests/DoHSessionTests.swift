@@ -1,5 +1,6 @@
 import DNSCore
 import Foundation
+import TestSupport
 import Testing
 
 @testable import HTTPDNS
@@ -8,16 +9,7 @@ import Testing
 /// peer encoder (Python's `hpack`, as `h2` and nghttp2-based servers index and Huffman-code), and
 /// blocks that must be refused.
 @Suite struct HPACKDecoderTests {
-    static func bytes(_ hex: String) -> [UInt8] {
-        var result: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            result.append(UInt8(hex[index..<next], radix: 16)!)
-            index = next
-        }
-        return result
-    }
+    static func bytes(_ hex: String) -> [UInt8] { Hex.bytes(hex) }
 
     static func fields(_ pairs: [(String, String)]) -> [HPACKDecoder.Field] {
         pairs.map { HPACKDecoder.Field(name: $0.0, value: $0.1) }
@@ -91,8 +83,8 @@ import Testing
 @Suite struct DoHSessionTests {
     static let query: [UInt8] = DNSMessage.query(name: try! DomainName("www.hd.test"), type: .a, id: 0)
 
-    static func session(_ method: UpstreamEndpoint.DoHMethod = .get, maxResponseBytes: Int = 65_535) throws -> DoHSession {
-        let endpoint = try UpstreamEndpoint.doh("https://doh.test:8443/dns-query", bootstrap: ["127.0.0.1"], method: method)
+    static func session(_ method: DoHSession.Target.Method = .get, maxResponseBytes: Int = 65_535) throws -> DoHSession {
+        let endpoint = try UpstreamEndpoint.doh("https://doh.test:8443/dns-query", bootstrap: ["127.0.0.1"])
         return DoHSession(target: .init(endpoint: endpoint, method: method), maxResponseBytes: maxResponseBytes)
     }
 
@@ -122,7 +114,7 @@ import Testing
         }
     }
 
-    static func started(_ method: UpstreamEndpoint.DoHMethod = .get, maxResponseBytes: Int = 65_535) throws -> (Run, UInt32) {
+    static func started(_ method: DoHSession.Target.Method = .get, maxResponseBytes: Int = 65_535) throws -> (Run, UInt32) {
         var run = Run(session: try session(method, maxResponseBytes: maxResponseBytes))
         run.session.start(into: &run.output)
         run.feed(settings)
@@ -301,6 +293,24 @@ import Testing
             // Half the time a plausible length, so that frame bodies are reached.
             if bytes.count >= 9, Bool.random() { (bytes[0], bytes[1], bytes[2]) = (0, 0, UInt8(bytes.count - 9)) }
             run.feed(bytes)
+        }
+    }
+
+    /// The fuzzer's seeds and any crasher it left (Fuzz/H2ClientFuzzer.swift's framing: the first
+    /// byte picks a header block or server bytes after SETTINGS): replayed on every run.
+    @Test func theFuzzSeedsAndCrashersReplayWithoutATrap() throws {
+        let inputs = FuzzCorpus.inputs(["corpus-h2client", "crashers/h2client"])
+        #expect(inputs.count >= 6)
+        for input in inputs {
+            guard let mode = input.first else { continue }
+            if mode & 1 == 0 {
+                var decoder = HPACKDecoder()
+                _ = try? decoder.decode(input.dropFirst())
+                continue
+            }
+            var (run, _) = try Self.started(.post, maxResponseBytes: 512)
+            run.feed((mode & 2 == 0 ? Self.settings : []) + Array(input.dropFirst()))
+            for case .answer(_, let body) in run.events { #expect(body.count <= 512) }
         }
     }
 }
