@@ -5,7 +5,7 @@
 /// for address in resolution.addresses { print(address.ip, address.ttl) }
 /// print(resolution.source, resolution.upstream ?? "-")
 /// ```
-public struct Resolution: Sendable, Hashable {
+public struct Resolution: Sendable, Hashable, CustomReflectable {
     /// Where an answer came from.
     public enum Source: String, Sendable, Hashable, CaseIterable {
         /// A trusted RFC 8484 DoH resolver.
@@ -28,37 +28,136 @@ public struct Resolution: Sendable, Hashable {
         case local
     }
 
+    /// The fields, in one box shared by every copy and copied before a write (copy on write): a
+    /// cache hit returns a copy of a kept resolution, and copying one reference instead of the
+    /// five strings and arrays here took a third off a hit (BENCHMARKS.md, "Cache hits and memory").
+    ///
+    /// `@unchecked Sendable`: a box is written only through ``unique()``, which copies it unless
+    /// this value holds the only reference, so no box that two values (or threads) share is ever
+    /// written.
+    private final class Box: @unchecked Sendable {
+        var host: String
+        var addresses: [ResolvedAddress]
+        var canonicalName: String?
+        var source: Source
+        var upstream: String?
+        var elapsed: Duration
+        var expiresAt: ResolverInstant
+        var failedAttempts: [DNSError.Attempt]
+        var dnssec: DNSSECStatus?
+
+        init(
+            host: String, addresses: [ResolvedAddress], canonicalName: String?, source: Source, upstream: String?,
+            elapsed: Duration, expiresAt: ResolverInstant, failedAttempts: [DNSError.Attempt], dnssec: DNSSECStatus?
+        ) {
+            self.host = host
+            self.addresses = addresses
+            self.canonicalName = canonicalName
+            self.source = source
+            self.upstream = upstream
+            self.elapsed = elapsed
+            self.expiresAt = expiresAt
+            self.failedAttempts = failedAttempts
+            self.dnssec = dnssec
+        }
+
+        func copy() -> Box {
+            Box(
+                host: host, addresses: addresses, canonicalName: canonicalName, source: source, upstream: upstream, elapsed: elapsed,
+                expiresAt: expiresAt, failedAttempts: failedAttempts, dnssec: dnssec)
+        }
+    }
+
+    private var box: Box
+
+    private mutating func unique() -> Box {
+        if !isKnownUniquelyReferenced(&box) { box = box.copy() }
+        return box
+    }
+
     /// The host as the caller gave it.
-    public var host: String
+    public var host: String {
+        get { box.host }
+        set { unique().host = newValue }
+    }
     /// Addresses in the order the caller should try them.
-    public var addresses: [ResolvedAddress]
+    public var addresses: [ResolvedAddress] {
+        get { box.addresses }
+        set { unique().addresses = newValue }
+    }
     /// The name at the end of the CNAME chain, when it differs from the host.
-    public var canonicalName: String?
-    public var source: Source
+    public var canonicalName: String? {
+        get { box.canonicalName }
+        set { unique().canonicalName = newValue }
+    }
+    public var source: Source {
+        get { box.source }
+        set { unique().source = newValue }
+    }
     /// The URL of the upstream that answered; nil for literals.
-    public var upstream: String?
+    public var upstream: String? {
+        get { box.upstream }
+        set { unique().upstream = newValue }
+    }
     /// Wall time the lookup took.
-    public var elapsed: Duration
+    public var elapsed: Duration {
+        get { box.elapsed }
+        set { unique().elapsed = newValue }
+    }
     /// Monotonic instant after which the answer is stale (the smallest TTL).
-    public var expiresAt: ResolverInstant
+    public var expiresAt: ResolverInstant {
+        get { box.expiresAt }
+        set { unique().expiresAt = newValue }
+    }
     /// Upstreams that failed before one answered, in order.
-    public var failedAttempts: [DNSError.Attempt]
+    public var failedAttempts: [DNSError.Attempt] {
+        get { box.failedAttempts }
+        set { unique().failedAttempts = newValue }
+    }
     /// What DNSSEC validation proved about the addresses; nil when the policy is `off`.
-    public var dnssec: DNSSECStatus?
+    public var dnssec: DNSSECStatus? {
+        get { box.dnssec }
+        set { unique().dnssec = newValue }
+    }
 
     public init(
         host: String, addresses: [ResolvedAddress], canonicalName: String? = nil, source: Source,
         upstream: String?, elapsed: Duration, expiresAt: ResolverInstant,
         failedAttempts: [DNSError.Attempt] = []
     ) {
-        self.host = host
-        self.addresses = addresses
-        self.canonicalName = canonicalName
-        self.source = source
-        self.upstream = upstream
-        self.elapsed = elapsed
-        self.expiresAt = expiresAt
-        self.failedAttempts = failedAttempts
+        box = Box(
+            host: host, addresses: addresses, canonicalName: canonicalName, source: source, upstream: upstream, elapsed: elapsed,
+            expiresAt: expiresAt, failedAttempts: failedAttempts, dnssec: nil)
+    }
+
+    public static func == (lhs: Resolution, rhs: Resolution) -> Bool {
+        if lhs.box === rhs.box { return true }
+        return lhs.host == rhs.host && lhs.addresses == rhs.addresses && lhs.canonicalName == rhs.canonicalName
+            && lhs.source == rhs.source && lhs.upstream == rhs.upstream && lhs.elapsed == rhs.elapsed
+            && lhs.expiresAt == rhs.expiresAt && lhs.failedAttempts == rhs.failedAttempts && lhs.dnssec == rhs.dnssec
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(host)
+        hasher.combine(addresses)
+        hasher.combine(canonicalName)
+        hasher.combine(source)
+        hasher.combine(upstream)
+        hasher.combine(elapsed)
+        hasher.combine(expiresAt)
+        hasher.combine(failedAttempts)
+        hasher.combine(dnssec)
+    }
+
+    /// The fields, as `print` and `dump` showed them before they moved into the box.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "host": host, "addresses": addresses, "canonicalName": canonicalName as Any, "source": source,
+                "upstream": upstream as Any, "elapsed": elapsed, "expiresAt": expiresAt, "failedAttempts": failedAttempts,
+                "dnssec": dnssec as Any,
+            ], displayStyle: .struct)
     }
 
     /// Whether this is an expired answer served under RFC 8767.

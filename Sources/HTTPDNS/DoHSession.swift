@@ -45,6 +45,9 @@ struct DoHSession: PipelineFraming {
     static let connectionWindow = 16 << 20
     /// The most a header block may hold (HEADERS and CONTINUATIONs).
     static let maxHeaderBlock = 65_536
+    /// Acknowledgements (PING, SETTINGS) waiting to be written past this: the server sends them
+    /// faster than it reads, and the connection ends rather than buffer without bound.
+    static let maxPendingOutput = 1 << 20
 
     let target: Target
     let maxResponseBytes: Int
@@ -186,6 +189,11 @@ struct DoHSession: PipelineFraming {
             }
             if let failure = frame(type: type, flags: flags, stream: stream, payload: payload, into: &output, events: &events) {
                 return breakConnection(failure.code, failure.reason, &output, &events, &offset, input.count)
+            }
+            guard output.count <= Self.maxPendingOutput else {
+                return breakConnection(
+                    .protocolError, "more than \(Self.maxPendingOutput) bytes of replies unread by the server", &output, &events, &offset, input.count
+                )
             }
         }
     }

@@ -347,7 +347,8 @@ private final class PipelineWorker<Framing: PipelineFraming> {
     }
 
     /// Reads everything waiting (TLS may hold decrypted bytes the socket no longer shows) and
-    /// delivers each whole answer.
+    /// delivers each whole answer. What is read is handed to the framing read by read, so a server
+    /// that never stops sending is held to one read and one frame of buffer.
     func receive() {
         var closed: String?
         while let connection {
@@ -363,10 +364,16 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             }
             lastReceived = .now
             input.append(contentsOf: buffer[0..<count])
+            deliver()
         }
         if closed == nil, let connection { Self.acknowledgeAtOnce(connection.socket) }
-        // Answers that came before the close are delivered first.
-        defer { if let closed, connection != nil { drop(closed) } }
+        // Answers that came before the close have been delivered first.
+        if let closed, connection != nil { drop(closed) }
+        if !output.isEmpty, connection != nil { flush() }
+    }
+
+    /// Hands the buffered bytes to the framing and acts on what they carried.
+    func deliver() {
         framing.receive(&input, into: &output, events: &events)
         for event in events {
             switch event {
@@ -395,7 +402,6 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             }
         }
         events.removeAll(keepingCapacity: true)
-        if !output.isEmpty, connection != nil { flush() }
     }
 
     /// Servers write pipelined answers one by one, and those without TCP_NODELAY (BIND 9.18's and

@@ -283,6 +283,20 @@ import Testing
         }
     }
 
+    /// PINGs answered faster than the server reads the answers: bounded, then the connection ends.
+    @Test func aPingFloodEndsTheConnectionInsteadOfBuffering() throws {
+        var (run, _) = try Self.started()
+        let ping = Self.frame(0x6, [1, 2, 3, 4, 5, 6, 7, 8])
+        var flood: [UInt8] = []
+        for _ in 0..<70_000 { flood += ping }
+        run.feed(flood)
+        guard case .broken = run.events.last else {
+            Issue.record("expected the connection to break, got \(run.events.count) events")
+            return
+        }
+        #expect(run.output.count <= DoHSession.maxPendingOutput + 64)
+    }
+
     /// Random server bytes after the preface: every outcome is an event or nothing, never a trap.
     @Test func randomServerBytesNeverTrap() throws {
         let (base, _) = try Self.started()
