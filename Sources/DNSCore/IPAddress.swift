@@ -18,6 +18,9 @@ public enum IPAddress: Sendable, Hashable, CustomStringConvertible, Comparable {
     /// Parses `192.0.2.1`, `2001:db8::1` or `[2001:db8::1]`. Returns nil for anything else,
     /// including IPv4 parts with leading zeros (ambiguous: octal to some parsers).
     public init?(_ text: some StringProtocol) {
+        // Host names are most of what comes here (each lookup asks whether its host is a literal):
+        // a byte no address text holds ends it before anything is copied.
+        for byte in text.utf8 where !Self.mayAppearInLiteral(byte) { return nil }
         var bytes = Array(text.utf8)
         if bytes.first == UInt8(ascii: "["), bytes.last == UInt8(ascii: "]") {
             bytes = Array(bytes.dropFirst().dropLast())
@@ -87,6 +90,18 @@ public enum IPAddress: Sendable, Hashable, CustomStringConvertible, Comparable {
     }
 
     // MARK: Parsing
+
+    /// Digits, hex letters, `:`, `.` and the brackets of `[v6]`.
+    @inline(__always)
+    private static func mayAppearInLiteral(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: ":"), UInt8(ascii: "a")...UInt8(ascii: "f"), UInt8(ascii: "A")...UInt8(ascii: "F"),
+            UInt8(ascii: "."), UInt8(ascii: "["), UInt8(ascii: "]"):
+            return true
+        default:
+            return false
+        }
+    }
 
     private static func parseV4(_ bytes: ArraySlice<UInt8>) -> UInt32? {
         var value: UInt32 = 0

@@ -18,17 +18,12 @@ package final class ResolutionMemo: Sendable {
         var type: AddressQuery
     }
 
-    /// A class, so a lookup retains one reference under the lock instead of copying every field.
-    private final class Item: Sendable {
-        let resolution: Resolution
-        let validUntil: ResolverInstant
-        let generation: UInt64
-
-        init(resolution: Resolution, validUntil: ResolverInstant, generation: UInt64) {
-            self.resolution = resolution
-            self.validUntil = validUntil
-            self.generation = generation
-        }
+    /// A value: a ``Resolution`` is one reference (its fields are boxed), so a lookup copies one
+    /// reference under the lock, and no item box is retained and released around it.
+    private struct Item: Sendable {
+        var resolution: Resolution
+        var validUntil: ResolverInstant
+        var generation: UInt64
     }
 
     private final class Shard: Sendable {
