@@ -39,8 +39,9 @@ struct DoHUpstream: MessageExchanging {
         if !client.protocolRefused.load(ordering: .relaxed) {
             do {
                 return try await client.exchange(wire, timeout: timeout)
-            } catch  where !client.protocolRefused.load(ordering: .relaxed) {
-                throw error
+            } catch {
+                // The query that found out the server has no HTTP/2 goes again over HTTP/1.1.
+                guard client.protocolRefused.load(ordering: .relaxed) else { throw error }
             }
         }
         return try await exchangeOverHTTP1(wire, timeout: timeout)
