@@ -120,6 +120,9 @@ struct HPACKDecoder {
             var shift = 0
             while true {
                 guard offset < bytes.endIndex else { throw Failure(reason: "the block ends inside an integer") }
+                // Four continuation bytes already pass 2^24; more would shift bits past the sign
+                // (a negative length: the fuzzer found it, Fuzz/crashers/h2client).
+                guard shift <= 21 else { throw Failure(reason: "an integer above 2^24") }
                 let byte = bytes[offset]
                 offset += 1
                 value += Int(byte & 0x7f) << shift

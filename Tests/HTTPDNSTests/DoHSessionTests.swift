@@ -58,6 +58,8 @@ import Testing
             ("008100", "Huffman padding that is not all ones"),
             ("0084ffffffff", "EOS inside a Huffman string"),
             ("0fffffffffff7f", "an integer above 2^24"),
+            ("00ff" + String(repeating: "80", count: 9) + "01", "a string length shifted past the sign bit"),
+            ("3fe1" + String(repeating: "80", count: 70) + "00", "a size update with 70 continuation bytes"),
         ]
         for (hex, what) in cases {
             var decoder = HPACKDecoder()
