@@ -17,6 +17,20 @@ package enum DoHWire {
         return String(decoding: utf8.map { $0 >= 0x41 && $0 <= 0x5a ? $0 | 0x20 : $0 }, as: UTF8.self)
     }
 
+    /// Why an HTTP answer is not a DNS answer, or nil when it is one: status 200 and a media type
+    /// among `types` (the first is the one named as expected). `status` nil is a stream that ended
+    /// with only informational (1xx) headers. One wording for every DoH client path.
+    package static func failure(status: Int?, contentType: String?, accepting types: [String] = [mediaType]) -> DNSError? {
+        guard let status, status == 200 else {
+            return DNSError(.httpStatus, "HTTP status \(status.map(String.init) ?? "1xx at the end of the stream")")
+        }
+        let found = Self.mediaType(of: contentType)
+        guard types.contains(found) else {
+            return DNSError(.badContentType, "content type '\(found.isEmpty ? "none" : found)', expected \(types.first ?? mediaType)")
+        }
+        return nil
+    }
+
     /// base64url without padding, as a DoH GET's `dns` parameter carries a query. On the hot path
     /// of every GET, so written over bytes.
     package static func encodeBase64URL(_ bytes: [UInt8]) -> String {

@@ -12,6 +12,9 @@ import Synchronization
 /// - no entry in it has reached its prefetch window (hits there must take the slow path, which
 ///   starts the refresh).
 /// Stale answers, failures and partial answers are never kept here.
+///
+/// A hit is copied into the reading thread's ``ThreadHits`` table, so the next hit of that name on
+/// that thread needs neither the dictionary's hash of the host nor the shard's lock.
 package final class ResolutionMemo: Sendable {
     private struct Key: Hashable {
         var host: String
@@ -33,6 +36,8 @@ package final class ResolutionMemo: Sendable {
     private let shards: [Shard]
     private let shardLimit: Int
     private let generation = Atomic<UInt64>(0)
+    /// Renewed with `generation` and on every label: the stamp of the thread-local copies.
+    private let stamp = Atomic<UInt64>(ThreadHits.newStamp())
 
     /// - Parameters:
     ///   - capacity: items kept at most; a full shard is emptied (hot names come back at once).
@@ -46,6 +51,7 @@ package final class ResolutionMemo: Sendable {
     @inline(__always)
     package func invalidate() {
         generation.add(1, ordering: .releasing)
+        stamp.store(ThreadHits.newStamp(), ordering: .releasing)
     }
 
     /// The current generation, to be passed back to ``store(_:for:type:validUntil:generation:)``:
@@ -65,11 +71,14 @@ package final class ResolutionMemo: Sendable {
     /// The kept resolution for `host`, if still valid at `now`.
     @inline(__always)
     package func resolution(for host: String, type: AddressQuery, now: ResolverInstant) -> Resolution? {
+        let stamp = self.stamp.load(ordering: .acquiring)
+        if let kept = ThreadHits.resolution(stamp: stamp, host: host, type: type, now: now) { return kept }
         let key = Key(host: host, type: type)
         let current = currentGeneration
         guard let item = shard(host).items.withLock({ $0[key] }),
             item.generation == current, now < item.validUntil
         else { return nil }
+        ThreadHits.keep(item.resolution, stamp: stamp, type: type, validUntil: item.validUntil)
         return item.resolution
     }
 
@@ -77,6 +86,7 @@ package final class ResolutionMemo: Sendable {
         _ resolution: Resolution, for host: String, type: AddressQuery,
         validUntil: ResolverInstant, generation: UInt64
     ) {
+        assert(resolution.host == host, "the thread-local copies find an item by its resolution's host")
         let key = Key(host: host, type: type)
         shard(host).items.withLock { items in
             if items.count >= shardLimit, items[key] == nil { items.removeAll(keepingCapacity: true) }
@@ -93,6 +103,7 @@ package final class ResolutionMemo: Sendable {
             var labelled = item.resolution
             labelled.dnssec = status
             items[key] = Item(resolution: labelled, validUntil: item.validUntil, generation: item.generation)
+            stamp.store(ThreadHits.newStamp(), ordering: .releasing)
         }
     }
 

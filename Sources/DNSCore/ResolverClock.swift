@@ -1,5 +1,11 @@
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
 /// An instant of a ``ResolverClock``.
 ///
 /// Its own type, not `ContinuousClock.Instant`: a resolver's time is injected (tests move it by
@@ -36,17 +42,34 @@ extension ResolverClock {
     }
 }
 
-/// The process's monotonic clock.
+/// The process's monotonic clock: it counts time the machine spends suspended (`CLOCK_BOOTTIME` on
+/// Linux, as `ContinuousClock`), so a TTL ends on time across a laptop's sleep.
 public struct MonotonicClock: ResolverClock {
-    /// One origin for the whole process, so instants of every `MonotonicClock` compare.
-    private static let origin = ContinuousClock.now
-
     public init() {}
 
+    #if os(Linux)
+    /// One origin for the whole process, so instants of every `MonotonicClock` compare.
+    private static let origin = bootTime()
+
+    /// `CLOCK_BOOTTIME` read directly: every cache hit reads the clock, and this skips the runtime's
+    /// clock dispatch and the 128-bit arithmetic of `ContinuousClock.Instant` (BENCHMARKS.md).
+    @inline(__always)
+    private static func bootTime() -> Int64 {
+        var time = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &time)
+        return Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec)
+    }
+
+    public var now: ResolverInstant { ResolverInstant(offset: .nanoseconds(Self.bootTime() &- Self.origin)) }
+    #else
+    private static let origin = ContinuousClock.now
+
     public var now: ResolverInstant { ResolverInstant(offset: ContinuousClock.now - Self.origin) }
+    #endif
 
     public func sleep(until deadline: ResolverInstant) async throws {
-        try await Task.sleep(until: Self.origin + deadline.offset, clock: .continuous)
+        let left = deadline - now
+        if left > .zero { try await Task.sleep(for: left, clock: .continuous) } else { try Task.checkCancellation() }
     }
 }
 

@@ -364,14 +364,8 @@ struct DoHSession: PipelineFraming {
     /// The response is whole: the HTTP checks, then the body to the caller.
     mutating func complete(_ stream: UInt32, events: inout [PipelineEvent]) {
         guard let state = streams.removeValue(forKey: stream) else { return }
-        guard let status = state.status, status == 200 else {
-            events.append(.failed(stream, DNSError(.httpStatus, "HTTP status \(state.status.map(String.init) ?? "1xx at the end of the stream")")))
-            return
-        }
-        let mediaType = DoHWire.mediaType(of: state.contentType)
-        guard mediaType == DoHWire.mediaType else {
-            events.append(
-                .failed(stream, DNSError(.badContentType, "content type '\(mediaType.isEmpty ? "none" : mediaType)', expected \(DoHWire.mediaType)")))
+        if let failure = DoHWire.failure(status: state.status, contentType: state.contentType) {
+            events.append(.failed(stream, failure))
             return
         }
         events.append(.answer(stream, state.body))

@@ -264,13 +264,7 @@ struct HTTPTransport: Sendable {
     }
 
     static func check(_ response: CurlResponse, accepting types: [String], upstream: String) throws(DNSError) {
-        guard response.status == 200 else {
-            throw DNSError(.httpStatus, "HTTP status \(response.status)")
-        }
-        let mediaType = DoHWire.mediaType(of: response.contentType)
-        guard types.contains(mediaType) else {
-            throw DNSError(.badContentType, "content type '\(mediaType.isEmpty ? "none" : mediaType)', expected \(types[0])")
-        }
+        if let failure = DoHWire.failure(status: response.status, contentType: response.contentType, accepting: types) { throw failure }
     }
 
     static func code(for code: CurlError.Code) -> DNSError.Code {
