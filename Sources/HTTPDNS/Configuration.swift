@@ -69,8 +69,9 @@ public struct UpstreamEndpoint: Sendable, Hashable {
     /// The client address sent for ECS-accurate answers (vendor services). Default: none.
     public var clientIP: IPAddress?
     /// SHA-256 digests of DER `tbsCertificate`s (a DNS stamp's hashes): one certificate of the chain
-    /// the server presents must have one of them, checked after normal validation on each DoT
-    /// connection before any query is sent. Default: none.
+    /// the server presents must have one of them, checked after normal validation on each DoT or
+    /// DoH connection before any query is sent (a DoH server without HTTP/2 is then refused, as its
+    /// HTTP/1.1 transfers would go unchecked). Default: none.
     public var certificateHashes: [[UInt8]] = []
     /// Names per batch request (vendor services; 1 for DoH and JSON, which ask one name at a time).
     public var batchSize = 1
@@ -253,6 +254,15 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
                 .invalidConfiguration,
                 "upstream \(upstream.url) has no bootstrap address for \(upstream.host); "
                     + "add one (--bootstrap \(upstream.host)=IP) so that reaching it needs no DNS")
+        }
+        for upstream in upstreams + forwardZones.flatMap(\.upstreams) where !upstream.certificateHashes.isEmpty {
+            switch upstream.kind {
+            case .doh, .dot: continue
+            case .json, .vendor:
+                throw DNSError(
+                    .invalidConfiguration,
+                    "upstream \(upstream.url) has certificate hashes, which are checked on DoH and DoT connections only")
+            }
         }
         if let caFile {
             guard FileManager.default.isReadableFile(atPath: caFile) else {

@@ -160,11 +160,11 @@ public struct DNSStamp: Sendable, Hashable {
 extension UpstreamEndpoint {
     /// The upstream a DoH or DoT stamp describes — `https://host[:port]/path` or `tls://host:port` —
     /// reached at the stamp's address (and its bootstrap addresses), the certificate checked against
-    /// the host name. A DoT stamp's certificate hashes become ``certificateHashes``.
+    /// the host name. The stamp's certificate hashes become ``certificateHashes``, checked on every
+    /// connection before a query is sent (a DoH server that does not speak HTTP/2 is then refused:
+    /// the HTTP/1.1 transfers cannot show the chain again).
     /// - Throws: ``/DNSCore/DNSError`` with ``/DNSCore/DNSError/Code/invalidConfiguration`` for a stamp
-    ///   that is plain DNS (not a trusted upstream), a DoH stamp that carries certificate hashes (a
-    ///   `tbsCertificate` digest is not a public-key pin, and only DoT connections check them: give
-    ///   the resolver as `doh:` with `pin:` instead), or one that gives no address to reach the host by.
+    ///   that is plain DNS (not a trusted upstream), or one that gives no address to reach the host by.
     public init(stamp: DNSStamp) throws(DNSError) {
         let bootstrap = (stamp.address.map { [$0] } ?? []) + stamp.bootstrap.filter { $0 != stamp.address }
         switch stamp.kind {
@@ -176,16 +176,11 @@ extension UpstreamEndpoint {
             self.bootstrap = bootstrap.filter { $0.description != self.host }
             certificateHashes = stamp.certificateHashes
         case .doh:
-            guard stamp.certificateHashes.isEmpty else {
-                throw DNSError(
-                    .invalidConfiguration,
-                    "the DoH stamp for \(stamp.host ?? "?") carries certificate hashes (SHA-256 of a tbsCertificate in its chain), which are checked on DoT connections only; give it as doh: with pin: sha256//… (its public key) instead"
-                )
-            }
             guard let host = stamp.host, let path = stamp.path else { throw DNSError(.invalidConfiguration, "the DoH stamp has no host or path") }
             let authority = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
             let url = "https://\(authority)\(stamp.port == 443 ? "" : ":\(stamp.port)")\(path)"
             try self.init(.doh(.get), url: url, bootstrap: bootstrap)
+            certificateHashes = stamp.certificateHashes
         }
     }
 }

@@ -44,6 +44,14 @@ struct DoHUpstream: MessageExchanging {
                 guard client.protocolRefused.load(ordering: .relaxed) else { throw error }
             }
         }
+        guard endpoint.certificateHashes.isEmpty else {
+            // libcurl's pooled transfers do not show the chain of a reused connection: refused
+            // rather than asked without the check the hashes promise.
+            throw DNSError(
+                .tlsFailed,
+                "\(endpoint.host) does not speak HTTP/2, and its certificate hashes (a DNS stamp's) are checked on this client's own HTTP/2 connection only; refused over HTTP/1.1"
+            )
+        }
         return try await exchangeOverHTTP1(wire, timeout: timeout)
     }
 

@@ -99,7 +99,7 @@ struct LookupOptions: ParsableArguments {
 
     @Option(
         name: .customLong("stamp"),
-        help: ArgumentHelp("Trusted resolver as a DNS stamp (sdns://, DoH without certificate hashes); repeatable.", valueName: "STAMP"))
+        help: ArgumentHelp("Trusted resolver as a DNS stamp (sdns://, DoH or DoT; certificate hashes checked); repeatable.", valueName: "STAMP"))
     var stamps: [String] = []
 
     @Option(name: .customLong("doh-method"), help: ArgumentHelp("RFC 8484 method: get or post (default get).", valueName: "METHOD"))

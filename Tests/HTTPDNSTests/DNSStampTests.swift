@@ -91,12 +91,19 @@ import Testing
         let withHash = try DNSStamp(Self.build(2, address: "192.0.2.1:8443", hashes: [hash, hash], host: "doh.test", path: "/q"))
         #expect(withHash.certificateHashes == [hash, hash])
         #expect(withHash.port == 8443)
-        // A tbsCertificate digest is not a public-key pin: refused rather than not checked.
+        // The hashes go with the endpoint (checked on each DoH or DoT connection, ResolveCLITests)...
+        let hashed = try UpstreamEndpoint(stamp: withHash)
+        #expect(hashed.certificateHashes == [hash, hash])
+        #expect(hashed.url == "https://doh.test:8443/q")
+        // ...and an endpoint whose transfers could not check them is refused, not taken unchecked.
+        var json = try UpstreamEndpoint.json("https://json.test/resolve", bootstrap: ["192.0.2.1"])
+        json.certificateHashes = [hash]
         do {
-            _ = try UpstreamEndpoint(stamp: withHash)
-            Issue.record("a stamp with certificate hashes became an upstream")
+            try HTTPDNSConfiguration(upstreams: [json]).validate()
+            Issue.record("a JSON upstream with certificate hashes was accepted")
         } catch {
-            #expect(error.message.contains("tbsCertificate"))
+            #expect(error.code == .invalidConfiguration)
+            #expect(error.message.contains("DoH and DoT connections only"))
         }
         let noAddress = try DNSStamp(Self.build(2, address: "", host: "doh.test:444", path: "/dns-query", bootstrap: ["192.0.2.7", "2001:db8::7"]))
         #expect(noAddress.address == nil)

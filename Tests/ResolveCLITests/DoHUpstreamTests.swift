@@ -59,4 +59,45 @@ import Glibc
             }
         }
     }
+
+    /// A DoH stamp's certificate hashes are checked on the client's own HTTP/2 connection: doh-a's
+    /// own hash passes, doh-b's (another genuine server of the same CA) is refused before any query;
+    /// and a server without HTTP/2 is refused, since libcurl's HTTP/1.1 transfers could not show the
+    /// chain again, rather than asked without the check.
+    @Test func dohStampCertificateHashesAreCheckedOrRefused() async throws {
+        try TestEnvironment.requireRunning()
+        let own = try await StampBuilder.tbsHash("doh-a.test"), other = try await StampBuilder.tbsHash("doh-b.test")
+        #expect(own.count == 32 && other.count == 32)
+        func lookup(port: Int, hash: [UInt8]) async throws -> (line: [String: Any]?, output: CLI.Output) {
+            let stamp = StampBuilder.stamp(doh: "/dns-query", address: "127.0.0.1:\(port)", hashes: [hash], host: "doh-a.test:\(port)")
+            let output = try await CLI.run([
+                "lookup", "--ca-file", TestEnvironment.caFile, "--json", "--stamp", stamp, "--type", "a", "--timeout", "4", "www.hd.test",
+            ])
+            return (try output.jsonLines().first, output)
+        }
+        func addresses(_ line: [String: Any]?) -> [String] { ((line?["addresses"] as? [[String: Any]]) ?? []).compactMap { $0["ip"] as? String } }
+        func error(_ line: [String: Any]?) -> (code: String?, message: String?) {
+            let error = line?["error"] as? [String: Any]
+            return (error?["code"] as? String, error?["message"] as? String)
+        }
+
+        let good = try await lookup(port: TestEnvironment.dohPort, hash: own)
+        #expect(addresses(good.line) == ["198.18.0.10"], "\(good.output.stdout)\(good.output.stderr)")
+        #expect(good.line?["upstream"] as? String == TestEnvironment.dohA)
+
+        let borrowed = try await lookup(port: TestEnvironment.dohPort, hash: other)
+        #expect(error(borrowed.line).code == "tls_failed", "\(borrowed.output.stdout)")
+        #expect(error(borrowed.line).message?.contains("certificate hashes") == true)
+        #expect(addresses(borrowed.line).isEmpty)
+
+        let server = try await fakeServer()
+        defer {
+            kill(server.pid, SIGKILL)
+            try? FileManager.default.removeItem(atPath: server.log)
+        }
+        let http1 = try await lookup(port: server.port, hash: own)
+        #expect(error(http1.line).code == "tls_failed", "\(http1.output.stdout)")
+        #expect(error(http1.line).message?.contains("does not speak HTTP/2") == true, "\(http1.output.stdout)")
+        #expect(addresses(http1.line).isEmpty)
+    }
 }

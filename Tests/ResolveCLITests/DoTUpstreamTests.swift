@@ -199,24 +199,10 @@ import Glibc
     /// server's (doh-b.test, same CA) is refused before any query is sent.
     @Test func stampCertificateHashesAreChecked() async throws {
         try TestEnvironment.requireRunning()
-        func tbsHash(_ certificate: String) async throws -> [UInt8] {
-            let script = """
-                import hashlib, sys
-                from cryptography import x509
-                print(hashlib.sha256(x509.load_pem_x509_certificate(open(sys.argv[1], "rb").read()).tbs_certificate_bytes).hexdigest())
-                """
-            let output = try await CLI.run(["-c", script, "\(TestEnvironment.root)/.testenv/ca/\(certificate).pem"], executable: "/usr/bin/python3")
-            let hex = Array(output.stdout.trimmingCharacters(in: .whitespacesAndNewlines).utf8)
-            return stride(from: 0, to: hex.count - 1, by: 2).compactMap { UInt8(String(decoding: hex[$0...$0 + 1], as: UTF8.self), radix: 16) }
-        }
         func stamp(hash: [UInt8]) -> String {
-            func lp(_ text: String) -> [UInt8] { [UInt8(text.utf8.count)] + Array(text.utf8) }
-            let bytes: [UInt8] = [3, 0, 0, 0, 0, 0, 0, 0, 0] + lp("127.0.0.1:\(TestEnvironment.dotPort)") + [32] + hash + lp("doh-a.test")
-            return "sdns://"
-                + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
-                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            StampBuilder.stamp(address: "127.0.0.1:\(TestEnvironment.dotPort)", hashes: [hash], host: "doh-a.test")
         }
-        let own = try await tbsHash("doh-a.test"), other = try await tbsHash("doh-b.test")
+        let own = try await StampBuilder.tbsHash("doh-a.test"), other = try await StampBuilder.tbsHash("doh-b.test")
         #expect(own.count == 32 && other.count == 32)
         let good = try await lookup(["--stamp", stamp(hash: own), "--type", "a", "www.hd.test"])
         #expect(Self.addresses(good.lines.first) == ["198.18.0.10"], "\(good.output.stdout)\(good.output.stderr)")
