@@ -43,15 +43,16 @@ package enum ThreadHits {
         stamps.add(1, ordering: .relaxed).newValue
     }
 
-    private static let key: pthread_key_t = {
+    /// Nil when the process has no thread-local key left (`PTHREAD_KEYS_MAX`): every read then goes
+    /// to the memo.
+    private static let key: pthread_key_t? = {
         var key = pthread_key_t()
         #if canImport(Darwin)
         let freeTable: @convention(c) (UnsafeMutableRawPointer) -> Void = { ThreadHits.discard($0) }
         #else
         let freeTable: @convention(c) (UnsafeMutableRawPointer?) -> Void = { if let table = $0 { ThreadHits.discard(table) } }
         #endif
-        precondition(pthread_key_create(&key, freeTable) == 0, "pthread_key_create failed: no thread-local key left")
-        return key
+        return pthread_key_create(&key, freeTable) == 0 ? key : nil
     }()
 
     private static func discard(_ table: UnsafeMutableRawPointer) {
@@ -64,6 +65,7 @@ package enum ThreadHits {
     /// the memo is asked every time.
     @inline(__always)
     private static var slots: UnsafeMutablePointer<Slot>? {
+        guard let key else { return nil }
         if let table = pthread_getspecific(key) { return table.assumingMemoryBound(to: Slot.self) }
         guard let table = calloc(slotCount, MemoryLayout<Slot>.stride) else { return nil }
         guard pthread_setspecific(key, table) == 0 else {
