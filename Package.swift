@@ -302,6 +302,7 @@ let package = Package(
             name: "ForwardProxyTests",
             dependencies: [
                 "ForwardProxy", "DaemonHTTP", "DNSCore", "ResolverConfig", "TestSupport", .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]),
         .testTarget(
             name: "DNSStubServerTests", dependencies: ["DNSStubServer", "DNSCore", "TestSupport", .product(name: "NIOCore", package: "swift-nio")]),

@@ -199,34 +199,21 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelOption(.allowRemoteHalfClosure, value: true)
             .channelOption(.recvAllocator, value: ProxyListener.receiveBuffers)
-        let connecting: EventLoopFuture<any Channel>
-        if addresses.count == 1, let only = try? SocketAddress(ipAddress: addresses[0].description, port: target.port) {
-            // One address: nothing to race, so no Happy Eyeballs machinery (its timers and states
-            // are most of a new tunnel's cost on loopback).
-            connecting = bootstrap.connect(to: only)
-        } else {
-            connecting = bootstrap.resolver(FixedAddresses(addresses, on: context.eventLoop)).connect(host: target.host, port: target.port)
-        }
-        connecting
-            .assumeIsolated()
-            .whenComplete { result in
-                switch result {
-                case let .success(upstream):
-                    connected(upstream, idle)
-                    self.logger.debug(
-                        "upstream connected",
-                        metadata: [
-                            "target": "\(target.host):\(target.port)", "remote": "\(upstream.remoteAddress.map { "\($0)" } ?? "?")",
-                            "connect_ms": "\((NIODeadline.now() - started).nanoseconds / 1_000_000)",
-                        ], source: DaemonLog.source)
-                case let .failure(error):
-                    let timedOut = (error as? ChannelError).map { if case .connectTimeout = $0 { true } else { false } } ?? false
-                    let reason =
-                        timedOut
-                        ? "connecting to \(target.host):\(target.port) timed out" : "cannot connect to \(target.host):\(target.port) (\(error))"
-                    self.refuse(ProxyRefusal(status: timedOut ? 504 : 502, reason: reason), context: context)
-                }
+        let dialling = PlannedDial(bootstrap: bootstrap, port: target.port, on: context.eventLoop) { result in
+            switch result {
+            case let .success(upstream):
+                connected(upstream, idle)
+                self.logger.debug(
+                    "upstream connected",
+                    metadata: [
+                        "target": "\(target.host):\(target.port)", "remote": "\(upstream.remoteAddress.map { "\($0)" } ?? "?")",
+                        "connect_ms": "\((NIODeadline.now() - started).nanoseconds / 1_000_000)",
+                    ], source: DaemonLog.source)
+            case let .failure(refusal):
+                self.refuse(refusal, context: context)
             }
+        }
+        dialling.start(addresses, target: "\(target.host):\(target.port)", connectTimeout: settings.connectTimeout)
     }
 
     /// Answers 200 (RFC 9110 §9.3.6: no Content-Length, no Transfer-Encoding), takes the HTTP

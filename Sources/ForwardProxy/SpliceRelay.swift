@@ -166,7 +166,7 @@ enum RelayError: Error, CustomStringConvertible {
 }
 
 /// A configured duration in the relay's clock unit (the config refuses negative ones).
-private func nanoseconds(_ duration: Duration) -> UInt64 { UInt64(duration / .nanoseconds(1)) }
+private func nanoseconds(_ duration: Duration) -> UInt64 { TunnelPlan.nanoseconds(duration) }
 
 /// Monotonic nanoseconds (CLOCK_MONOTONIC: a wall-clock jump moves no deadline).
 private func monotonicNow() -> UInt64 {

@@ -3,8 +3,10 @@ import DNSCore
 /// The decisions of one CONNECT, from its head to the end of its tunnel, without I/O: the phase,
 /// which address to dial and when (RFC 8305 §5: in the ranked order, the next one when the last has
 /// not connected within ``attemptDelay`` or has failed), and the deadlines (the head, the connect, the
-/// tunnel's idle time). The relay drives it with its clock (monotonic nanoseconds) and does what
-/// each ``Step`` says; every timing rule of a tunnel is here, once, and tested without sockets.
+/// tunnel's idle time). The splice relay drives it with its clock (monotonic nanoseconds) and its
+/// sweep; ``PlannedDial`` drives the dialling part on NIO with timers (plain http:// forwarding, and
+/// CONNECT where there is no relay). Every timing rule of a tunnel is here, once, and tested
+/// without sockets.
 struct TunnelPlan {
     enum Phase: Equatable {
         /// Reading the client's head.
@@ -118,9 +120,33 @@ struct TunnelPlan {
         }
     }
 
+    /// The next instant at which ``due(now:)`` may say something other than `.wait`: for an I/O
+    /// side that sets a timer rather than sweeping. Nil while the lookup runs.
+    var nextDue: UInt64? {
+        switch phase {
+        case .head: return headDeadline
+        case .resolving: return nil
+        case .connecting: return remaining.isEmpty ? connectDeadline : min(connectDeadline, nextAttempt)
+        case .tunnel: return lastActivity &+ idle
+        }
+    }
+
     private mutating func nextDial(now: UInt64) -> Step {
         if !remaining.isEmpty { return .dial(remaining.removeFirst()) }
         guard attemptsInFlight == 0 else { return .wait }
         return .refuse(ProxyRefusal(status: 502, reason: "cannot connect to \(target) (\(lastError))"))
+    }
+}
+
+extension TunnelPlan {
+    /// A setting's duration on the plan's clock: negative as 0, too long for 64 bits as `.max`
+    /// (never a trap on a configured value).
+    static func nanoseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return 0 }
+        let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        guard !overflow else { return .max }
+        let (total, carried) = whole.addingReportingOverflow(UInt64(max(0, attoseconds) / 1_000_000_000))
+        return carried ? .max : total
     }
 }

@@ -117,4 +117,30 @@ import Testing
         tunnel.lookingUp()
         #expect(tunnel.phase == .tunnel)
     }
+
+    /// The instant a timer-driven I/O side (PlannedDial) wakes at: the head's deadline, nothing
+    /// while the lookup runs, the next staggered attempt, then the connect deadline.
+    @Test func nextDueIsTheNextInstantThePlanActsAt() {
+        var plan = TunnelPlan(now: Self.start, headTimeout: 10_000 * Self.ms)
+        #expect(plan.nextDue == Self.start + 10_000 * Self.ms)
+        plan.lookingUp()
+        #expect(plan.nextDue == nil)
+        _ = plan.resolved(Self.addresses, target: "a.test:443", now: Self.start, connectTimeout: 5_000 * Self.ms, idleTimeout: 60_000 * Self.ms)
+        plan.attemptStarted(now: Self.start)
+        #expect(plan.nextDue == Self.start + 250 * Self.ms)
+        for step in 1...2 {
+            _ = plan.due(now: Self.start + UInt64(step) * 250 * Self.ms)
+            plan.attemptStarted(now: Self.start + UInt64(step) * 250 * Self.ms)
+        }
+        #expect(plan.nextDue == Self.start + 5_000 * Self.ms, "every address dialled: only the deadline is left")
+        plan.established(now: Self.start + 600 * Self.ms)
+        #expect(plan.nextDue == Self.start + 60_600 * Self.ms)
+    }
+
+    @Test func settingsBecomeNanosecondsWithoutATrap() {
+        #expect(TunnelPlan.nanoseconds(.milliseconds(1_500)) == 1_500_000_000)
+        #expect(TunnelPlan.nanoseconds(.seconds(-3)) == 0)
+        #expect(TunnelPlan.nanoseconds(.seconds(Int64.max)) == .max)
+        #expect(TunnelPlan.nanoseconds(.seconds(18_446_744_073)) == 18_446_744_073_000_000_000)
+    }
 }
