@@ -191,8 +191,8 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
         _ target: ProxyTarget, addresses: [IPAddress], context: ChannelHandlerContext, connected: @escaping (any Channel, TimeAmount) -> Void
     ) {
         let settings = proxy.settings
-        let timeout = TimeAmount.nanoseconds(Int64(settings.connectTimeout / .nanoseconds(1)))
-        let idle = TimeAmount.nanoseconds(Int64(settings.idleTimeout / .nanoseconds(1)))
+        let timeout = TimeAmount(setting: settings.connectTimeout)
+        let idle = TimeAmount(setting: settings.idleTimeout)
         let started = NIODeadline.now()
         let bootstrap = ClientBootstrap(group: context.eventLoop)
             .connectTimeout(timeout)
@@ -403,7 +403,7 @@ final class ProxyConnectionHandler: ChannelDuplexHandler, RemovableChannelHandle
         stage = .head
         // A kept-alive connection waits for its next request at most the proxy's idle timeout.
         let channel = context.channel
-        let idle = TimeAmount.nanoseconds(Int64(proxy.settings.idleTimeout / .nanoseconds(1)))
+        let idle = TimeAmount(setting: proxy.settings.idleTimeout)
         headDeadline = context.eventLoop.scheduleTask(in: idle) { channel.close(promise: nil) }
         resumeReading()
         let queued = pending

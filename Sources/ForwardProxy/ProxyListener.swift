@@ -113,7 +113,7 @@ package struct ProxyListener: Service {
         try sync.addHandler(
             ProxyConnectionHandler(
                 context: context, budget: budget, decoder: decoder, encoder: encoder,
-                headTimeout: .nanoseconds(Int64(context.headTimeout / .nanoseconds(1))),
+                headTimeout: TimeAmount(setting: context.headTimeout),
                 logger: logger))
     }
 

@@ -165,9 +165,6 @@ enum RelayError: Error, CustomStringConvertible {
     }
 }
 
-/// A configured duration in the relay's clock unit (the config refuses negative ones).
-private func nanoseconds(_ duration: Duration) -> UInt64 { TunnelPlan.nanoseconds(duration) }
-
 /// Monotonic nanoseconds (CLOCK_MONOTONIC: a wall-clock jump moves no deadline).
 private func monotonicNow() -> UInt64 {
     var spec = timespec()
@@ -361,7 +358,7 @@ private final class RelayLoop: @unchecked Sendable {
             setsockopt(fd, CInt(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<CInt>.size))
             nextID &+= 1
             let tunnel = ProxyTunnel(
-                id: nextID, client: fd, plan: TunnelPlan(now: monotonicNow(), headTimeout: nanoseconds(environment.context.headTimeout)))
+                id: nextID, client: fd, plan: TunnelPlan(now: monotonicNow(), headTimeout: TunnelPlan.nanoseconds(environment.context.headTimeout)))
             open[tunnel.id] = tunnel
             connections[fd] = tunnel
             watch(fd, events: EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue)
@@ -461,8 +458,9 @@ private final class RelayLoop: @unchecked Sendable {
             case let .failure(refusal): return refuse(tunnel, refusal)
             }
             let step = tunnel.plan.resolved(
-                dialable, target: "\(target.host):\(target.port)", now: monotonicNow(), connectTimeout: nanoseconds(settings.connectTimeout),
-                idleTimeout: nanoseconds(settings.idleTimeout))
+                dialable, target: "\(target.host):\(target.port)", now: monotonicNow(),
+                connectTimeout: TunnelPlan.nanoseconds(settings.connectTimeout),
+                idleTimeout: TunnelPlan.nanoseconds(settings.idleTimeout))
             perform(step, for: tunnel)
         case let .failure(error):
             refuse(tunnel, .resolution(of: target.host, failed: error))

@@ -70,7 +70,7 @@ struct DoHUpstream: MessageExchanging {
             request.headers.append("Content-Type: \(Self.contentType)")
         }
         let response = try await transport.perform(request, endpoint: endpoint)
-        try HTTPTransport.check(response, accepting: [Self.contentType], upstream: endpoint.url)
+        try HTTPTransport.check(response, accepting: [Self.contentType])
         return response.body
     }
 }
@@ -119,7 +119,7 @@ struct JSONUpstream: DNSUpstream {
         request.url = endpoint.url + separator + "name=\(name)&type=\(question.type)"
         request.headers.append("Accept: application/dns-json")
         let response = try await transport.perform(request, endpoint: endpoint)
-        try HTTPTransport.check(response, accepting: Self.contentTypes, upstream: endpoint.url)
+        try HTTPTransport.check(response, accepting: Self.contentTypes)
         return try Self.message(fromJSON: response.body).answer(to: question, id: 0)
     }
 
@@ -271,7 +271,7 @@ struct HTTPTransport: Sendable {
         }
     }
 
-    static func check(_ response: CurlResponse, accepting types: [String], upstream: String) throws(DNSError) {
+    static func check(_ response: CurlResponse, accepting types: [String]) throws(DNSError) {
         if let failure = DoHWire.failure(status: response.status, contentType: response.contentType, accepting: types) { throw failure }
     }
 
