@@ -12,6 +12,8 @@
 #   dnssec    the DNSKEY, RRSIG, DS, NSEC and NSEC3 decoders (Fuzz/DNSSECRecordFuzzer.swift)
 #   connect   the proxy relay's CONNECT head scan (Fuzz/ConnectHeadFuzzer.swift)
 #   h2client  a DoH server's HTTP/2 frames and HPACK blocks to the client (Fuzz/H2ClientFuzzer.swift)
+#   querylog  the query log's line formatter on any relayed response, into a nearly full buffer
+#             (Fuzz/QueryLogFuzzer.swift; seeds: compressed-CNAME answers of F19)
 # A crash leaves its input in Fuzz/crashers/TARGET/ (decoder: Fuzz/crashers/), which the test
 # suites replay on every run. The working corpora grow in .build-fuzz; the committed seeds stay small.
 set -euo pipefail
@@ -20,7 +22,7 @@ cd "$root"
 runs=${1:-1000000}
 seconds=${2:-600}
 shift $(( $# < 2 ? $# : 2 ))
-targets=("${@:-decoder stub doh vendor dnssec connect h2client}")
+targets=("${@:-decoder stub doh vendor dnssec connect h2client querylog}")
 # shellcheck disable=SC2206
 targets=(${targets[*]})
 out=.build-fuzz
@@ -42,7 +44,8 @@ for target in "${targets[@]}"; do
         dnssec) sources="$codec Sources/DNSSEC/DNSSECRecords.swift Sources/DNSSEC/DenialRecords.swift Sources/DNSSEC/NameLabels.swift Fuzz/DNSSECRecordFuzzer.swift"; seeds=Fuzz/corpus-dnssec; crashers=Fuzz/crashers/dnssec; max_len=1024 ;;
         connect) sources="Sources/ForwardProxy/ConnectHead.swift Sources/DaemonHTTP/HTTPSyntax.swift Fuzz/ConnectHeadFuzzer.swift"; seeds=Fuzz/corpus-connect; crashers=Fuzz/crashers/connect; max_len=2048 ;;
         h2client) sources="$codec Sources/HTTPDNS/PipelineFraming.swift Sources/HTTPDNS/HPACK.swift Sources/HTTPDNS/DoHSession.swift Fuzz/H2ClientFuzzer.swift"; seeds=Fuzz/corpus-h2client; crashers=Fuzz/crashers/h2client; max_len=4096 ;;
-        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client)" >&2; exit 2 ;;
+        querylog) sources="$codec Sources/ResolverDaemon/QueryLogFormat.swift Fuzz/QueryLogFuzzer.swift"; seeds=Fuzz/corpus-querylog; crashers=Fuzz/crashers/querylog; max_len=1300 ;;
+        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client, querylog)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"
     # One module named after what the files import (DNSCore; DaemonHTTP for the CONNECT scan), so

@@ -59,20 +59,33 @@ static inline CURLcode httpdns_easy_getinfo_pointer(CURL *handle, CURLINFO info,
 static inline CURLcode httpdns_easy_getinfo_socket(CURL *handle, CURLINFO info, curl_socket_t *value) {
     return curl_easy_getinfo(handle, info, value);
 }
-/* ALPN "h2" alone, set on the TLS context before the handshake, for a connection libcurl opens but
-   does not speak HTTP on (CURLOPT_CONNECT_ONLY with CURLOPT_SSL_ENABLE_ALPN off, so libcurl neither
-   offers its own list nor installs its HTTP/2 layer). OpenSSL is libcurl's TLS backend here; the
-   function is declared rather than included so that no OpenSSL type reaches Swift. */
+/* ALPN "h2", then "http/1.1", set on the TLS context before the handshake, for a connection libcurl
+   opens but does not speak HTTP on (CURLOPT_CONNECT_ONLY with CURLOPT_SSL_ENABLE_ALPN off, so libcurl
+   neither offers its own list nor installs its HTTP/2 layer). A server without HTTP/2 then picks
+   http/1.1 inside a handshake the client verified, rather than refusing with an alert anyone on path
+   can forge (F25 of redteam-4). OpenSSL is libcurl's TLS backend here; the functions are declared
+   rather than included so that no OpenSSL type reaches Swift. */
 int SSL_CTX_set_alpn_protos(void *ctx, const unsigned char *protos, unsigned int protos_len);
-static inline CURLcode httpdns_offer_h2_only(CURL *handle, void *ssl_ctx, void *userdata) {
+void SSL_get0_alpn_selected(const void *ssl, const unsigned char **data, unsigned int *len);
+static inline CURLcode httpdns_offer_h2_then_http11(CURL *handle, void *ssl_ctx, void *userdata) {
     (void)handle;
     (void)userdata;
-    static const unsigned char h2[] = {2, 'h', '2'};
-    return SSL_CTX_set_alpn_protos(ssl_ctx, h2, sizeof h2) == 0 ? CURLE_OK : CURLE_SSL_CONNECT_ERROR;
+    static const unsigned char protocols[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+    return SSL_CTX_set_alpn_protos(ssl_ctx, protocols, sizeof protocols) == 0 ? CURLE_OK : CURLE_SSL_CONNECT_ERROR;
 }
-static inline CURLcode httpdns_easy_offer_h2_only(CURL *handle) {
-    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, httpdns_offer_h2_only);
+static inline CURLcode httpdns_easy_offer_h2_then_http11(CURL *handle) {
+    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, httpdns_offer_h2_then_http11);
 }
+/* The chain OpenSSL built and verified for a connection (leaf first, the trust anchor last), read
+   from the SSL object libcurl hands out (CURLINFO_TLS_SSL_PTR), for DNS stamps' certificate hashes:
+   what the server merely sent may hold any certificate it appends. Declared, as above, so that no
+   OpenSSL type reaches Swift: SSL_get0_verified_chain returns a STACK_OF(X509). */
+void *SSL_get0_verified_chain(const void *ssl);
+int OPENSSL_sk_num(const void *stack);
+void *OPENSSL_sk_value(const void *stack, int index);
+/* DER of a certificate: with out NULL, only its length (< 0 on failure); else writes that many
+   bytes at *out and moves *out past them. */
+int i2d_X509(const void *certificate, unsigned char **out);
 static inline CURLMcode httpdns_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);
 }

@@ -15,9 +15,14 @@ package final class CurlConnection: @unchecked Sendable {
     package let socket: Int32
     /// The address the connection reached.
     package let remoteIP: String?
-    /// The peer's certificate chain as DER, leaf first, when the request asked for it
-    /// (``CurlRequest/collectsCertificates``).
+    /// The certificate chain OpenSSL verified, as DER, leaf first and the trust anchor last, when
+    /// the request asked for it (``CurlRequest/collectsCertificates``); empty when it cannot be read.
+    /// Not what the server sent: a server may append any certificate to its chain (F20 of
+    /// redteam-4), and a root the server does not send is in this one.
     package private(set) var certificates: [[UInt8]] = []
+    /// The application protocol the server picked in the handshake (ALPN), when one was offered and
+    /// it picked one: said inside a handshake the client verified, unlike an alert.
+    package private(set) var negotiatedProtocol: String?
 
     private init(transfer: Transfer, easy: UnsafeMutableRawPointer, socket: Int32, remoteIP: String?) {
         self.transfer = transfer
@@ -28,14 +33,15 @@ package final class CurlConnection: @unchecked Sendable {
 
     /// Connects and completes the TLS handshake, blocking the calling thread for at most the
     /// request's connect budget. The request's URL names the host the certificate is checked
-    /// against; no HTTP is sent. ALPN offers `h2` alone when `http2` (the owner speaks HTTP/2 on the
-    /// stream, RFC 9113 §3.2), else nothing.
+    /// against; no HTTP is sent. ALPN offers `h2` then `http/1.1` when `http2` (the owner speaks
+    /// HTTP/2 on the stream, RFC 9113 §3.2, and learns from ``negotiatedProtocol`` when the server
+    /// does not), else nothing.
     package static func open(_ request: CurlRequest, http2: Bool = false) throws(CurlError) -> CurlConnection {
         var request = request
         request.connectOnly = true
         request.allowsHTTP2 = false
         request.offersALPN = false
-        request.offersOnlyHTTP2 = http2
+        request.offersHTTP2OwnALPN = http2
         let transfer = Transfer(request: request)
         let easy: UnsafeMutableRawPointer
         do {
@@ -56,7 +62,8 @@ package final class CurlConnection: @unchecked Sendable {
             throw CurlError(.protocolError, "libcurl kept no socket for the connection")
         }
         let connection = CurlConnection(transfer: transfer, easy: easy, socket: socket, remoteIP: response.remoteIP)
-        if request.collectsCertificates { connection.certificates = Self.chain(easy) }
+        if request.collectsCertificates { connection.certificates = Self.verifiedChain(easy) }
+        if http2 { connection.negotiatedProtocol = Self.selectedProtocol(easy) }
         return connection
     }
 
@@ -87,28 +94,46 @@ package final class CurlConnection: @unchecked Sendable {
         }
     }
 
-    /// The DER certificates of `CURLINFO_CERTINFO` (OpenSSL gives each as a PEM `Cert:` field).
-    private static func chain(_ easy: UnsafeMutableRawPointer) -> [[UInt8]] {
+    /// The OpenSSL `SSL *` of the connection, when OpenSSL is libcurl's TLS backend.
+    private static func ssl(_ easy: UnsafeMutableRawPointer) -> UnsafeMutableRawPointer? {
         var raw: UnsafeMutableRawPointer?
-        guard httpdns_easy_getinfo_pointer(easy, CURLINFO_CERTINFO, &raw) == CURLE_OK, let raw else { return [] }
-        let info = raw.assumingMemoryBound(to: curl_certinfo.self).pointee
-        guard info.num_of_certs > 0, let lists = info.certinfo else { return [] }
-        var result: [[UInt8]] = []
-        for index in 0..<Int(info.num_of_certs) {
-            var node = lists[index]
-            while let entry = node {
-                if let data = entry.pointee.data {
-                    let field = String(cString: data)
-                    if field.hasPrefix("Cert:"), let der = pemBody(field.dropFirst(5)) { result.append(der) }
-                }
-                node = entry.pointee.next
-            }
-        }
-        return result
+        guard httpdns_easy_getinfo_pointer(easy, CURLINFO_TLS_SSL_PTR, &raw) == CURLE_OK, let raw else { return nil }
+        let session = raw.assumingMemoryBound(to: curl_tlssessioninfo.self).pointee
+        guard session.backend == CURLSSLBACKEND_OPENSSL else { return nil }
+        return session.internals
     }
 
-    private static func pemBody(_ text: Substring) -> [UInt8]? {
-        let base64 = text.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
-        return Data(base64Encoded: base64).map { Array($0) }
+    /// ALPN's pick (`SSL_get0_alpn_selected`): at most 255 bytes that OpenSSL owns, copied.
+    private static func selectedProtocol(_ easy: UnsafeMutableRawPointer) -> String? {
+        guard let ssl = ssl(easy) else { return nil }
+        var data: UnsafePointer<UInt8>?
+        var length: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &data, &length)
+        guard let data, length > 0, length <= 255 else { return nil }
+        return String(decoding: UnsafeBufferPointer(start: data, count: Int(length)), as: UTF8.self)
+    }
+
+    /// The DER certificates of the chain OpenSSL verified for the connection (`SSL_get0_verified_chain`
+    /// on libcurl's `SSL *`). Bound: each certificate is written by `i2d_X509` into an array of the
+    /// length the same call reported first; a certificate whose length cannot be read ends the
+    /// chain empty (the caller fails closed).
+    static func verifiedChain(_ easy: UnsafeMutableRawPointer) -> [[UInt8]] {
+        guard let ssl = ssl(easy), let chain = SSL_get0_verified_chain(ssl) else { return [] }
+        let count = OPENSSL_sk_num(chain)
+        guard count > 0, count <= 16 else { return [] }
+        var result: [[UInt8]] = []
+        for index in 0..<count {
+            guard let certificate = OPENSSL_sk_value(chain, index) else { return [] }
+            let length = i2d_X509(certificate, nil)
+            guard length > 0, length <= 64 * 1024 else { return [] }
+            var der = [UInt8](repeating: 0, count: Int(length))
+            let written = der.withUnsafeMutableBufferPointer { buffer -> Int32 in
+                var cursor = buffer.baseAddress
+                return i2d_X509(certificate, &cursor)
+            }
+            guard written == length else { return [] }
+            result.append(der)
+        }
+        return result
     }
 }

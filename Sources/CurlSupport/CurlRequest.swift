@@ -46,10 +46,12 @@ package struct CurlRequest: Sendable {
     /// Offer application protocols in the TLS handshake (ALPN); off for a connection that carries
     /// no HTTP (DNS over TLS, ``CurlConnection``).
     package var offersALPN = true
-    /// Offer `h2` alone in ALPN, set on the TLS context, with libcurl's own offer off: a connection
-    /// libcurl opens (``connectOnly``) and the owner speaks HTTP/2 on itself (``CurlConnection``).
-    package var offersOnlyHTTP2 = false
-    /// Keep the peer's certificate chain (`CURLOPT_CERTINFO`), for checks beyond the CA's.
+    /// Offer `h2`, then `http/1.1`, in ALPN, set on the TLS context, with libcurl's own offer off: a
+    /// connection libcurl opens (``connectOnly``) and the owner speaks HTTP/2 on itself
+    /// (``CurlConnection``), reading what the server picked (``CurlConnection/negotiatedProtocol``).
+    package var offersHTTP2OwnALPN = false
+    /// Keep the certificate chain OpenSSL verified (``CurlConnection/certificates``), for checks
+    /// beyond the CA's; connections only (``CurlConnection/open(_:http2:)``).
     package var collectsCertificates = false
     /// Open a connection of its own and close it afterwards (`CURLOPT_FRESH_CONNECT`,
     /// `CURLOPT_FORBID_REUSE`), so that what is measured is this connection and nothing is pooled.

@@ -74,9 +74,8 @@ final class Transfer: @unchecked Sendable {
         }
         if request.decodesContent { try set(CURLOPT_ACCEPT_ENCODING, "") }
         if request.connectOnly { try set(CURLOPT_CONNECT_ONLY, 1) }
-        if !request.offersALPN || request.offersOnlyHTTP2 { try set(CURLOPT_SSL_ENABLE_ALPN, 0) }
-        if request.offersOnlyHTTP2 { try check(httpdns_easy_offer_h2_only(easy), CURLOPT_SSL_CTX_FUNCTION) }
-        if request.collectsCertificates { try set(CURLOPT_CERTINFO, 1) }
+        if !request.offersALPN || request.offersHTTP2OwnALPN { try set(CURLOPT_SSL_ENABLE_ALPN, 0) }
+        if request.offersHTTP2OwnALPN { try check(httpdns_easy_offer_h2_then_http11(easy), CURLOPT_SSL_CTX_FUNCTION) }
         if request.freshConnection {
             try set(CURLOPT_FRESH_CONNECT, 1)
             try set(CURLOPT_FORBID_REUSE, 1)

@@ -181,10 +181,10 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
         let envelope = unwrapInboundIn(data)
         let wire = Array(buffer: envelope.data)
         let started = answering.logsQueries ? DispatchTime.now().uptimeNanoseconds : 0
-        guard answering.allows(envelope.remoteAddress, over: .udp) else {
-            if let refused = answering.limitedReply(to: wire) {
+        if case .limited(let reply) = answering.admission(envelope.remoteAddress, over: .udp, query: wire) {
+            if let reply {
                 context.write(
-                    wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: refused))), promise: nil)
+                    wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: reply))), promise: nil)
             }
             return
         }
@@ -352,8 +352,8 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
             lastActivity = now
             answered += 1
             let started = answering.logsQueries ? DispatchTime.now().uptimeNanoseconds : 0
-            guard answering.allows(context.remoteAddress, over: transport) else {
-                if let refused = answering.limitedReply(to: wire) { write(refused, context: context) }
+            if case .limited(let reply) = answering.admission(context.remoteAddress, over: transport, query: wire) {
+                if let reply { write(reply, context: context) }
                 continue
             }
             switch StubDatagram.reply(to: wire, answering: answering, transport: transport) {

@@ -8,10 +8,9 @@ package protocol StubAnswering: Sendable {
     var logger: Logger { get }
     /// Whether answered queries are logged (each query's start is taken only then).
     var logsQueries: Bool { get }
-    /// Whether a question from `client` may be answered now (the rate limit).
-    func allows(_ client: SocketAddress?, over transport: StubTransport) -> Bool
-    /// The reply to a limited client's `wire`, or nil when it gets none.
-    func limitedReply(to wire: [UInt8]) -> [UInt8]?
+    /// Whether the question in `wire` from `client` may be answered now (the rate limit), and if
+    /// not, what the client gets.
+    func admission(_ client: SocketAddress?, over transport: StubTransport, query wire: [UInt8]) -> StubAdmission
     /// The answer when there is one without a lookup (local data, a fresh cached address), built
     /// without suspending; nil when ``answer(_:)`` has to be awaited.
     func answerWithoutWaiting(_ query: DNSQuery) -> DNSAnswers.Answer?
@@ -19,6 +18,15 @@ package protocol StubAnswering: Sendable {
     func answer(_ query: DNSQuery) async -> DNSAnswers.Answer
     func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: StubTransport, started: UInt64)
     func count(_ event: StubEvent, over transport: StubTransport)
+}
+
+/// What the rate limit lets a question have.
+package enum StubAdmission: Sendable, Equatable {
+    /// Answered as usual.
+    case answer
+    /// Past the limit: this reply (REFUSED, or a truncated one that sends the client to TCP), or
+    /// none.
+    case limited(reply: [UInt8]?)
 }
 
 package enum StubTransport: String, Sendable {

@@ -36,12 +36,12 @@ struct DoHUpstream: MessageExchanging {
     /// Sends a whole message and returns the response's bytes, checked only for HTTP status and
     /// content type.
     func exchange(_ wire: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
-        if !client.protocolRefused.load(ordering: .relaxed) {
+        if client.usesOwnProtocol() {
             do {
                 return try await client.exchange(wire, timeout: timeout)
             } catch {
                 // The query that found out the server has no HTTP/2 goes again over HTTP/1.1.
-                guard client.protocolRefused.load(ordering: .relaxed) else { throw error }
+                guard !client.usesOwnProtocol() else { throw error }
             }
         }
         guard endpoint.certificateHashes.isEmpty else {

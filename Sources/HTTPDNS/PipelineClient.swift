@@ -45,9 +45,13 @@ final class PipelineClient<Framing: PipelineFraming>: Sendable {
     let http2: Bool
     let makeFraming: @Sendable () -> Framing
     let shared = Mutex(Shared())
-    /// Set once the server showed it does not speak the framing's protocol (HTTP/2 refused): the
-    /// owner takes another way from then on.
-    let protocolRefused = Atomic<Bool>(false)
+    /// Until when the owner takes another way (libcurl's HTTP/1.1): set when the server showed,
+    /// inside TLS, that it does not speak the framing's protocol — ALPN picked `http/1.1`, or its
+    /// first bytes were not HTTP/2 — and never for good: after ``refusalLifetime`` HTTP/2 is tried
+    /// again, as a circuit breaker half-opens. A TLS alert, which anyone on path can forge, is a
+    /// failed connection like any other (F25 of redteam-4).
+    private let refusedUntil = Mutex<ContinuousClock.Instant?>(nil)
+    static var refusalLifetime: Duration { .seconds(300) }
     /// A pipe whose read end wakes the worker from poll(2) when a query arrives.
     let wake: Int32
     let wakeWriter: Int32
@@ -71,6 +75,22 @@ final class PipelineClient<Framing: PipelineFraming>: Sendable {
     deinit {
         close(wake)
         close(wakeWriter)
+    }
+
+    /// Whether queries go on this client's own connection now (the server has not refused its
+    /// protocol within ``refusalLifetime``).
+    func usesOwnProtocol(at now: ContinuousClock.Instant = .now) -> Bool {
+        refusedUntil.withLock { until in
+            guard let end = until else { return true }
+            guard now >= end else { return false }
+            until = nil
+            return true
+        }
+    }
+
+    /// Records that the server does not speak the framing's protocol, for ``refusalLifetime``.
+    func noteProtocolRefused(at now: ContinuousClock.Instant = .now) {
+        refusedUntil.withLock { $0 = now + Self.refusalLifetime }
     }
 
     func exchange(_ query: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
@@ -158,6 +178,21 @@ func tbsCertificate(_ der: [UInt8]) -> ArraySlice<UInt8>? {
     return der[outer.content..<inner.end]
 }
 
+/// Keys of queries given up on one connection whose answers may still come (DoT's IDs): not drawn
+/// again until that answer comes or the connection closes, so that a late answer is never taken for
+/// a new query's (F27 of redteam-4; unbound keeps them the same way). Past ``maxKeys`` the connection
+/// takes no new query and closes once the rest are answered (a new one starts with none).
+struct AbandonedKeys {
+    private var keys: Set<UInt32> = []
+    static var maxKeys: Int { 4_096 }
+
+    var isFull: Bool { keys.count >= Self.maxKeys }
+    func contains(_ key: UInt32) -> Bool { keys.contains(key) }
+    mutating func insert(_ key: UInt32) { keys.insert(key) }
+    /// The late answer came: the key is free again.
+    mutating func remove(_ key: UInt32) { keys.remove(key) }
+}
+
 /// The worker's state: touched by its own thread only.
 private final class PipelineWorker<Framing: PipelineFraming> {
     typealias Job = PipelineClient<Framing>.Job
@@ -173,6 +208,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
     /// Taken from the queue, not yet written.
     var waiting: [Job] = []
     var inFlight: [UInt32: Flight] = [:]
+    var abandoned = AbandonedKeys()
     /// No query in flight has a deadline before this (nil: none in flight), so that neither the
     /// expiry check nor the poll timeout walks every query on every turn.
     var earliestDeadline: ContinuousClock.Instant?
@@ -214,7 +250,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             scheduling.update(underWay: waiting.count + inFlight.count)
             let now = ContinuousClock.now
             expire(now)
-            if connection != nil, framing.isDraining, inFlight.isEmpty { close() }
+            if connection != nil, framing.isDraining || abandoned.isFull, inFlight.isEmpty { close() }
             if connection == nil, !waiting.isEmpty { connect() }
             if connection != nil {
                 send()
@@ -246,6 +282,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             }
             inFlight[key] = nil
             framing.abandon(key, into: &output)
+            if Framing.rewritesIDs { abandoned.insert(key) }
             if lastReceived < flight.sentAt { silent = true }
             client.finish(flight.job.token, .failure(DNSError(.timeout, "no answer in time")))
         }
@@ -259,7 +296,13 @@ private final class PipelineWorker<Framing: PipelineFraming> {
         do {
             let opened = try CurlConnection.open(client.connectRequest(budget: budget), http2: client.http2)
             guard client.chainMatchesHashes(opened.certificates) else {
-                failWaiting(DNSError(.tlsFailed, "no certificate of the server's chain matches the stamp's certificate hashes"))
+                failWaiting(DNSError(.tlsFailed, "no certificate of the server's verified chain matches the stamp's certificate hashes"))
+                return
+            }
+            if client.http2, let picked = opened.negotiatedProtocol, picked != "h2" {
+                // Said in the verified handshake: the server speaks HTTP/2 on no connection.
+                client.noteProtocolRefused()
+                failWaiting(DNSError(.malformedResponse, "the server does not speak HTTP/2 (ALPN picked \(picked))"))
                 return
             }
             connection = opened
@@ -269,12 +312,9 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             lastReceived = .now
             lastUsed = .now
         } catch {
-            let failure = DNSError(HTTPTransport.code(for: error.code), error.message)
-            // A server that takes no `h2` (RFC 7301's alert) speaks HTTP/1.1 only.
-            if client.http2, error.message.contains("no application protocol") {
-                client.protocolRefused.store(true, ordering: .relaxed)
-            }
-            failWaiting(failure)
+            // Whatever the handshake's failure — an alert included, which is not authenticated — it
+            // says nothing lasting about the server: the next query connects again.
+            failWaiting(DNSError(HTTPTransport.code(for: error.code), error.message))
         }
     }
 
@@ -286,9 +326,9 @@ private final class PipelineWorker<Framing: PipelineFraming> {
     /// Moves waiting queries onto the connection and writes.
     func send() {
         let now = ContinuousClock.now
-        while inFlight.count < framing.capacity, !waiting.isEmpty {
+        while inFlight.count < framing.capacity, !abandoned.isFull, !waiting.isEmpty {
             let job = waiting.removeFirst()
-            let key = framing.send(job.wire, into: &output) { inFlight[$0] != nil }
+            let key = framing.send(job.wire, into: &output) { inFlight[$0] != nil || abandoned.contains($0) }
             inFlight[key] = Flight(job: job, sentAt: now)
             earliestDeadline = min(earliestDeadline ?? job.deadline, job.deadline)
             lastUsed = now
@@ -378,8 +418,12 @@ private final class PipelineWorker<Framing: PipelineFraming> {
         for event in events {
             switch event {
             case .answer(let key, var message):
-                // A key nobody waits for is a late answer to a query that timed out: dropped.
-                guard let flight = inFlight.removeValue(forKey: key) else { continue }
+                // A key nobody waits for is a late answer to a query that timed out: dropped, and
+                // the key is free again.
+                guard let flight = inFlight.removeValue(forKey: key) else {
+                    abandoned.remove(key)
+                    continue
+                }
                 if Framing.rewritesIDs {
                     message[0] = flight.job.wire[0]
                     message[1] = flight.job.wire[1]
@@ -396,7 +440,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             case .broken(let error):
                 fail(error)
             case .refused(let error):
-                client.protocolRefused.store(true, ordering: .relaxed)
+                client.noteProtocolRefused()
                 fail(error)
                 failWaiting(error)
             }
@@ -442,6 +486,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
 
     func close() {
         connection = nil
+        abandoned = AbandonedKeys()
         output = []
         written = 0
         retryLength = 0

@@ -35,6 +35,6 @@ enum PipelineEvent: Equatable {
     /// The connection broke its protocol: every query on it fails with the error.
     case broken(DNSError)
     /// The server does not speak the protocol on this connection (an HTTP/1.1-only server): every
-    /// query fails, and the client says so (``PipelineClient/protocolRefused``).
+    /// query fails, and the client says so for a while (``PipelineClient/noteProtocolRefused(at:)``).
     case refused(DNSError)
 }

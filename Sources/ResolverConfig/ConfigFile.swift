@@ -149,6 +149,10 @@ package struct DaemonSettings: Sendable {
         /// What a client past its limit gets: `refused` (REFUSED, as small as the query) or `drop`
         /// (nothing over UDP and TCP; HTTP 429 over DoH).
         package var action = Action.refused
+        /// Over UDP, every `slip`-th limited query gets a truncated reply (TC=1) instead of the
+        /// `action`, so that a real client whose address a spoofed flood borrows goes on over TCP
+        /// (BIND's response-rate-limiting `slip`). 0: never. Default 2.
+        package var slip = 2
 
         package enum Action: String, Sendable, Hashable, CaseIterable {
             case refused, drop
@@ -452,10 +456,10 @@ private struct Reader {
         return config
     }
 
-    /// `rate_limit:` — `queries_per_second`, `burst`, `ipv4_prefix`, `ipv6_prefix`, `action`.
+    /// `rate_limit:` — `queries_per_second`, `burst`, `ipv4_prefix`, `ipv6_prefix`, `action`, `slip`.
     func rateLimit(_ node: Node) throws(DNSError) -> DaemonSettings.RateLimit {
-        var rate: Double?, burst: Double?, v4 = 24, v6 = 56, action = DaemonSettings.RateLimit.Action.refused
-        let keys: Set<String> = ["queries_per_second", "burst", "ipv4_prefix", "ipv6_prefix", "action"]
+        var rate: Double?, burst: Double?, v4 = 24, v6 = 56, action = DaemonSettings.RateLimit.Action.refused, slip = 2
+        let keys: Set<String> = ["queries_per_second", "burst", "ipv4_prefix", "ipv6_prefix", "action", "slip"]
         for (name, _, value) in try mapping(node, "rate_limit", allowed: keys) {
             let path = "rate_limit.\(name)"
             switch name {
@@ -467,6 +471,7 @@ private struct Reader {
             case "ipv4_prefix": v4 = try integer(value, path, 0...32)
             case "ipv6_prefix": v6 = try integer(value, path, 0...64)
             case "action": action = try enumeration(value, path, DaemonSettings.RateLimit.Action.self)
+            case "slip": slip = try integer(value, path, 0...10)
             default: break
             }
         }
@@ -475,6 +480,7 @@ private struct Reader {
         limit.ipv4Prefix = v4
         limit.ipv6Prefix = v6
         limit.action = action
+        limit.slip = slip
         return limit
     }
 

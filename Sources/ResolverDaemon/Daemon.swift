@@ -154,18 +154,22 @@ final class DaemonState: Sendable {
 
     var current: Runtime { runtime.withLock { $0 } }
 
-    /// Whether a question from `client` may be answered (always, without `rate_limit:`); the address
-    /// is read only when a limit is set (a channel's `remoteAddress` takes a lock).
-    func allows(_ client: @autoclosure () -> SocketAddress?, transport: RateLimiter.Transport) -> Bool {
-        guard let rateLimiter else { return true }
-        return rateLimiter.allows(client(), transport: transport)
-    }
-
-    /// The REFUSED reply to a limited client's `wire`, or nil when it gets none (`action: drop`, or
-    /// not a query).
-    func limitedReply(to wire: [UInt8]) -> [UInt8]? {
-        guard rateLimiter?.settings.action == .refused, let query = try? DNSQuery(wire) else { return nil }
-        return DNSResponseWriter(answering: query, rcode: ResponseCode.refused.rawValue).finish()
+    /// Whether the question in `wire` from `client` may be answered (always, without `rate_limit:`),
+    /// and if not, what the client gets; the address is read only when a limit is set (a channel's
+    /// `remoteAddress` takes a lock).
+    func admission(_ client: @autoclosure () -> SocketAddress?, transport: RateLimiter.Transport, query wire: [UInt8]) -> StubAdmission {
+        guard let rateLimiter else { return .answer }
+        switch rateLimiter.decide(client(), transport: transport) {
+        case .allowed:
+            return .answer
+        case .truncated:
+            // TC=1 and the question alone: a real client asks again over TCP (RFC 1035 §4.2.1).
+            guard let query = try? DNSQuery(wire) else { return .limited(reply: nil) }
+            return .limited(reply: DNSResponseWriter(answering: query, truncated: true).finish())
+        case .limited:
+            guard rateLimiter.settings.action == .refused, let query = try? DNSQuery(wire) else { return .limited(reply: nil) }
+            return .limited(reply: DNSResponseWriter(answering: query, rcode: ResponseCode.refused.rawValue).finish())
+        }
     }
 
     /// Logs an answered question when the query log is on (one nil check when it is off).

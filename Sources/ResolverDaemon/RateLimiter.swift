@@ -7,91 +7,178 @@ import Synchronization
 
 /// Per-client rate limits (`rate_limit:`): a token bucket per client network — the address cut to
 /// `ipv4_prefix` (default /24) or `ipv6_prefix` (/56), so that one host cannot escape by rotating
-/// through its neighbours' addresses — shared by the stub (UDP, TCP) and DoH.
+/// through its neighbours' addresses.
 ///
-/// Buckets live in 16 shards, each behind its own lock, keyed by the network. A shard holds at most
-/// ``maxBucketsPerShard``; when full, buckets that have refilled completely (their client has been
-/// quiet for `burst / rate` seconds) are forgotten, and if none has, the new client is limited
-/// at once: a flood from many networks cannot make the table grow without bound, and it limits the
-/// flooders rather than letting them in.
+/// Built so that the limiter cannot be turned against the clients it protects (F21–F23 of
+/// redteam-4), as BIND's response-rate limiting and dnsdist's dynamic blocks are:
+/// - **Two tables.** UDP, whose source anyone can forge, is charged to buckets of its own; TCP, DoT
+///   and DoH — whose source a handshake proved — share the other table. A spoofed flood can use up
+///   a victim's UDP bucket, never its DoH, DoT or TCP one.
+/// - **Slip.** A limited UDP query gets, every `slip`-th time (default 2, BIND's), a truncated
+///   reply (TC=1, no records) instead of the `action`: a real client whose address a flood borrows
+///   goes on over TCP, which the flood cannot reach.
+/// - **IPv4 behind IPv6.** A dual-stack listener sees IPv4 clients as `::ffff:a.b.c.d`, NAT64 as
+///   `64:ff9b::a.b.c.d`: both are keyed as the IPv4 address they carry.
+/// - **A bounded table that evicts.** Each table holds at most 16 × ``maxBucketsPerShard`` buckets;
+///   a new network takes the slot of one that has not been seen since the CLOCK hand last passed
+///   (second chance: a bucket used again after it was made survives a sweep; one seen once does
+///   not). A flood of new sources therefore evicts itself first, costs O(1) per packet (no scan,
+///   no copy), and never refuses a newcomer: an evicted client starts again with a full bucket.
 final class RateLimiter: Sendable {
     let settings: DaemonSettings.RateLimit
-    private let shards: [Shard]
+    /// UDP's buckets.
+    private let spoofable: BucketTable
+    /// TCP's, DoT's and DoH's buckets.
+    private let verified: BucketTable
     private let limited: (udp: Counter, tcp: Counter, dot: Counter, doh: Counter)
+    private let truncated: Counter
     static let maxBucketsPerShard = 8_192
-
-    struct Bucket {
-        var tokens: Double
-        var updated: UInt64
-    }
-
-    private final class Shard: Sendable {
-        let buckets = Mutex<[UInt64: Bucket]>([:])
-    }
 
     enum Transport { case udp, tcp, dot, doh }
 
-    init(settings: DaemonSettings.RateLimit, metrics: any MetricsFactory) {
+    /// What a question gets.
+    enum Decision: Equatable {
+        case allowed
+        /// Past the limit: the configured `action`.
+        case limited
+        /// Past the limit over UDP, on a slip turn: a truncated reply.
+        case truncated
+    }
+
+    init(settings: DaemonSettings.RateLimit, metrics: any MetricsFactory, bucketsPerShard: Int = RateLimiter.maxBucketsPerShard) {
         self.settings = settings
-        shards = (0..<16).map { _ in Shard() }
+        spoofable = BucketTable(bucketsPerShard: bucketsPerShard)
+        verified = BucketTable(bucketsPerShard: bucketsPerShard)
         func counter(_ transport: String) -> Counter {
             Counter(label: "httpdns_rate_limited_total", dimensions: [("transport", transport)], factory: metrics)
         }
         limited = (counter("udp"), counter("tcp"), counter("dot"), counter("doh"))
+        truncated = Counter(label: "httpdns_rate_limit_truncated_total", factory: metrics)
     }
 
     /// Whether a question from `client` may be answered now; a refusal is counted.
-    func allows(_ client: SocketAddress?, transport: Transport, now: UInt64 = DispatchTime.now().uptimeNanoseconds) -> Bool {
-        guard let client, let key = key(client) else { return true }
-        let allowed = take(key, now: now)
-        if !allowed {
-            switch transport {
-            case .udp: limited.udp.increment()
-            case .tcp: limited.tcp.increment()
-            case .dot: limited.dot.increment()
-            case .doh: limited.doh.increment()
-            }
+    func decide(_ client: SocketAddress?, transport: Transport, now: UInt64 = DispatchTime.now().uptimeNanoseconds) -> Decision {
+        guard let client, let key = key(client) else { return .allowed }
+        let table = transport == .udp ? spoofable : verified
+        guard let limitedCount = table.take(key, now: now, rate: settings.queriesPerSecond, burst: settings.burst) else { return .allowed }
+        switch transport {
+        case .udp: limited.udp.increment()
+        case .tcp: limited.tcp.increment()
+        case .dot: limited.dot.increment()
+        case .doh: limited.doh.increment()
         }
-        return allowed
+        if transport == .udp, settings.slip > 0, (limitedCount - 1) % UInt32(settings.slip) == 0 {
+            truncated.increment()
+            return .truncated
+        }
+        return .limited
     }
 
-    /// Takes a token from `key`'s bucket.
-    func take(_ key: UInt64, now: UInt64) -> Bool {
-        let rate = settings.queriesPerSecond, burst = settings.burst
-        let shard = shards[Int(truncatingIfNeeded: (key &* 0x9E37_79B9_7F4A_7C15) >> 60)]
-        return shard.buckets.withLock { buckets in
-            if var bucket = buckets[key] {
-                let elapsed = Double(now &- bucket.updated) / 1e9
-                bucket.tokens = min(burst, bucket.tokens + elapsed * rate)
-                bucket.updated = now
-                let allowed = bucket.tokens >= 1
-                if allowed { bucket.tokens -= 1 }
-                buckets[key] = bucket
-                return allowed
-            }
-            if buckets.count >= Self.maxBucketsPerShard {
-                let full = UInt64(burst / rate * 1e9)
-                buckets = buckets.filter { now &- $0.value.updated < full }
-                guard buckets.count < Self.maxBucketsPerShard else { return false }
-            }
-            buckets[key] = Bucket(tokens: burst - 1, updated: now)
-            return true
-        }
+    /// Takes a token from `key`'s bucket in the table of `transport`; true when there was one.
+    func take(_ key: UInt64, transport: Transport = .tcp, now: UInt64) -> Bool {
+        (transport == .udp ? spoofable : verified).take(key, now: now, rate: settings.queriesPerSecond, burst: settings.burst) == nil
     }
 
-    /// The client's network as a key: the family in the top bit, then the prefix's bits.
+    /// Buckets held now (both tables), for tests.
+    var bucketCount: Int { spoofable.count + verified.count }
+
+    /// The client's network as a key: the family in the top bit, then the prefix's bits. IPv4
+    /// carried in IPv6 (`::ffff:0:0/96`, RFC 4291 §2.5.5.2; NAT64's `64:ff9b::/96`, RFC 6052) is
+    /// keyed as that IPv4 address.
     func key(_ address: SocketAddress) -> UInt64? {
         switch address {
         case let .v4(v4):
-            let ip = UInt32(bigEndian: v4.address.sin_addr.s_addr)
-            let prefix = settings.ipv4Prefix
-            return UInt64(prefix == 0 ? 0 : ip & ~UInt32(0) << UInt32(32 - prefix))
+            return key(ipv4: UInt32(bigEndian: v4.address.sin_addr.s_addr))
         case let .v6(v6):
-            let high = withUnsafeBytes(of: v6.address.sin6_addr) { bytes in bytes.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
+            let (high, low) = withUnsafeBytes(of: v6.address.sin6_addr) { bytes in
+                (bytes.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }, bytes.suffix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) })
+            }
+            if (high == 0 && low >> 32 == 0xffff) || (high == 0x0064_ff9b_0000_0000 && low >> 32 == 0) {
+                return key(ipv4: UInt32(truncatingIfNeeded: low))
+            }
             let prefix = settings.ipv6Prefix
             // The top bit set marks IPv6 (an IPv4 key is at most 32 bits); /64 is as fine as it gets.
             return 1 << 63 | (prefix == 0 ? 0 : (high & ~UInt64(0) << UInt64(64 - min(prefix, 64))) >> 1)
         default:
+            return nil
+        }
+    }
+
+    private func key(ipv4 ip: UInt32) -> UInt64 {
+        let prefix = settings.ipv4Prefix
+        return UInt64(prefix == 0 ? 0 : ip & ~UInt32(0) << UInt32(32 - prefix))
+    }
+}
+
+/// Token buckets by key in 16 shards, each a fixed number of slots behind its own lock, with a
+/// CLOCK hand that picks the slot a new key takes when the shard is full.
+private final class BucketTable: Sendable {
+    struct Slot {
+        var key: UInt64
+        var tokens: Double
+        var updated: UInt64
+        /// Queries refused since the bucket last had a token (the slip's turn).
+        var limited: UInt32
+        /// Used since the hand last passed: spared once.
+        var referenced: Bool
+    }
+
+    struct Shard {
+        /// Key → slot. Swift's dictionaries hash with a per-process random seed, so keys a client
+        /// picks cannot be made to collide.
+        var index: [UInt64: Int] = [:]
+        var slots: [Slot] = []
+        var hand = 0
+    }
+
+    let bucketsPerShard: Int
+    private let shards: [Mutex<Shard>]
+
+    init(bucketsPerShard: Int) {
+        self.bucketsPerShard = max(1, bucketsPerShard)
+        shards = (0..<16).map { _ in Mutex(Shard()) }
+    }
+
+    var count: Int { shards.reduce(0) { total, shard in total + shard.withLock { $0.slots.count } } }
+
+    /// Takes a token from `key`'s bucket: nil when there was one, else how many queries the bucket
+    /// has refused in a row (1 for the first).
+    func take(_ key: UInt64, now: UInt64, rate: Double, burst: Double) -> UInt32? {
+        let shard = shards[Int(truncatingIfNeeded: (key &* 0x9E37_79B9_7F4A_7C15) >> 60)]
+        let capacity = bucketsPerShard
+        return shard.withLock { shard -> UInt32? in
+            if let index = shard.index[key] {
+                var slot = shard.slots[index]
+                let elapsed = Double(now &- slot.updated) / 1e9
+                slot.tokens = min(burst, slot.tokens + elapsed * rate)
+                slot.updated = now
+                slot.referenced = true
+                defer { shard.slots[index] = slot }
+                if slot.tokens >= 1 {
+                    slot.tokens -= 1
+                    slot.limited = 0
+                    return nil
+                }
+                slot.limited &+= 1
+                return max(slot.limited, 1)
+            }
+            let fresh = Slot(key: key, tokens: burst - 1, updated: now, limited: 0, referenced: false)
+            if shard.slots.count < capacity {
+                shard.index[key] = shard.slots.count
+                shard.slots.append(fresh)
+                return nil
+            }
+            // Second chance: each referenced slot the hand passes is spared once and cleared, so the
+            // walk ends within one turn, and each bit cleared was set by a query: O(1) amortised.
+            while shard.slots[shard.hand].referenced {
+                shard.slots[shard.hand].referenced = false
+                shard.hand = (shard.hand + 1) % capacity
+            }
+            let victim = shard.hand
+            shard.index[shard.slots[victim].key] = nil
+            shard.slots[victim] = fresh
+            shard.index[key] = victim
+            shard.hand = (victim + 1) % capacity
             return nil
         }
     }

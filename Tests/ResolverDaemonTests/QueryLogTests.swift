@@ -167,49 +167,125 @@ import Testing
 
 /// The token buckets of `rate_limit:` on a manual clock.
 @Suite struct RateLimiterTests {
-    func limiter(rate: Double = 10, burst: Double = 5) -> RateLimiter {
+    func limiter(rate: Double = 10, burst: Double = 5, slip: Int = 2, bucketsPerShard: Int = RateLimiter.maxBucketsPerShard) -> RateLimiter {
         var settings = DaemonSettings.RateLimit(queriesPerSecond: rate, burst: burst)
         settings.ipv6Prefix = 56
-        return RateLimiter(settings: settings, metrics: TestMetrics())
+        settings.slip = slip
+        return RateLimiter(settings: settings, metrics: TestMetrics(), bucketsPerShard: bucketsPerShard)
     }
+
+    func address(_ text: String) throws -> SocketAddress { try SocketAddress(ipAddress: text, port: 5353) }
 
     @Test func aBurstThenTheRate() throws {
         let limiter = limiter()
-        let client = try SocketAddress(ipAddress: "192.0.2.10", port: 5353)
+        let client = try address("192.0.2.10")
         let start: UInt64 = 1_000_000_000
-        let burst = (0..<8).map { _ in limiter.allows(client, transport: .udp, now: start) }
+        let burst = (0..<8).map { _ in limiter.decide(client, transport: .tcp, now: start) == .allowed }
         #expect(burst == [true, true, true, true, true, false, false, false])
         // 10 per second: one more token after 100 ms, not before.
-        #expect(!limiter.allows(client, transport: .udp, now: start + 90_000_000))
-        #expect(limiter.allows(client, transport: .udp, now: start + 200_000_000))
+        #expect(limiter.decide(client, transport: .tcp, now: start + 90_000_000) == .limited)
+        #expect(limiter.decide(client, transport: .tcp, now: start + 200_000_000) == .allowed)
         // Quiet for a second: the bucket is full again, but never beyond the burst.
-        let later = (0..<7).map { _ in limiter.allows(client, transport: .udp, now: start + 5_000_000_000) }
-        #expect(later.filter { $0 }.count == 5)
+        let later = (0..<7).map { _ in limiter.decide(client, transport: .tcp, now: start + 5_000_000_000) }
+        #expect(later.filter { $0 == .allowed }.count == 5)
     }
 
-    @Test func neighboursShareTheirNetworksBucket() throws {
+    @Test func neighboursShareTheirNetworksBucketPerTable() throws {
         let limiter = limiter(burst: 1)
         let now: UInt64 = 1
-        #expect(limiter.allows(try SocketAddress(ipAddress: "192.0.2.10", port: 1), transport: .udp, now: now))
-        #expect(!limiter.allows(try SocketAddress(ipAddress: "192.0.2.200", port: 2), transport: .tcp, now: now))
-        #expect(limiter.allows(try SocketAddress(ipAddress: "192.0.3.10", port: 1), transport: .udp, now: now))
-        #expect(limiter.allows(try SocketAddress(ipAddress: "2001:db8:0:100::1", port: 1), transport: .doh, now: now))
-        #expect(!limiter.allows(try SocketAddress(ipAddress: "2001:db8:0:1ff::9", port: 1), transport: .doh, now: now))
-        #expect(limiter.allows(try SocketAddress(ipAddress: "2001:db8:0:200::1", port: 1), transport: .doh, now: now))
+        #expect(limiter.decide(try address("192.0.2.10"), transport: .tcp, now: now) == .allowed)
+        #expect(limiter.decide(try address("192.0.2.200"), transport: .doh, now: now) == .limited)
+        #expect(limiter.decide(try address("192.0.3.10"), transport: .dot, now: now) == .allowed)
+        #expect(limiter.decide(try address("2001:db8:0:100::1"), transport: .doh, now: now) == .allowed)
+        #expect(limiter.decide(try address("2001:db8:0:1ff::9"), transport: .doh, now: now) == .limited)
+        #expect(limiter.decide(try address("2001:db8:0:200::1"), transport: .doh, now: now) == .allowed)
         // A Unix socket or no address: not limited.
-        #expect(limiter.allows(nil, transport: .doh, now: now))
+        #expect(limiter.decide(nil, transport: .doh, now: now) == .allowed)
     }
 
-    @Test func manyNetworksDoNotGrowTheTableWithoutBound() throws {
+    /// F21: behind a dual-stack `[::]` listener every IPv4 client is `::ffff:a.b.c.d`; NAT64 puts
+    /// IPv4 in `64:ff9b::/96`. Both are keyed as their IPv4 address, so IPv4 networks keep buckets
+    /// of their own (before: all of them shared the bucket of `::/56`).
+    @Test func ipv4InIPv6IsKeyedAsIPv4() throws {
+        let limiter = limiter(burst: 1)
+        let now: UInt64 = 1
+        #expect(limiter.key(try address("::ffff:198.51.100.7")) == limiter.key(try address("198.51.100.7")))
+        #expect(limiter.key(try address("64:ff9b::198.51.100.7")) == limiter.key(try address("198.51.100.9")))
+        #expect(limiter.key(try address("::ffff:198.51.100.7")) != limiter.key(try address("::ffff:203.0.113.7")))
+        #expect(limiter.decide(try address("::ffff:198.51.100.7"), transport: .tcp, now: now) == .allowed)
+        #expect(limiter.decide(try address("::ffff:198.51.100.7"), transport: .tcp, now: now) == .limited)
+        // Another IPv4 network behind the same listener is not limited by the first.
+        #expect(limiter.decide(try address("::ffff:203.0.113.7"), transport: .tcp, now: now) == .allowed)
+        #expect(limiter.decide(try address("64:ff9b::192.0.2.1"), transport: .tcp, now: now) == .allowed)
+        // The same IPv4 network, plain or mapped: one bucket.
+        #expect(limiter.decide(try address("198.51.100.200"), transport: .tcp, now: now) == .limited)
+        // An IPv6 client near ::ffff:0:0/96 is still IPv6.
+        #expect(limiter.key(try address("::1")) != limiter.key(try address("0.0.0.1")))
+    }
+
+    /// F23: spoofed UDP from a victim's address uses up the victim's UDP bucket only; its TCP, DoT
+    /// and DoH keep theirs.
+    @Test func spoofedUDPNeverChargesTheVerifiedTransports() throws {
+        let limiter = limiter(rate: 1, burst: 5)
+        let victim = try address("192.0.2.55")
+        let now: UInt64 = 1_000_000_000
+        for _ in 0..<50 { _ = limiter.decide(victim, transport: .udp, now: now) }
+        #expect(limiter.decide(victim, transport: .udp, now: now) != .allowed)
+        #expect(limiter.decide(victim, transport: .doh, now: now) == .allowed)
+        #expect(limiter.decide(victim, transport: .tcp, now: now) == .allowed)
+        #expect(limiter.decide(victim, transport: .dot, now: now) == .allowed)
+    }
+
+    /// The slip: every `slip`-th limited UDP query gets a truncated reply (to go on over TCP),
+    /// never one over TCP, DoT or DoH; `slip: 0` never.
+    @Test func limitedUDPQueriesSlipToTruncatedReplies() throws {
+        let client = try address("192.0.2.66")
+        let now: UInt64 = 1
+        let two = limiter(burst: 1, slip: 2)
+        #expect(two.decide(client, transport: .udp, now: now) == .allowed)
+        let udp = (0..<6).map { _ in two.decide(client, transport: .udp, now: now) }
+        #expect(udp == [.truncated, .limited, .truncated, .limited, .truncated, .limited])
+        #expect(two.decide(client, transport: .tcp, now: now) == .allowed)
+        #expect((0..<4).map { _ in two.decide(client, transport: .tcp, now: now) } == Array(repeating: .limited, count: 4))
+        let one = limiter(burst: 1, slip: 1)
+        _ = one.decide(client, transport: .udp, now: now)
+        #expect((0..<3).map { _ in one.decide(client, transport: .udp, now: now) } == Array(repeating: .truncated, count: 3))
+        let never = limiter(burst: 1, slip: 0)
+        _ = never.decide(client, transport: .udp, now: now)
+        #expect((0..<3).map { _ in never.decide(client, transport: .udp, now: now) } == Array(repeating: .limited, count: 3))
+    }
+
+    /// F22: a flood from more networks than the table holds neither grows it nor refuses the
+    /// networks it has not seen: new networks take the slots of those seen once (CLOCK), in O(1)
+    /// per query, while a network that keeps asking keeps its bucket (and its limit).
+    @Test func aFullTableEvictsInsteadOfRefusingNewcomers() throws {
         let limiter = limiter(rate: 1, burst: 2)
+        let regular: UInt64 = 0xC000_0201  // 192.0.2.1
+        #expect(limiter.take(regular, now: 1))
+        #expect(limiter.take(regular, now: 1))
+        #expect(!limiter.take(regular, now: 1))
+        let flood = 16 * RateLimiter.maxBucketsPerShard + 5_000
         var admitted = 0
-        for index in 0..<(16 * RateLimiter.maxBucketsPerShard + 5_000) {
-            if limiter.take(UInt64(index) << 8, now: 1) { admitted += 1 }
+        let start = ContinuousClock.now
+        for index in 0..<flood {
+            if limiter.take(UInt64(index + 1) << 8, now: 1) { admitted += 1 }
+            // The regular client keeps asking (once per 256 spoofed sources): still limited, never
+            // forgotten and refilled by the flood.
+            if index % 256 == 0 { #expect(!limiter.take(regular, now: 1)) }
         }
-        // The table filled, then new networks were limited at once (nobody had refilled).
-        #expect(admitted <= 16 * RateLimiter.maxBucketsPerShard)
-        #expect(admitted > 15 * RateLimiter.maxBucketsPerShard)
-        // Later, refilled buckets make room again.
-        #expect(limiter.take(UInt64.max >> 2, now: 10_000_000_000))
+        let elapsed = ContinuousClock.now - start
+        #expect(admitted == flood, "every new network was admitted")
+        #expect(limiter.bucketCount <= 16 * RateLimiter.maxBucketsPerShard)
+        // A network never seen is admitted at once, the flood's own networks included.
+        #expect(limiter.take(UInt64.max >> 2, now: 1))
+        // O(1) a query: 136,000 sources in well under a second even in a debug build (before: a
+        // whole-shard copy per new source once full).
+        #expect(elapsed < .seconds(3), "\(elapsed)")
+    }
+
+    @Test func aSmallTableKeepsItsBound() throws {
+        let limiter = limiter(rate: 1, burst: 1, bucketsPerShard: 4)
+        for index in 0..<10_000 { #expect(limiter.take(UInt64(index), transport: .udp, now: 1)) }
+        #expect(limiter.bucketCount <= 64)
     }
 }

@@ -12,15 +12,13 @@ struct StubAnswerer: StubAnswering {
 
     var logsQueries: Bool { state.queryLog != nil }
 
-    func allows(_ client: SocketAddress?, over transport: StubTransport) -> Bool {
+    func admission(_ client: SocketAddress?, over transport: StubTransport, query wire: [UInt8]) -> StubAdmission {
         switch transport {
-        case .udp: state.allows(client, transport: .udp)
-        case .tcp: state.allows(client, transport: .tcp)
-        case .dot: state.allows(client, transport: .dot)
+        case .udp: state.admission(client, transport: .udp, query: wire)
+        case .tcp: state.admission(client, transport: .tcp, query: wire)
+        case .dot: state.admission(client, transport: .dot, query: wire)
         }
     }
-
-    func limitedReply(to wire: [UInt8]) -> [UInt8]? { state.limitedReply(to: wire) }
 
     func answerWithoutWaiting(_ query: DNSQuery) -> DNSAnswers.Answer? {
         state.answerWithoutWaiting(query, runtime: state.current)

@@ -91,8 +91,8 @@ final class RequestGateway: HTTPRequestHandling {
             metrics.dohMalformed.increment()
             return .ready(record(.text(400, "not a DNS query: \(error.reason)\n"), route: route, method: method, started: started))
         }
-        if !state.allows(channel.remoteAddress, transport: .doh) {
-            guard let refused = state.limitedReply(to: wire) else {
+        if case .limited(let reply) = state.admission(channel.remoteAddress, transport: .doh, query: wire) {
+            guard let refused = reply else {
                 return .ready(record(.text(429, "rate limited\n", headers: [("retry-after", "1")]), route: route, method: method, started: started))
             }
             return .ready(record(Self.dnsAnswer(.init(bytes: refused, minTTL: 0)), route: route, method: method, started: started))
