@@ -87,8 +87,12 @@ public struct ConnectionProber: AddressProbing {
     public var mode: Mode
     /// The whole probe's budget (connect, handshake, and for `http` the response).
     public var timeout: Duration
-    /// Extra trust anchors (PEM) added to the system's, as everywhere else.
-    public var caFile: String?
+    /// Extra trust anchors (PEM) added to the system's, as everywhere else; read when set, so that
+    /// probes made later need not read the file again.
+    public var caFile: String? {
+        didSet { trust = TLSTrust(caFile: caFile) }
+    }
+    private var trust: TLSTrust
 
     /// How much of an HTTP body is searched for the marker.
     public static let markerWindow = 256 * 1024
@@ -97,6 +101,7 @@ public struct ConnectionProber: AddressProbing {
         self.mode = mode
         self.timeout = timeout
         self.caFile = caFile
+        self.trust = TLSTrust(caFile: caFile)
     }
 
     public func probe(host: String, ip: IPAddress, port: Int) async -> AddressProbe {
@@ -115,7 +120,7 @@ public struct ConnectionProber: AddressProbing {
         let pin = Pinning.pin(host: host, port: port, to: [ip.urlHost])
         var request = CurlRequest(
             url: "", resolve: pin.resolve, connectTo: pin.connectTo, timeout: timeout,
-            trust: TLSTrust(caFile: caFile), maxResponseBytes: Self.markerWindow)
+            trust: trust, maxResponseBytes: Self.markerWindow)
         request.freshConnection = true
         request.allowsHTTP2 = false
         var sink: MarkerSink?

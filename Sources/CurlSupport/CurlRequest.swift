@@ -1,3 +1,4 @@
+import Foundation
 /// One HTTP transfer for ``CurlEngine``: what to send, where to connect, and how to trust the peer.
 package struct CurlRequest: Sendable {
     package var url: String
@@ -136,6 +137,11 @@ package struct CurlResponseHead: Sendable {
 package struct TLSTrust: Sendable, Hashable {
     /// Extra trust anchors (PEM), added to the system's.
     package var caFile: String?
+    /// `caFile`'s bytes, read when the trust was made: given to libcurl from memory
+    /// (`CURLOPT_CAINFO_BLOB`), so that connections opened later need not read the file — a daemon
+    /// that switched to `user:` may no longer be able to (a root-only file under /etc: F28). Nil when
+    /// the file could not be read then (libcurl is given the path, and says what fails).
+    package var caBundle: [UInt8]?
     /// The system's hashed certificate directory, kept when `caFile` is set so that the extra file
     /// adds to the system roots instead of replacing them.
     package var systemCAPath: String?
@@ -147,6 +153,7 @@ package struct TLSTrust: Sendable, Hashable {
         systemCAPath: String? = "/etc/ssl/certs"
     ) {
         self.caFile = caFile
+        self.caBundle = caFile.flatMap { FileManager.default.contents(atPath: $0) }.map { Array($0) }
         self.pinnedPublicKey = pinnedPublicKey
         self.systemCAPath = systemCAPath
     }

@@ -83,7 +83,17 @@ final class Transfer: @unchecked Sendable {
         if let delay = request.happyEyeballsDelay { try set(CURLOPT_HAPPY_EYEBALLS_TIMEOUT_MS, Self.milliseconds(delay)) }
         try check(httpdns_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer), CURLOPT_ERRORBUFFER)
 
-        if let caFile = request.trust.caFile {
+        if let bundle = request.trust.caBundle {
+            // Copied by libcurl (CURL_BLOB_COPY): the bytes need not outlive this call. The
+            // default bundle (CURLOPT_CAINFO) and CURLOPT_CAPATH stay: the file adds to the system's roots.
+            var blob = bundle
+            let code = blob.withUnsafeMutableBytes { bytes in
+                var value = curl_blob(data: bytes.baseAddress, len: bytes.count, flags: UInt32(CURL_BLOB_COPY))
+                return httpdns_easy_setopt_blob(easy, CURLOPT_CAINFO_BLOB, &value)
+            }
+            try check(code, CURLOPT_CAINFO_BLOB)
+            if let path = request.trust.systemCAPath { try set(CURLOPT_CAPATH, path) }
+        } else if let caFile = request.trust.caFile {
             try set(CURLOPT_CAINFO, caFile)
             if let path = request.trust.systemCAPath { try set(CURLOPT_CAPATH, path) }
         }

@@ -55,6 +55,62 @@ public struct DomainName: Sendable, Hashable, CustomStringConvertible {
         self.wire = wire
     }
 
+    /// Reads a name in presentation form as ``description`` writes it: any printable byte, `\DDD`
+    /// and `\X` escapes (RFC 1035 §5.1), so every name DNS allows — not only host names — comes
+    /// back (`a*b.tracker.test`, `\001x.test`). Letters are case-folded.
+    /// - Throws: ``DNSError`` (`invalid_name`) for an empty label, a label over 63 or a name over 255
+    ///   octets, or an escape that is cut short or over 255.
+    package init(presentation text: String) throws(DNSError) {
+        let utf8 = Array(text.utf8)
+        if utf8.isEmpty || utf8 == [UInt8(ascii: ".")] {
+            self = .root
+            return
+        }
+        var wire: [UInt8] = [0]
+        var labelStart = 0
+        var labelOpen = true
+        var index = 0
+        func closeLabel() throws(DNSError) {
+            let length = wire.count - labelStart - 1
+            guard length > 0 else { throw DNSError(.invalidName, "'\(text)' has an empty label") }
+            guard length <= Self.maxLabelLength else { throw DNSError(.invalidName, "'\(text)' has a label over 63 octets") }
+            wire[labelStart] = UInt8(length)
+        }
+        while index < utf8.count {
+            let byte = utf8[index]
+            index += 1
+            switch byte {
+            case UInt8(ascii: "."):
+                try closeLabel()
+                labelOpen = false
+                if index < utf8.count {
+                    labelStart = wire.count
+                    wire.append(0)
+                    labelOpen = true
+                }
+            case UInt8(ascii: "\\"):
+                guard index < utf8.count else { throw DNSError(.invalidName, "'\(text)' ends in an escape") }
+                if (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(utf8[index]) {
+                    guard index + 3 <= utf8.count, utf8[index..<index + 3].allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) })
+                    else { throw DNSError(.invalidName, "'\(text)' has an escape that is not \\DDD") }
+                    let value = utf8[index..<index + 3].reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) }
+                    guard value <= 255 else { throw DNSError(.invalidName, "'\(text)' has an escape over 255") }
+                    wire.append(Self.lowercase(UInt8(value)))
+                    index += 3
+                } else {
+                    wire.append(Self.lowercase(utf8[index]))
+                    index += 1
+                }
+            default:
+                wire.append(Self.lowercase(byte))
+            }
+            guard wire.count < Self.maxWireLength else { throw DNSError(.invalidName, "'\(text)' is over 255 octets") }
+        }
+        if labelOpen { try closeLabel() }
+        wire.append(0)
+        self.wire = wire
+    }
+
     /// Builds a name from wire bytes already validated by the decoder and case-folded.
     package init(uncheckedWire: [UInt8]) {
         self.wire = uncheckedWire

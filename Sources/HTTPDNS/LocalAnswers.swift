@@ -119,7 +119,10 @@ extension HTTPDNSResolver {
     /// `tracker.site.test CNAME site.tracker-cdn.test`), so the block cannot be stepped around
     /// with an alias.
     func checkCanonicalName(_ resolution: Resolution, zone: LocalZone) throws(DNSError) -> Resolution {
-        guard let canonical = resolution.canonicalName, let name = try? DomainName(canonical), zone.isBlocked(name) else { return resolution }
+        // Read as DNS writes names, not as a host name: `a*b.tracker.test` is a name too (F26).
+        guard let canonical = resolution.canonicalName, let name = try? DomainName(presentation: canonical), zone.isBlocked(name) else {
+            return resolution
+        }
         engine.metrics.blocked.increment()
         switch zone.blockAnswer {
         case .nxdomain: throw DNSError(.nxdomain, "\(resolution.host) is blocked (its canonical name \(canonical) is on a block list)")

@@ -30,6 +30,11 @@ package final class RedisSharedCache: SharedCache {
     }
 
     package static let maxPendingWrites = 1_024
+    /// The longest value read or written: a sealed entry of 512 IPv6 addresses is ~11 KB. Reads ask
+    /// Redis for at most one byte more (`GETRANGE`), so a value a key-less writer made huge is never
+    /// sent, copied or decoded: longer is refused by its length (F24 of redteam-4); entries that would
+    /// seal longer are not shared.
+    package static let maxValueBytes = 16 * 1024
     /// How long the cache is skipped after an error.
     package static let backoff: Duration = .seconds(1)
 
@@ -107,9 +112,10 @@ package final class RedisSharedCache: SharedCache {
             queue.async { [self] in
                 defer { pending.subtract(1, ordering: .relaxed) }
                 guard !once.isResumed else { return }
-                let reply = command(["GET", redisKey].map { Array($0.utf8) })
+                // GETRANGE answers "" for a missing key: no sealed value is empty.
+                let reply = command(["GETRANGE", redisKey, "0", "\(Self.maxValueBytes)"].map { Array($0.utf8) })
                 switch reply {
-                case .bytes(let bytes): once.resume(.some(bytes))
+                case .bytes(let bytes): once.resume(.some(bytes.isEmpty ? nil : bytes))
                 case .nil: once.resume(.some(nil))
                 case .failed, .other: once.resume(nil)
                 }
@@ -121,6 +127,11 @@ package final class RedisSharedCache: SharedCache {
         guard let value else { return nil }  // timed out or failed (counted where it happened)
         guard let value else {
             count(.miss)
+            return nil
+        }
+        guard value.count <= Self.maxValueBytes else {
+            count(.rejected)
+            logger.warning("shared cache: a value longer than any entry; ignored", metadata: ["key": "\(redisKey)"])
             return nil
         }
         guard let entry = open(value, redisKey: redisKey, for: key, now: now) else {
@@ -142,6 +153,10 @@ package final class RedisSharedCache: SharedCache {
         }
         let redisKey = redisKey(key)
         let value = seal(entry, for: key, redisKey: redisKey, now: now)
+        guard value.count <= Self.maxValueBytes else {
+            pending.subtract(1, ordering: .relaxed)
+            return
+        }
         let milliseconds = max(1, Int64((entry.expiresAt - now) / .milliseconds(1)))
         queue.async { [self] in
             defer { pending.subtract(1, ordering: .relaxed) }
@@ -162,7 +177,7 @@ package final class RedisSharedCache: SharedCache {
     /// The entry a value holds, when its MAC is right and it answers `key`; nil otherwise.
     package func open(_ value: [UInt8], redisKey: String, for key: CacheKey, now: ResolverInstant) -> CacheEntry? {
         let macSize = SHA256.byteCount
-        guard value.count > macSize else { return nil }
+        guard value.count > macSize, value.count <= Self.maxValueBytes else { return nil }
         let snapshot = Array(value[macSize...])
         guard HMAC<SHA256>.isValidAuthenticationCode(value[..<macSize], authenticating: Array(redisKey.utf8) + [0] + snapshot, using: self.key)
         else { return nil }

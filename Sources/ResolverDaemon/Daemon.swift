@@ -388,18 +388,14 @@ package final class Daemon: Sendable {
     private func switchUser(_ user: String) {
         let logger = state.logger
         do {
+            // Everything read from files is in memory already (CA bundle, keys, lists, anchors); the
+            // query log's file is open. What is still written after the switch is checked after it.
+            if let ids = Privileges.ids(of: user) { state.queryLog?.handOver(toUID: ids.uid, gid: ids.gid) }
             switch try Privileges.drop(to: user) {
             case .switched(let uid, let gid):
                 state.privilegesDropped.store(true, ordering: .relaxed)
                 logger.notice("running as \(user)", metadata: ["uid": "\(uid)", "gid": "\(gid)"])
-                if let persist = state.current.config.lookup.persistPath {
-                    let directory = (persist as NSString).deletingLastPathComponent
-                    if access(directory.isEmpty ? "." : directory, W_OK) != 0 {
-                        logger.warning(
-                            "cache.persist: \(user) cannot write the file's directory; the cache will not be saved",
-                            metadata: ["directory": "\(directory)"])
-                    }
-                }
+                try Privileges.checkWritable(afterSwitchTo: user, config: state.current.config)
             case .already: break
             case .notRoot(let uid):
                 logger.notice("user: \(user) ignored: not started as root, stays as it is", metadata: ["uid": "\(uid)"])

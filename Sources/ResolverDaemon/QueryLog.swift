@@ -44,12 +44,16 @@ final class QueryLog: Sendable {
     /// Wall time minus uptime, nanoseconds: the serving path turns the uptime it reads anyway into
     /// the entry's wall time without a second clock read; the writer refreshes it every turn.
     private let wallOffset = Atomic<UInt64>(QueryLog.now() &- DispatchTime.now().uptimeNanoseconds)
+    /// The file and its size, opened when the log is made: before the daemon switches to `user:`,
+    /// which then owns it (``handOver(toUID:gid:)``), so the writer needs no open of its own to start.
+    private let opened: (file: Int32, size: Int)
 
     init(settings: DaemonSettings.QueryLog, metrics: any MetricsFactory) {
         self.settings = settings
         written = Counter(label: "httpdns_query_log_entries_total", dimensions: [("outcome", "written")], factory: metrics)
         dropped = Counter(label: "httpdns_query_log_entries_total", dimensions: [("outcome", "dropped")], factory: metrics)
         buffer.withLock { $0.bytes.reserveCapacity(min(settings.bufferEntries, 4096) * 256) }
+        opened = Self.open(settings.path)
         let thread = Thread { [self] in
             Thread.current.name = "query-log"  // set from the thread itself: Linux names it so
             run()
@@ -76,6 +80,13 @@ final class QueryLog: Sendable {
     /// How often the writer takes what the buffer holds.
     static let interval: DispatchTimeInterval = .milliseconds(50)
 
+    /// Gives the file to the account the daemon is about to switch to (`user:`), as unbound does
+    /// with its log file, so that the writer can reopen it after SIGHUP; rotation needs the
+    /// directory writable by that account too, which the daemon checks after the switch.
+    func handOver(toUID uid: uid_t, gid: gid_t) {
+        if opened.file >= 0 { _ = fchown(opened.file, uid, gid) }
+    }
+
     /// Closes and reopens the file at the next write (SIGHUP).
     func reopen() {
         buffer.withLock { $0.reopen = true }
@@ -92,8 +103,7 @@ final class QueryLog: Sendable {
     // MARK: The writer thread
 
     private func run() {
-        var file: Int32 = -1
-        var size = 0
+        var (file, size) = opened
         var formatter = QueryLogFormatter(anonymizeIPv4: settings.anonymizeIPv4, anonymizeIPv6: settings.anonymizeIPv6)
         var lines = QueryLogLine(capacity: 4 << 20)
         defer {
@@ -127,12 +137,12 @@ final class QueryLog: Sendable {
             func flush() {
                 defer { lines.removeAll() }
                 guard lines.count > 0 else { return }
-                if file < 0 { (file, size) = open() }
+                if file < 0 { (file, size) = Self.open(settings.path) }
                 guard file >= 0 else { return }
                 if size + lines.count > settings.maxBytes, size > 0 {
                     close(file)
                     rotate()
-                    (file, size) = open()
+                    (file, size) = Self.open(settings.path)
                     guard file >= 0 else { return }
                 }
                 size += writeAll(file, lines.written)
@@ -150,8 +160,8 @@ final class QueryLog: Sendable {
         }
     }
 
-    private func open() -> (Int32, Int) {
-        let file = Glibc.open(settings.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o640)
+    private static func open(_ path: String) -> (file: Int32, size: Int) {
+        let file = Glibc.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o640)
         guard file >= 0 else { return (-1, 0) }
         var info = stat()
         return (file, fstat(file, &info) == 0 ? Int(info.st_size) : 0)

@@ -131,22 +131,26 @@ private final class BucketTable: Sendable {
         var hand = 0
     }
 
+    private final class Locked: Sendable {
+        let shard = Mutex(Shard())
+    }
+
     let bucketsPerShard: Int
-    private let shards: [Mutex<Shard>]
+    private let shards: [Locked]
 
     init(bucketsPerShard: Int) {
         self.bucketsPerShard = max(1, bucketsPerShard)
-        shards = (0..<16).map { _ in Mutex(Shard()) }
+        shards = (0..<16).map { _ in Locked() }
     }
 
-    var count: Int { shards.reduce(0) { total, shard in total + shard.withLock { $0.slots.count } } }
+    var count: Int { shards.reduce(0) { total, locked in total + locked.shard.withLock { $0.slots.count } } }
 
     /// Takes a token from `key`'s bucket: nil when there was one, else how many queries the bucket
     /// has refused in a row (1 for the first).
     func take(_ key: UInt64, now: UInt64, rate: Double, burst: Double) -> UInt32? {
-        let shard = shards[Int(truncatingIfNeeded: (key &* 0x9E37_79B9_7F4A_7C15) >> 60)]
+        let locked = shards[Int(truncatingIfNeeded: (key &* 0x9E37_79B9_7F4A_7C15) >> 60)]
         let capacity = bucketsPerShard
-        return shard.withLock { shard -> UInt32? in
+        return locked.shard.withLock { shard -> UInt32? in
             if let index = shard.index[key] {
                 var slot = shard.slots[index]
                 let elapsed = Double(now &- slot.updated) / 1e9

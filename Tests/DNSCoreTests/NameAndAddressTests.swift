@@ -97,3 +97,30 @@ struct EndpointParsingTests {
         }
     }
 }
+
+/// Names in presentation form as DNS writes them (F26 of redteam-4: a canonical name with `*` or an
+/// escaped byte is still a name a block list must see).
+@Suite struct PresentationNameTests {
+    @Test func everyNameDescriptionWritesReadsBack() throws {
+        let names: [[UInt8]] = [
+            [3, 0x61, 0x2a, 0x62, 7] + Array("tracker".utf8) + [4] + Array("test".utf8) + [0],
+            [3, 0x01, 0x2e, 0x5c, 4] + Array("test".utf8) + [0],
+            [1, 0x20, 0],
+            [63] + Array(repeating: 0xff, count: 63) + [0],
+            [0],
+        ]
+        for wire in names {
+            let name = DomainName(uncheckedWire: wire)
+            #expect(try DomainName(presentation: name.description).wire == wire, "\(name)")
+        }
+        #expect(try DomainName(presentation: "A*B.Tracker.TEST.").description == "a*b.tracker.test")
+        #expect(try DomainName(presentation: "www.hd.test") == DomainName("www.hd.test"))
+    }
+
+    @Test func malformedPresentationIsRefused() {
+        for text in ["a..b", ".a", "a\\", "a\\25", "a\\256.test", String(repeating: "a", count: 64) + ".test",
+            Array(repeating: String(repeating: "a", count: 63), count: 5).joined(separator: ".")] {
+            #expect(throws: DNSError.self, "\(text)") { try DomainName(presentation: text) }
+        }
+    }
+}

@@ -19,7 +19,11 @@ import Testing
         func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
             log.withLock { $0.append("\(question.name) \(question.type)") }
             let ip = question.type == .a ? IPAddress("198.18.0.7")! : IPAddress("2001:2::7")!
-            let canonical = question.name.description.hasSuffix("cloaked.test") ? try DomainName("cdn.tracker.test") : question.name
+            let name = question.name.description
+            // A canonical name DNS allows but a host name does not (F26 of redteam-4).
+            let odd = DomainName(uncheckedWire: [3, 0x61, 0x2a, 0x62] + (try DomainName("tracker.test")).wire)
+            let canonical =
+                name.hasSuffix("cloaked.test") ? try DomainName("cdn.tracker.test") : name.hasSuffix("odd.test") ? odd : question.name
             return .addresses([ResolvedAddress(ip: ip, ttl: 300)], canonicalName: canonical)
         }
     }
@@ -106,5 +110,14 @@ import Testing
         #expect(resolver.resolveWithoutWaiting("www.cloaked.test", type: .a) == nil)
         #expect(resolver.cachedResolution(for: "www.cloaked.test", type: .a) == nil)
         #expect(try metrics.expectCounter("httpdns_local_answers_total", [("kind", "blocked")]).totalValue >= 1)
+        // `a*b.tracker.test` is no host name, but it is under tracker.test: blocked too (before:
+        // the check parsed the canonical name as a host name, failed, and let the answer through).
+        do {
+            let answer = try await resolver.resolve("www.odd.test", type: .a)
+            Issue.record("a canonical name with '*' stepped around the block list: \(answer)")
+        } catch {
+            #expect(error.code == .nxdomain)
+            #expect(error.message.contains("a*b.tracker.test"))
+        }
     }
 }

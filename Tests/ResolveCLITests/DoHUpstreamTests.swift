@@ -84,6 +84,10 @@ import Glibc
         let good = try await lookup(port: TestEnvironment.dohPort, hash: own)
         #expect(addresses(good.line) == ["198.18.0.10"], "\(good.output.stdout)\(good.output.stderr)")
         #expect(good.line?["upstream"] as? String == TestEnvironment.dohA)
+        // The test CA's own hash: a root the server never sends, in the chain OpenSSL verified (F20
+        // of redteam-4; before, only the chain the server sent was hashed, and this was refused).
+        let root = try await lookup(port: TestEnvironment.dohPort, hash: try await StampBuilder.tbsHash("ca"))
+        #expect(addresses(root.line) == ["198.18.0.10"], "\(root.output.stdout)\(root.output.stderr)")
 
         let borrowed = try await lookup(port: TestEnvironment.dohPort, hash: other)
         #expect(error(borrowed.line).code == "tls_failed", "\(borrowed.output.stdout)")

@@ -93,6 +93,27 @@ extension DaemonSuites {
             let shop = try await addresses(memberB, "shop.hd.test")
             #expect(shop.contains("127.0.0.4") && !shop.contains("198.18.0.10"), "\(shop)")
             #expect(try await metric(memberB, "httpdns_shared_cache_requests_total{outcome=\"rejected\"}") == 2)
+
+            // F24 of redteam-4: a 32 MB value under a name's key. B asks Redis for no more than a
+            // genuine value can be (GETRANGE), refuses it by its length, and answers from upstream;
+            // its peak memory does not move by the value's size (before: ~3 copies, +100 MB).
+            func peakRSS(_ member: DaemonProcess) throws -> Int {
+                let status = try String(contentsOfFile: "/proc/\(member.process.processIdentifier)/status", encoding: .utf8)
+                let line = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") } ?? ""
+                return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+            }
+            let big = try await CLI.run(
+                [
+                    "-c",
+                    "head -c 33554432 /dev/zero | REDISCLI_AUTH='\(Self.password)' exec /usr/bin/redis-cli -h 127.0.0.1 -p \(redisPort) -x SET httpdns:v4only.hd.test/1",
+                ], executable: "/bin/sh")
+            #expect(big.stdout == "OK\n", "\(big.stdout)\(big.stderr)")
+            let peakBefore = try peakRSS(memberB)
+            let v4only = try await addresses(memberB, "v4only.hd.test")
+            #expect(v4only.contains("198.18.0.40"), "\(v4only)")
+            let peakAfter = try peakRSS(memberB)
+            #expect(peakAfter - peakBefore < 16 * 1024, "peak RSS grew from \(peakBefore) kB to \(peakAfter) kB")
+            #expect(try await metric(memberB, "httpdns_shared_cache_requests_total{outcome=\"rejected\"}") == 3)
             #expect(memberB.logText.contains("failed authentication"))
             #expect(!memberA.logText.contains(Self.password) && !memberB.logText.contains(Self.password), "the password is never logged")
 

@@ -33,6 +33,27 @@ import Testing
         #expect(cache().redisKey(key) == "httpdns:www.hd.test/1")
     }
 
+    /// F24 of redteam-4: the largest genuine entry (512 IPv6 addresses and a canonical name of 250
+    /// bytes) seals within ``RedisSharedCache/maxValueBytes``; a value past it is refused by its length
+    /// alone, even under a valid MAC (the daemon never asks Redis for more: GETRANGE).
+    @Test func valuesLongerThanAnyGenuineEntryAreRefused() throws {
+        let key = CacheKey(try DomainName("www.hd.test"), .aaaa)
+        let now = clock.now
+        func entry(_ count: Int) throws -> CacheEntry {
+            let addresses = (0..<count).map { ResolvedAddress(ip: .v6(0x2001_0db8_ffff_ffff, UInt64.max - UInt64($0)), ttl: 300) }
+            let canonical = try DomainName(Array(repeating: String(repeating: "c", count: 61), count: 4).joined(separator: "."))
+            return CacheEntry(
+                payload: .addresses(addresses, canonicalName: canonical), source: .doh, upstream: "https://" + String(repeating: "u", count: 200),
+                storedAt: now, expiresAt: now + .seconds(300), staleUntil: now + .seconds(360))
+        }
+        let largest = cache().seal(try entry(512), for: key, redisKey: "httpdns:www.hd.test/28", now: now)
+        #expect(largest.count <= RedisSharedCache.maxValueBytes, "\(largest.count)")
+        #expect(cache().open(largest, redisKey: "httpdns:www.hd.test/28", for: key, now: now) != nil)
+        let oversized = cache().seal(try entry(1_000), for: key, redisKey: "httpdns:www.hd.test/28", now: now)
+        #expect(oversized.count > RedisSharedCache.maxValueBytes)
+        #expect(cache().open(oversized, redisKey: "httpdns:www.hd.test/28", for: key, now: now) == nil)
+    }
+
     @Test func forgeriesAreRefused() throws {
         let www = CacheKey(try DomainName("www.hd.test"), .a)
         let bank = CacheKey(try DomainName("bank.hd.test"), .a)

@@ -1,4 +1,5 @@
 import DNSCore
+import ResolverConfig
 import Foundation
 
 /// `user:` — the daemon binds its ports as root, then runs as an unprivileged account (unbound's
@@ -32,6 +33,32 @@ enum Privileges {
             throw DNSError(.invalidConfiguration, "user: switched to '\(user)' but root could be taken back; stopping")
         }
         return .switched(uid: uid, gid: gid)
+    }
+
+    /// The account's uid and gid, when it exists.
+    static func ids(of user: String) -> (uid: uid_t, gid: gid_t)? {
+        guard let entry = getpwnam(user) else { return nil }
+        return (entry.pointee.pw_uid, entry.pointee.pw_gid)
+    }
+
+    /// Run after the switch, as the account: what the daemon still writes — the cache file's
+    /// directory (`cache.persist`, saved by rename), the query log's file and directory (reopened on
+    /// SIGHUP, rotated) — must be writable by it, or the daemon stops now, naming the path and the
+    /// account, rather than failing quietly later (F28).
+    static func checkWritable(afterSwitchTo user: String, config: ConfigFile) throws(DNSError) {
+        func directory(of path: String) -> String {
+            let parent = (path as NSString).deletingLastPathComponent
+            return parent.isEmpty ? "." : parent
+        }
+        var needed: [(what: String, path: String)] = []
+        if let persist = config.lookup.persistPath { needed.append(("cache.persist: the cache file's directory", directory(of: persist))) }
+        if let log = config.daemon.queryLog {
+            needed.append(("query_log: the file's directory (rotation)", directory(of: log.path)))
+            if access(log.path, F_OK) == 0 { needed.append(("query_log: the file", log.path)) }
+        }
+        for (what, path) in needed where access(path, W_OK) != 0 {
+            throw DNSError(.invalidConfiguration, "user: \(user) cannot write \(path) (\(what)): \(String(cString: strerror(errno)))")
+        }
     }
 
     private static func failure(_ call: String, _ user: String) -> DNSError {
