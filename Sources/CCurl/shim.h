@@ -59,33 +59,84 @@ static inline CURLcode httpdns_easy_getinfo_pointer(CURL *handle, CURLINFO info,
 static inline CURLcode httpdns_easy_getinfo_socket(CURL *handle, CURLINFO info, curl_socket_t *value) {
     return curl_easy_getinfo(handle, info, value);
 }
-/* ALPN "h2", then "http/1.1", set on the TLS context before the handshake, for a connection libcurl
-   opens but does not speak HTTP on (CURLOPT_CONNECT_ONLY with CURLOPT_SSL_ENABLE_ALPN off, so libcurl
-   neither offers its own list nor installs its HTTP/2 layer). A server without HTTP/2 then picks
-   http/1.1 inside a handshake the client verified, rather than refusing with an alert anyone on path
-   can forge (F25 of redteam-4). OpenSSL is libcurl's TLS backend here; the functions are declared
-   rather than included so that no OpenSSL type reaches Swift. */
+/* A connection libcurl opens but does not speak HTTP on (CURLOPT_CONNECT_ONLY): what its TLS context
+   is set up with, through CURLOPT_SSL_CTX_FUNCTION and CURLOPT_SSL_CTX_DATA, and what the handshake
+   leaves in it. OpenSSL is libcurl's TLS backend here; its functions are declared rather than
+   included so that no OpenSSL type reaches Swift (an X509_STORE_CTX, an X509, a STACK_OF(X509)
+   are void pointers; the ABI is the same). libcurl 7.88 gives no SSL * for a connect-only
+   connection (CURLINFO_TLS_SSL_PTR's internals are NULL once the transfer is done), so what is
+   needed of the handshake is recorded while it runs.
+
+   offer_h2: ALPN "h2" then "http/1.1", with libcurl's own offer off (so that it installs no HTTP/2
+   layer). A server without HTTP/2 then picks http/1.1 inside a handshake the client verifies,
+   rather than refusing with an alert anyone on path can forge (F25 of redteam-4).
+   keep_chain: the chain OpenSSL verified (leaf first, the trust anchor last) is kept, up-referenced,
+   in `chain`: DNS stamps' certificate hashes are checked against it, not against what the server
+   sent, to which it may append anything (F20). The verification itself is OpenSSL's own
+   (X509_verify_cert with libcurl's store and parameters), called from the callback that records it.
+   alpn: the protocol the server picked (TLS 1.2's ServerHello and TLS 1.3's EncryptedExtensions both
+   come before the certificate is verified), copied when it fits (alpn_length 0 otherwise). */
+typedef struct {
+    int offer_h2;
+    int keep_chain;
+    void *chain;
+    unsigned char alpn[32];
+    unsigned int alpn_length;
+} httpdns_tls_record;
+
 int SSL_CTX_set_alpn_protos(void *ctx, const unsigned char *protos, unsigned int protos_len);
 void SSL_get0_alpn_selected(const void *ssl, const unsigned char **data, unsigned int *len);
-static inline CURLcode httpdns_offer_h2_then_http11(CURL *handle, void *ssl_ctx, void *userdata) {
-    (void)handle;
-    (void)userdata;
-    static const unsigned char protocols[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
-    return SSL_CTX_set_alpn_protos(ssl_ctx, protocols, sizeof protocols) == 0 ? CURLE_OK : CURLE_SSL_CONNECT_ERROR;
-}
-static inline CURLcode httpdns_easy_offer_h2_then_http11(CURL *handle) {
-    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, httpdns_offer_h2_then_http11);
-}
-/* The chain OpenSSL built and verified for a connection (leaf first, the trust anchor last), read
-   from the SSL object libcurl hands out (CURLINFO_TLS_SSL_PTR), for DNS stamps' certificate hashes:
-   what the server merely sent may hold any certificate it appends. Declared, as above, so that no
-   OpenSSL type reaches Swift: SSL_get0_verified_chain returns a STACK_OF(X509). */
-void *SSL_get0_verified_chain(const void *ssl);
+void SSL_CTX_set_cert_verify_callback(void *ctx, int (*callback)(void *store, void *arg), void *arg);
+int X509_verify_cert(void *store);
+void *X509_STORE_CTX_get1_chain(const void *store);
+void *X509_STORE_CTX_get_ex_data(const void *store, int index);
+int SSL_get_ex_data_X509_STORE_CTX_idx(void);
 int OPENSSL_sk_num(const void *stack);
 void *OPENSSL_sk_value(const void *stack, int index);
+void OPENSSL_sk_pop_free(void *stack, void (*free_function)(void *));
+void X509_free(void *certificate);
 /* DER of a certificate: with out NULL, only its length (< 0 on failure); else writes that many
    bytes at *out and moves *out past them. */
 int i2d_X509(const void *certificate, unsigned char **out);
+
+static inline void httpdns_tls_record_clear(httpdns_tls_record *record) {
+    if (record->chain) OPENSSL_sk_pop_free(record->chain, X509_free);
+    record->chain = NULL;
+    record->alpn_length = 0;
+}
+
+static inline int httpdns_verify_and_record(void *store, void *arg) {
+    httpdns_tls_record *record = arg;
+    int verified = X509_verify_cert(store);
+    httpdns_tls_record_clear(record);
+    if (verified > 0) {
+        if (record->keep_chain) record->chain = X509_STORE_CTX_get1_chain(store);
+        void *ssl = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx());
+        const unsigned char *alpn = NULL;
+        unsigned int length = 0;
+        if (ssl) SSL_get0_alpn_selected(ssl, &alpn, &length);
+        if (alpn && length <= sizeof record->alpn) {
+            for (unsigned int index = 0; index < length; index++) record->alpn[index] = alpn[index];
+            record->alpn_length = length;
+        }
+    }
+    return verified;
+}
+
+static inline CURLcode httpdns_set_up_tls_context(CURL *handle, void *ssl_ctx, void *userdata) {
+    (void)handle;
+    httpdns_tls_record *record = userdata;
+    static const unsigned char protocols[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+    if (record->offer_h2 && SSL_CTX_set_alpn_protos(ssl_ctx, protocols, sizeof protocols) != 0) return CURLE_SSL_CONNECT_ERROR;
+    SSL_CTX_set_cert_verify_callback(ssl_ctx, httpdns_verify_and_record, record);
+    return CURLE_OK;
+}
+
+static inline CURLcode httpdns_easy_record_tls(CURL *handle, httpdns_tls_record *record) {
+    CURLcode code = curl_easy_setopt(handle, CURLOPT_SSL_CTX_DATA, record);
+    return code != CURLE_OK ? code : curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, httpdns_set_up_tls_context);
+}
+
 static inline CURLMcode httpdns_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);
 }

@@ -62,8 +62,10 @@ package final class CurlConnection: @unchecked Sendable {
             throw CurlError(.protocolError, "libcurl kept no socket for the connection")
         }
         let connection = CurlConnection(transfer: transfer, easy: easy, socket: socket, remoteIP: response.remoteIP)
-        if request.collectsCertificates { connection.certificates = Self.verifiedChain(easy) }
-        if http2 { connection.negotiatedProtocol = Self.selectedProtocol(easy) }
+        if let record = transfer.tlsRecord?.pointee {
+            if request.collectsCertificates { connection.certificates = Self.verifiedChain(record) }
+            if http2 { connection.negotiatedProtocol = Self.selectedProtocol(record) }
+        }
         return connection
     }
 
@@ -94,31 +96,12 @@ package final class CurlConnection: @unchecked Sendable {
         }
     }
 
-    /// The OpenSSL `SSL *` of the connection, when OpenSSL is libcurl's TLS backend.
-    private static func ssl(_ easy: UnsafeMutableRawPointer) -> UnsafeMutableRawPointer? {
-        var raw: UnsafeMutableRawPointer?
-        guard httpdns_easy_getinfo_pointer(easy, CURLINFO_TLS_SSL_PTR, &raw) == CURLE_OK, let raw else { return nil }
-        let session = raw.assumingMemoryBound(to: curl_tlssessioninfo.self).pointee
-        guard session.backend == CURLSSLBACKEND_OPENSSL else { return nil }
-        return session.internals
-    }
-
-    /// ALPN's pick (`SSL_get0_alpn_selected`): at most 255 bytes that OpenSSL owns, copied.
-    private static func selectedProtocol(_ easy: UnsafeMutableRawPointer) -> String? {
-        guard let ssl = ssl(easy) else { return nil }
-        var data: UnsafePointer<UInt8>?
-        var length: UInt32 = 0
-        SSL_get0_alpn_selected(ssl, &data, &length)
-        guard let data, length > 0, length <= 255 else { return nil }
-        return String(decoding: UnsafeBufferPointer(start: data, count: Int(length)), as: UTF8.self)
-    }
-
-    /// The DER certificates of the chain OpenSSL verified for the connection (`SSL_get0_verified_chain`
-    /// on libcurl's `SSL *`). Bound: each certificate is written by `i2d_X509` into an array of the
-    /// length the same call reported first; a certificate whose length cannot be read ends the
-    /// chain empty (the caller fails closed).
-    static func verifiedChain(_ easy: UnsafeMutableRawPointer) -> [[UInt8]] {
-        guard let ssl = ssl(easy), let chain = SSL_get0_verified_chain(ssl) else { return [] }
+    /// The DER certificates of the chain OpenSSL verified, as the handshake recorded it (see
+    /// shim.h). Bound: each certificate is written by `i2d_X509` into an array of the length the same
+    /// call reported first; a chain or certificate that cannot be read leaves the chain empty (the
+    /// caller fails closed).
+    static func verifiedChain(_ record: httpdns_tls_record) -> [[UInt8]] {
+        guard let chain = record.chain else { return [] }
         let count = OPENSSL_sk_num(chain)
         guard count > 0, count <= 16 else { return [] }
         var result: [[UInt8]] = []
@@ -135,5 +118,12 @@ package final class CurlConnection: @unchecked Sendable {
             result.append(der)
         }
         return result
+    }
+
+    /// ALPN's pick as the handshake recorded it (at most the record's 32 bytes).
+    static func selectedProtocol(_ record: httpdns_tls_record) -> String? {
+        let length = Int(min(record.alpn_length, 32))
+        guard length > 0 else { return nil }
+        return withUnsafeBytes(of: record.alpn) { String(decoding: $0.prefix(length), as: UTF8.self) }
     }
 }

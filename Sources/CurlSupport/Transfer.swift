@@ -16,6 +16,10 @@ final class Transfer: @unchecked Sendable {
     private(set) var easy: UnsafeMutableRawPointer?
     private var lists: [UnsafeMutablePointer<curl_slist>] = []
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+    /// What the TLS handshake of a connect-only connection records (ALPN's pick, the verified chain),
+    /// when the request asks for either; freed with the transfer, after the easy handle (which the
+    /// TLS context's callback points into).
+    private(set) var tlsRecord: UnsafeMutablePointer<httpdns_tls_record>?
     fileprivate var body: [UInt8] = []
     fileprivate var headers: [(name: String, value: String)] = []
     fileprivate var exceededLimit = false
@@ -33,6 +37,10 @@ final class Transfer: @unchecked Sendable {
         if let easy { curl_easy_cleanup(easy) }
         for list in lists { curl_slist_free_all(list) }
         errorBuffer.deallocate()
+        if let tlsRecord {
+            httpdns_tls_record_clear(tlsRecord)
+            tlsRecord.deallocate()
+        }
     }
 
     /// Resumes the caller exactly once.
@@ -75,7 +83,16 @@ final class Transfer: @unchecked Sendable {
         if request.decodesContent { try set(CURLOPT_ACCEPT_ENCODING, "") }
         if request.connectOnly { try set(CURLOPT_CONNECT_ONLY, 1) }
         if !request.offersALPN || request.offersHTTP2OwnALPN { try set(CURLOPT_SSL_ENABLE_ALPN, 0) }
-        if request.offersHTTP2OwnALPN { try check(httpdns_easy_offer_h2_then_http11(easy), CURLOPT_SSL_CTX_FUNCTION) }
+        if request.connectOnly, request.offersHTTP2OwnALPN || request.collectsCertificates {
+            let record = tlsRecord ?? .allocate(capacity: 1)
+            if tlsRecord != nil { httpdns_tls_record_clear(record) }
+            record.initialize(
+                to: httpdns_tls_record(
+                    offer_h2: request.offersHTTP2OwnALPN ? 1 : 0, keep_chain: request.collectsCertificates ? 1 : 0, chain: nil,
+                    alpn: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), alpn_length: 0))
+            tlsRecord = record
+            try check(httpdns_easy_record_tls(easy, record), CURLOPT_SSL_CTX_FUNCTION)
+        }
         if request.freshConnection {
             try set(CURLOPT_FRESH_CONNECT, 1)
             try set(CURLOPT_FORBID_REUSE, 1)

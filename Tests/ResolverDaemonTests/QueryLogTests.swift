@@ -88,6 +88,78 @@ import Testing
     /// Whatever a client asks and an upstream answers, each entry is one line of valid JSON: names
     /// with dots, quotes, backslashes and control bytes in labels, garbage and cut responses, and
     /// the answer kinds (A, AAAA, CNAME, other types, EDE) listed as documented.
+    /// F19 of redteam-4: a relayed 1,232-byte answer of compressed CNAMEs to a long name of
+    /// non-printable bytes, as a forward zone's plain-DNS server (or anyone spoofing it) can send.
+    static func cnameFlood(escaping every: Int) -> [UInt8] {
+        var name: [UInt8] = []
+        for _ in 0..<4 { name += [60] + (0..<60).map { $0 % every == 0 ? 0x01 : 0x61 } }
+        name.append(0)
+        var message: [UInt8] = [0, 0, 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0, 2, 0x66, 0x7a, 4, 0x74, 0x65, 0x73, 0x74, 0, 0, 16, 0, 1]
+        message += [0xc0, 0x0c, 0, 5, 0, 1, 0, 0, 1, 0x2c, 0, UInt8(name.count)] + name
+        let target = 12 + 13 + 12
+        var count = 1
+        while message.count + 14 <= QueryLog.Record.maxResponseBytes {
+            message += [0xc0, 0x0c, 0, 5, 0, 1, 0, 0, 1, 0x2c, 0, 2, UInt8(0xc0 | target >> 8), UInt8(target & 0xff)]
+            count += 1
+        }
+        message[6] = UInt8(count >> 8)
+        message[7] = UInt8(count & 0xff)
+        return message
+    }
+
+    /// The line of such an answer is ~85 KB, more than the 64 KiB the writer keeps free: formatted
+    /// into a buffer with only a few bytes left, it grows the buffer instead of writing past it, and
+    /// comes out as one valid JSON line. (Before the fix: written past the end; SIGSEGV in the daemon.)
+    @Test func aLineLongerThanTheRoomLeftGrowsTheBuffer() throws {
+        for every in [1, 2, 3, 7] {
+            let response = Self.cnameFlood(escaping: every)
+            #expect(response.count <= QueryLog.Record.maxResponseBytes)
+            var line = QueryLogLine(capacity: 4096)
+            defer { line.deallocate() }
+            let filler = [UInt8](repeating: 0x20, count: 4096 - 10)
+            filler.withUnsafeBytes { line.bytes($0) }
+            var formatter = QueryLogFormatter(anonymizeIPv4: nil, anonymizeIPv6: nil)
+            let name: [UInt8] = [2, 0x66, 0x7a, 4, 0x74, 0x65, 0x73, 0x74, 0]
+            let client = [UInt8](repeating: 0, count: 16)
+            name.withUnsafeBytes { name in
+                response.withUnsafeBytes { response in
+                    client.withUnsafeBytes { client in
+                        formatter.append(
+                            QueryLogRecord.View(
+                                time: 1_800_000_000_000_000_000, latency: 1, clientFamily: 0, client: client, type: 16, name: name,
+                                transport: nil, source: nil, dnssec: nil, verdict: nil, upstream: nil, response: response), to: &line)
+                    }
+                }
+            }
+            #expect(line.count <= line.capacity)
+            let text = Array(line.written[(4096 - 10)...])
+            #expect(text.count > (every == 1 ? 65_536 : 10_000), "escaping every \(every): \(text.count) bytes")
+            #expect(text.last == UInt8(ascii: "\n") && !text.dropLast().contains(UInt8(ascii: "\n")))
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(text)) as? [String: Any])
+            #expect((object["answers"] as? [String])?.count ?? 0 > 60)
+        }
+    }
+
+    /// The same through the whole writer, lines of varied lengths so that some start with less room
+    /// than they need: every line written, each valid JSON.
+    @Test func longLinesOfVariedLengthsAreWrittenWhole() throws {
+        let directory = try directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var settings = DaemonSettings.QueryLog(path: directory.appendingPathComponent("q.jsonl").path)
+        settings.bufferEntries = 1_000
+        let log = QueryLog(settings: settings, metrics: TestMetrics())
+        let query = try DNSQuery(Wire.header() + Wire.question("fz.test", type: 16))
+        for index in 0..<60 {
+            log.record(
+                QueryLog.Entry(
+                    time: 1_800_000_000_000_000_000, client: nil, transport: "udp", query: query,
+                    response: Self.cnameFlood(escaping: 1 + index % 9), provenance: nil, verdict: nil, latencyNanoseconds: 1))
+        }
+        log.stop()
+        let lines = try lines(directory)
+        #expect(lines.count == 60)
+    }
+
     @Test func anyNameAndResponseMakeOneValidJSONLine() throws {
         let directory = try directory()
         defer { try? FileManager.default.removeItem(at: directory) }
