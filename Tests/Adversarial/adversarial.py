@@ -10,8 +10,10 @@ that the daemon's memory and descriptors stayed bounded.
 Needs Scripts/testenv.sh running (BIND on 127.0.0.1:18053/18443, the test CA). Every socket goes
 to 127.0.0.1; every load is bounded in count and time.
 """
+import json
 import os
 import random
+import shutil
 import signal
 import socket
 import ssl
@@ -24,6 +26,7 @@ import time
 import unittest
 
 import dns.edns
+import dns.exception
 import dns.flags
 import dns.message
 import dns.query
@@ -40,14 +43,14 @@ BIND_DNS = ("127.0.0.1", 18053)
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
-def config(directory, http_port, dns_port, upstream="https://doh-a.test:18443/dns-query", extra=""):
+def config(directory, http_port, dns_port, upstream="https://doh-a.test:18443/dns-query", extra="", dns_host="127.0.0.1"):
     return f"""upstreams:
   - {{doh: "{upstream}", bootstrap: [127.0.0.1]}}
 ca_file: {CA}
 allow_private: true
 system_dns: ["127.0.0.1:18055"]
 listen: "127.0.0.1:{http_port}"
-dns_listen: "127.0.0.1:{dns_port}"
+dns_listen: "{dns_host}:{dns_port}"
 tls: {{cert: {ROOT}/.testenv/ca/daemon.test.pem, key: {ROOT}/.testenv/ca/daemon.test.key}}
 limits: {{max_body_bytes: 65535, request_timeout: 3, idle_timeout: 20, max_connections: 600}}
 readiness: {{probe: www.hd.test, interval: 1}}
@@ -58,12 +61,13 @@ readiness: {{probe: www.hd.test, interval: 1}}
 class Daemon:
     """`resolve daemon` as a process with its own config directory."""
 
-    def __init__(self, http_port=HTTP_PORT, dns_port=DNS_PORT, upstream="https://doh-a.test:18443/dns-query", extra="", prefix=()):
+    def __init__(self, http_port=HTTP_PORT, dns_port=DNS_PORT, upstream="https://doh-a.test:18443/dns-query", extra="", prefix=(),
+                 dns_host="127.0.0.1"):
         self.directory = tempfile.mkdtemp(prefix="adversarial-")
         self.config = os.path.join(self.directory, "daemon.yaml")
         self.http_port, self.dns_port = http_port, dns_port
         with open(self.config, "w") as file:
-            file.write(config(self.directory, http_port, dns_port, upstream, extra))
+            file.write(config(self.directory, http_port, dns_port, upstream, extra, dns_host))
         self.log = open(os.path.join(self.directory, "daemon.log"), "w+")
         self.process = subprocess.Popen(list(prefix) + [BINARY, "daemon", "--config", self.config, "--log-level", "info"],
                                         stdout=subprocess.DEVNULL, stderr=self.log)
@@ -1366,6 +1370,384 @@ class DoTAttacks(AdversarialTestCase):
             sock.close()
         self.assertIsNone(self.daemon.process.poll(), "the daemon is still running")
         self.assertLegitAnswered()
+
+
+RATE_RECORDS = 'records: ["www.rl.test A 198.18.7.7"]'
+
+
+def rate_limit(rate, burst, ipv4_prefix, more=""):
+    return f"rate_limit: {{queries_per_second: {rate}, burst: {burst}, ipv4_prefix: {ipv4_prefix}{more}}}\n{RATE_RECORDS}"
+
+
+def ask_udp(source, port, name="www.rl.test", timeout=2.0):
+    """One UDP question from `source` (any 127/8 address is ours on lo): the response, or None."""
+    try:
+        return dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=timeout, source=source)
+    except dns.exception.Timeout:
+        return None
+
+
+def ask_tcp(source, port, name="www.rl.test", timeout=3.0):
+    return dns.query.tcp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=timeout, source=source)
+
+
+def doh_from(source, port, name="www.rl.test"):
+    """A DoH GET over HTTP/1.1 and TLS (the test CA) from `source`: (HTTP status, DNS message or None)."""
+    import http.client
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=tls_context(("http/1.1",)), timeout=5,
+                                             source_address=(source, 0))
+    try:
+        connection.request("GET", "/dns-query?dns=" + dns_param(query_wire(name)), headers={"Accept": "application/dns-message"})
+        response = connection.getresponse()
+        body = response.read()
+        return response.status, dns.message.from_wire(body) if response.status == 200 else None
+    finally:
+        connection.close()
+
+
+def burst_udp(source, port, count, name="www.rl.test", wait=1.5):
+    """`count` UDP questions from `source` sent at once, then their responses for `wait` seconds:
+    one entry per question, by ID: the response, or None for no reply."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((source, 0))
+    for index in range(count):
+        sock.sendto(query_wire(name, id=index), ("127.0.0.1", port))
+    responses = [None] * count
+    deadline = time.time() + wait
+    while time.time() < deadline and None in responses:
+        sock.settimeout(max(0.01, deadline - time.time()))
+        try:
+            message = dns.message.from_wire(sock.recv(4096))
+        except socket.timeout:
+            break
+        if message.id < count:
+            responses[message.id] = message
+    sock.close()
+    return responses
+
+
+def is_limited(response):
+    """What a rate limit may answer: nothing, REFUSED, or a TC=1 reply without answers (a "slip")."""
+    return (response is None or response.rcode() == dns.rcode.REFUSED
+            or (response.flags & dns.flags.TC and not response.answer))
+
+
+def is_slip(response):
+    return response is not None and bool(response.flags & dns.flags.TC) and not response.answer and response.rcode() == dns.rcode.NOERROR
+
+
+def has_address(message, address="198.18.7.7"):
+    return message is not None and any(rdata.to_text() == address for rrset in message.answer for rdata in rrset)
+
+
+def cpu_seconds(pid):
+    """The process's user + system CPU time (/proc/PID/stat utime and stime)."""
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def forged_udp(sources, port, wire, window=128, stall=0.3, budget=40.0):
+    """`wire` to 127.0.0.1:`port` once from each of `sources` (IPv4 addresses as 4 bytes), forged with
+    a raw socket (IP_HDRINCL), as an off-path spoofer sends them. The daemon's answers (to addresses
+    no socket holds) are read off loopback by a raw UDP socket, only to pace the sender: at most
+    `window` questions unanswered at once, so the daemon's socket buffer never drops one (a question
+    with no answer for `stall` seconds is given up). Returns (sent, {rcode or "TC": count}, seconds)."""
+    import select
+    sender = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    sniffer = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+    sniffer.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE (root)
+    sniffer.setblocking(False)
+    destination = socket.inet_aton("127.0.0.1")
+    outcomes = {}
+    sent = answered = given_up = 0
+    started = time.time()
+    last_progress = started
+
+    def drain():
+        nonlocal answered, last_progress
+        while True:
+            try:
+                packet = sniffer.recv(2048)
+            except BlockingIOError:
+                return
+            header = (packet[0] & 15) * 4
+            if packet[12:16] != destination or struct.unpack(">H", packet[header:header + 2])[0] != port:
+                continue  # not the daemon's stub answering (our own questions, other servers)
+            flags = packet[header + 10:header + 12]
+            key = "TC" if flags[0] & 0x02 else flags[1] & 15
+            outcomes[key] = outcomes.get(key, 0) + 1
+            answered += 1
+            last_progress = time.time()
+
+    for source in sources:
+        while sent - answered - given_up >= window:
+            select.select([sniffer], [], [], stall)
+            drain()
+            if time.time() - last_progress > stall:
+                given_up = sent - answered
+                last_progress = time.time()
+        if time.time() - started > budget:
+            break
+        udp_length = 8 + len(wire)
+        packet = struct.pack("!BBHHHBBH4s4sHHHH", 0x45, 0, 20 + udp_length, 0, 0, 64, 17, 0, source, destination,
+                             20000 + sent % 40000, port, udp_length, 0) + wire
+        sender.sendto(packet, ("127.0.0.1", 0))
+        sent += 1
+        if sent % 32 == 0:
+            drain()
+    deadline = time.time() + 2
+    while sent - answered - given_up > 0 and time.time() < deadline:
+        select.select([sniffer], [], [], 0.1)
+        drain()
+    sender.close()
+    sniffer.close()
+    return sent, outcomes, time.time() - started
+
+
+class RateLimitAttacks(unittest.TestCase):
+    """`rate_limit:` against clients that share, fill or forge their way into buckets (redteam-4 F21,
+    F22, F23). Each case runs a daemon of its own (its own ports and limits) that answers
+    www.rl.test from a local record, so the limits are all that is measured."""
+
+    def test_behind_a_dual_stack_listener_each_ipv4_network_has_its_own_bucket(self):
+        """F21: on `dns_listen: "[::]:PORT"` an IPv4 client arrives as ::ffff:a.b.c.d; one client of
+        127.1.1.0/24 past its bucket must not limit a client of 127.2.2.0/24 (all IPv4 clients used
+        to share the bucket of ::/56 and were REFUSED together), while 127.1.1.1 itself stays limited."""
+        daemon = Daemon(18681, 18682, dns_host="[::]", extra=rate_limit(1, 5, 24))
+        try:
+            responses = burst_udp("127.1.1.1", 18682, 20)
+            self.assertIsNotNone(responses[0], "the [::] listener answers IPv4 clients")
+            self.assertEqual(responses[0].rcode(), dns.rcode.NOERROR)
+            limited = sum(1 for response in responses if is_limited(response))
+            self.assertGreaterEqual(limited, 10, f"127.1.1.1 is limited past its burst of 5: {limited} of 20 limited")
+            victim = ask_udp("127.2.2.2", 18682)
+            self.assertIsNotNone(victim, "127.2.2.2 got no reply")
+            self.assertEqual(dns.rcode.to_text(victim.rcode()), "NOERROR",
+                             "127.2.2.2 (another /24) has a bucket of its own behind the dual-stack listener")
+            self.assertTrue(has_address(victim), victim)
+            self.assertEqual(daemon.stop()[0], 0)
+        finally:
+            daemon.stop()
+
+    def test_a_forged_flood_from_140000_networks_does_not_lock_out_new_clients(self):
+        """F22: 140,000 forged UDP questions, each from another source (/32 networks, so 127/8 provides
+        them; /24s on the Internet are the same), fill the 16 x 8,192 bucket table. A client never
+        seen before must still be answered over UDP (a TC=1 reply that then succeeds over TCP
+        counts), TCP and DoH; the full table used to limit every new network at once, on every
+        transport, and made every new source cost a copy of a whole shard."""
+        daemon = Daemon(18683, 18684, extra=rate_limit(1, 100, 32))
+        try:
+            sources = (bytes((127, 16 + index // 65024, index // 254 % 256, 1 + index % 254)) for index in range(140_000))
+            cpu_before = cpu_seconds(daemon.process.pid)
+            sent, outcomes, seconds = forged_udp(sources, 18684, query_wire("www.rl.test", id=7))
+            cpu = cpu_seconds(daemon.process.pid) - cpu_before
+            print(f"\n  F22 fill: {sent} forged sources in {seconds:.1f} s, answers {outcomes}, "
+                  f"daemon CPU {cpu:.2f} s ({cpu / max(sent, 1) * 1e6:.0f} us a question)", file=sys.stderr)
+            self.assertGreaterEqual(sent, 131_072, "enough sources to fill the table were sent")
+            self.assertIsNone(daemon.process.poll(), "the daemon lives")
+            # Each transport from a source of its own, none of them seen before.
+            with self.subTest("UDP (TC=1 then TCP counts) from a never-seen client"):
+                try:
+                    response, over_tcp = dns.query.udp_with_fallback(dns.message.make_query("www.rl.test", "A"), "127.0.0.1",
+                                                                     port=18684, timeout=3, source="127.250.1.1")
+                except dns.exception.Timeout:
+                    self.fail("a never-seen client got no reply over UDP after the fill")
+                self.assertEqual(dns.rcode.to_text(response.rcode()), "NOERROR", f"UDP{' then TCP' if over_tcp else ''} from a never-seen client")
+                self.assertTrue(has_address(response), response)
+            with self.subTest("TCP from a never-seen client"):
+                response = ask_tcp("127.250.1.2", 18684)
+                self.assertEqual(dns.rcode.to_text(response.rcode()), "NOERROR", "TCP from a never-seen client")
+            with self.subTest("DoH from a never-seen client"):
+                status, message = doh_from("127.250.1.3", 18683)
+                self.assertEqual(status, 200)
+                self.assertEqual(dns.rcode.to_text(message.rcode()), "NOERROR", "DoH from a never-seen client")
+                self.assertTrue(has_address(message), message)
+            self.assertEqual(daemon.stop()[0], 0)
+        finally:
+            daemon.stop()
+
+    def test_forged_udp_does_not_deny_the_victims_doh_and_tcp(self):
+        """F23: 50 UDP questions with the victim's source (127.0.0.5; an off-path spoofer forges it,
+        which to the daemon is the same as binding it) exhaust the victim's UDP bucket, and only that:
+        the victim's DoH and stub TCP, whose sources cannot be forged, are answered NOERROR (they used
+        to share the bucket and were REFUSED). Limited UDP questions get, every 2nd one by default
+        (`slip: 2`), a TC=1 reply without answers and otherwise REFUSED (`action: refused`), so a real
+        client at that address (dig, a stub resolver) retries over TCP and is answered at once."""
+        daemon = Daemon(18685, 18686, extra=rate_limit(1, 5, 32))
+        victim = "127.0.0.5"
+        try:
+            responses = burst_udp(victim, 18686, 50)
+            answered = sum(1 for response in responses if response is not None and response.rcode() == dns.rcode.NOERROR and response.answer)
+            slips = sum(1 for response in responses if is_slip(response))
+            refused = sum(1 for response in responses if response is not None and response.rcode() == dns.rcode.REFUSED)
+            print(f"\n  F23 50 forged UDP: {answered} answered, {slips} TC=1 slips, {refused} REFUSED, "
+                  f"{responses.count(None)} unanswered", file=sys.stderr)
+            self.assertLessEqual(answered, 10, "the UDP bucket (burst 5) is exhausted")
+            with self.subTest("the victim's DoH"):
+                status, message = doh_from(victim, 18685)
+                self.assertEqual(status, 200)
+                self.assertEqual(dns.rcode.to_text(message.rcode()), "NOERROR", "the victim's DoH is not denied by forged UDP")
+                self.assertTrue(has_address(message), message)
+            with self.subTest("the victim's stub TCP"):
+                response = ask_tcp(victim, 18686)
+                self.assertEqual(dns.rcode.to_text(response.rcode()), "NOERROR", "the victim's stub TCP is not denied by forged UDP")
+                self.assertTrue(has_address(response), response)
+            with self.subTest("slip: TC=1 to some limited UDP questions, REFUSED to the others"):
+                self.assertGreater(slips, 0, "some limited UDP questions get a TC=1 reply without answers (slip)")
+                self.assertGreater(refused, 0, "the other limited ones get what `action: refused` says")
+            with self.subTest("a client that retries over TCP on TC is answered while its UDP bucket is empty"):
+                # The UDP bucket is still empty (refilled by at most a token or two): drain it again,
+                # then a client that does what dig does (retry over TCP on TC) is answered within
+                # two attempts (slip 2: every 2nd limited question gets TC).
+                burst_udp(victim, 18686, 10, wait=0.5)
+                started = time.time()
+                outcomes = []
+                for _ in range(3):
+                    try:
+                        response, over_tcp = dns.query.udp_with_fallback(dns.message.make_query("www.rl.test", "A"), "127.0.0.1",
+                                                                         port=18686, timeout=1, source=victim)
+                    except dns.exception.Timeout:
+                        outcomes.append("timeout")
+                        continue
+                    outcomes.append(("tcp " if over_tcp else "udp ") + dns.rcode.to_text(response.rcode()))
+                    if response.rcode() == dns.rcode.NOERROR and has_address(response):
+                        break
+                self.assertIn("tcp NOERROR", outcomes, f"UDP with TCP fallback while the UDP bucket is empty: {outcomes}")
+                self.assertLess(time.time() - started, 2.5, f"answered within two seconds: {outcomes}")
+            self.assertEqual(daemon.stop()[0], 0)
+        finally:
+            daemon.stop()
+
+
+FAKE_DNS_PORT = 18689
+
+
+def forward_question(index):
+    """A TXT question (forwarded unchanged) for a new name under fz.test, with EDNS (1,232 bytes)."""
+    name = b"\x08q%07d\x02fz\x04test\x00" % (index % 10_000_000)
+    return (struct.pack(">HHHHHH", index & 0xFFFF, 0x0100, 1, 0, 0, 1) + name + struct.pack(">HH", 16, 1)
+            + b"\x00" + struct.pack(">HHIH", 41, 1232, 0, 0))
+
+
+class QueryLogAttacks(unittest.TestCase):
+    """`query_log:` against answers built to make its lines as long as possible (redteam-4 F19)."""
+
+    def test_cname_bombs_from_a_forward_zone_do_not_overflow_the_log_writer(self):
+        """F19: a forward zone's plain-DNS server (Tests/Adversarial/fake_dns.py; forgeable by anyone on
+        path) answers every question with ~1,220 bytes of compressed CNAMEs to a 255-byte name of
+        0x01 bytes, each ~1,262 bytes once escaped in JSON: log lines of 60 to 85 KB, longer than the
+        writer's 64 KiB reserve, in blocks of ~84 KB lines (49 of which leave more than the reserve
+        but less than the next line in the 4 MiB line buffer) and of lengths spread over 60-85 KB.
+        A flood of such questions (new TXT names, forwarded unchanged; at most 20 s) must leave the
+        daemon alive (its query-log thread wrote past the buffer: SIGSEGV, or SIGABRT from the heap
+        it corrupted), answering a legitimate client during and after, and its log, once flushed by
+        SIGTERM, whole: every line JSON, the long ones kept."""
+        fake = subprocess.Popen(["/usr/bin/python3", os.path.join(ROOT, "Tests/Adversarial/fake_dns.py"), "--port", str(FAKE_DNS_PORT)],
+                                stdout=subprocess.PIPE)
+        daemon = None
+        log_dir = tempfile.mkdtemp(prefix="adversarial-ql-")
+        try:
+            self.assertEqual(fake.stdout.readline().strip(), b"ready")
+            log_file = os.path.join(log_dir, "queries.jsonl")
+            daemon = Daemon(18687, 18688, extra=f"""query_log: {{file: {log_file}}}
+forward: [{{zones: [fz.test], upstreams: [{{dns: "127.0.0.1:{FAKE_DNS_PORT}"}}]}}]""")
+            probe = dns.query.udp(dns.message.from_wire(forward_question(0)), "127.0.0.1", port=18688, timeout=3)
+            self.assertEqual(probe.rcode(), dns.rcode.NOERROR, "the forward zone answers")
+            self.assertTrue(probe.answer, "of CNAMEs")
+            stop = threading.Event()
+            counts = {"sent": 0, "answered": 0}
+
+            def flood():
+                sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(4)]
+                for sock in sockets:
+                    sock.setblocking(False)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+                index = 1
+                window = 64  # questions unanswered at once: the daemon busy, its socket buffer never full
+                last_progress = time.time()
+                while not stop.is_set() and counts["sent"] < 400_000:
+                    for sock in sockets:
+                        while True:
+                            try:
+                                sock.recv(4096)
+                            except BlockingIOError:
+                                break
+                            counts["answered"] += 1
+                            last_progress = time.time()
+                    if counts["sent"] - counts["answered"] < window or time.time() - last_progress > 0.5:
+                        if time.time() - last_progress > 0.5:
+                            counts["answered"] = counts["sent"]  # give up on those (dropped)
+                            last_progress = time.time()
+                        for sock in sockets:
+                            for _ in range(16):
+                                try:
+                                    sock.sendto(forward_question(index), ("127.0.0.1", 18688))
+                                except (BlockingIOError, ConnectionRefusedError):
+                                    pass
+                                index += 1
+                                counts["sent"] += 1
+                    else:
+                        time.sleep(0.001)
+                for sock in sockets:
+                    sock.close()
+
+            thread = threading.Thread(target=flood, daemon=True)
+            started = time.time()
+            thread.start()
+            failures, died_at, checks = [], None, 0
+            while time.time() - started < 20:
+                if daemon.process.poll() is not None:
+                    died_at = time.time() - started
+                    break
+                try:
+                    rcode, _ = legit_udp(18688)
+                    checks += 1
+                    if rcode != dns.rcode.NOERROR:
+                        failures.append(dns.rcode.to_text(rcode))
+                except dns.exception.Timeout:
+                    failures.append(f"timeout at {time.time() - started:.1f} s")
+                time.sleep(0.5)
+            stop.set()
+            thread.join(5)
+            if died_at is None and daemon.process.poll() is not None:
+                died_at = time.time() - started
+            print(f"\n  F19 flood: {counts['sent']} questions ({counts['answered']} answered or given up) in {time.time() - started:.1f} s; daemon "
+                  + (f"DIED at {died_at:.1f} s, exit {daemon.process.returncode}" if died_at is not None else "alive")
+                  + f"; legit checks {checks}, failures {failures[:5]}", file=sys.stderr)
+            crash = [line for line in daemon.log_text().splitlines() if "Fatal error" in line or "crashed" in line]
+            self.assertIsNone(died_at, f"the daemon died {died_at} s into the flood, exit {daemon.process.returncode}: {crash[:3]}")
+            self.assertEqual(failures, [], "a legitimate client is answered during the flood")
+            rcode, _ = legit_udp(18688)
+            self.assertEqual(rcode, dns.rcode.NOERROR, "and after it")
+            status, _ = daemon.stop()
+            self.assertEqual(status, 0)
+            # The log and what it rotated (100 MB a file by default).
+            lines = []
+            for path in sorted(os.path.join(log_dir, name) for name in os.listdir(log_dir)):
+                with open(path, "rb") as file:
+                    content = file.read().split(b"\n")
+                self.assertEqual(content[-1], b"", f"{path} ends with a whole line")
+                lines += content[:-1]
+            long_lines = 0
+            for number, line in enumerate(lines):
+                try:
+                    record = json.loads(line)
+                except ValueError as error:
+                    self.fail(f"line {number + 1} of {len(lines)} ({len(line)} bytes) is no JSON: {error}: {line[:120]!r}")
+                self.assertIsInstance(record, dict)
+                if len(line) > 65536:
+                    long_lines += 1
+            lengths = sorted(len(line) for line in lines if b"fz.test" in line)
+            print(f"  F19 log: {len(lines)} lines, {long_lines} over 64 KiB, fz.test lines {lengths[:1]}..{lengths[-1:]} bytes",
+                  file=sys.stderr)
+            self.assertGreater(long_lines, 0, "lines over 64 KiB are written whole")
+        finally:
+            if daemon is not None:
+                daemon.stop()
+            fake.kill()
+            fake.wait()
+            shutil.rmtree(log_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
