@@ -176,5 +176,71 @@ extension DaemonSuites {
             var info = stat()
             #expect(stat(state.path + "/cache.bin", &info) == 0 && info.st_uid == uid, "\(daemon.logText)")
         }
+
+        /// F28: started as root with `user: nobody` and files only root can read — the CA file (as
+        /// under /etc), a block list — the daemon still answers after the switch, over a connection it
+        /// opens only then (the CA bundle is in memory, not read again), blocks what the list says,
+        /// and writes its query log as nobody. A reload that would need the files again is refused and
+        /// says why; the running configuration keeps serving.
+        @Test(.enabled(if: getuid() == 0, "needs root to switch users"))
+        func rootOnlyFilesAreReadBeforeTheSwitch() async throws {
+            guard let nobody = getpwnam("nobody") else { return }
+            let (uid, gid) = (nobody.pointee.pw_uid, nobody.pointee.pw_gid)
+            let port = unusedLoopbackPort(), dnsPort = unusedLoopbackPort()
+            let secret = FileManager.default.temporaryDirectory.appendingPathComponent("root-only-\(UUID().uuidString.prefix(8))")
+            let state = FileManager.default.temporaryDirectory.appendingPathComponent("state-\(UUID().uuidString.prefix(8))")
+            for directory in [secret, state] { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
+            defer { for directory in [secret, state] { try? FileManager.default.removeItem(at: directory) } }
+            #expect(chown(state.path, uid, gid) == 0)
+            let ca = secret.appendingPathComponent("ca.pem").path, list = secret.appendingPathComponent("block.txt").path
+            try FileManager.default.copyItem(atPath: TestEnvironment.caFile, toPath: ca)
+            try "listed.block.test\n".write(toFile: list, atomically: true, encoding: .utf8)
+            #expect(chmod(ca, 0o600) == 0 && chmod(list, 0o600) == 0 && chmod(secret.path, 0o700) == 0)
+            let log = state.appendingPathComponent("queries.jsonl").path
+            let config = Self.config(
+                port: port, dnsPort: dnsPort,
+                extra: "user: nobody\nblock: {lists: [\(list)]}\nquery_log: {file: \(log)}"
+            ).replacingOccurrences(of: "ca_file: \(TestEnvironment.caFile)", with: "ca_file: \(ca)")
+            let daemon = try await DaemonProcess(config: config, port: port)
+            defer { daemon.stop() }
+            #expect(chmod(daemon.directory.path, 0o755) == 0 && chmod(daemon.configFile.path, 0o644) == 0)
+            #expect(try await daemon.waitForLog("running as nobody"), "\(daemon.logText)")
+            // Nothing was asked before the switch: this lookup opens the upstream connection as nobody.
+            let www = try await dig(dnsPort, ["+short", "www.hd.test", "A"])
+            #expect(www.stdout == "198.18.0.10\n", "\(www.stdout)\(daemon.logText)")
+            let blocked = try await dig(dnsPort, ["listed.block.test", "A"])
+            #expect(blocked.stdout.contains("status: NXDOMAIN"), "\(blocked.stdout)")
+            // A reload as nobody cannot read the CA file: refused, named, and the old one serves on.
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(try await daemon.waitForLog("configuration NOT reloaded"), "\(daemon.logText)")
+            #expect(daemon.logText.contains(ca), "\(daemon.logText)")
+            #expect(try await dig(dnsPort, ["+short", "www.hd.test", "AAAA"]).stdout == "2001:2::10\n")
+            kill(daemon.process.processIdentifier, SIGTERM)
+            daemon.process.waitUntilExit()
+            #expect(daemon.process.terminationStatus == 0, "\(daemon.logText)")
+            var info = stat()
+            #expect(stat(log, &info) == 0 && info.st_uid == uid, "the query log is nobody's")
+            let lines = try String(contentsOfFile: log, encoding: .utf8)
+            #expect(lines.contains("\"name\":\"www.hd.test\""), "\(lines)")
+        }
+
+        /// F28: what the daemon still writes after the switch — the cache file's directory, the query
+        /// log's — must be writable by the user, or it stops at once and names the path and the user
+        /// (before: a warning, and a cache silently never saved).
+        @Test(.enabled(if: getuid() == 0, "needs root to switch users"))
+        func aDirectoryTheUserCannotWriteStopsTheStart() async throws {
+            let port = unusedLoopbackPort(), dnsPort = unusedLoopbackPort()
+            let state = FileManager.default.temporaryDirectory.appendingPathComponent("root-state-\(UUID().uuidString.prefix(8))")
+            try FileManager.default.createDirectory(at: state, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: state) }
+            #expect(chmod(state.path, 0o755) == 0)
+            let config = Self.config(port: port, dnsPort: dnsPort, extra: "user: nobody\ncache: {persist: \(state.path)/cache.bin}")
+            let daemon = try await DaemonProcess(config: config, port: port, waitForHealth: false)
+            defer { daemon.stop() }
+            #expect(try await daemon.waitForLog("stopping: cannot run as nobody"), "\(daemon.logText)")
+            daemon.process.waitUntilExit()
+            #expect(daemon.process.terminationStatus != 0)
+            #expect(daemon.logText.contains("nobody cannot write \(state.path)"), "\(daemon.logText)")
+        }
     }
 }
