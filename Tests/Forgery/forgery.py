@@ -10,12 +10,25 @@ what happened.
 DNSSEC rows are also given, byte for byte, to BIND's `delv` (a validating peer asking the same
 forger): the run fails on any row where delv says bogus and we say secure.
 
+The stamp rows give the forger one thing more: a certificate for the resolver's name from a second
+CA the client also trusts (`ca-rogue`, made per run: a mis-issuing public CA, TLS inspection, a root
+installed on the machine). That is what a DNS stamp's certificate hashes are there to stop, so each
+such row pins a genuine certificate (the test CA's, or doh-a.test's leaf) and the forger sends its
+own leaf with the pinned certificate appended: the hashes must be checked against the chain that
+was verified, not against whatever the server sends. Their controls, a genuine server under a root
+or leaf pin, must be answered. `doh-stamp-alpn-alert` forges one plaintext TLS alert
+(no_application_protocol) at a daemon's first connection: the upstream must be asked over HTTP/2
+again, and answer, within seconds.
+
     /usr/bin/python3 Tests/Forgery/forgery.py RESOLVE_BINARY [ROW...]
 
-Needs Scripts/testenv.sh running (BIND on 127.0.0.1:18053, the vendor fakes on 18701, the test CA).
+Needs Scripts/testenv.sh running (BIND on 127.0.0.1:18053, the vendor fakes on 18701, the test CA),
+`openssl` (the stamp rows' second CA) and python3-h2 (their HTTP/2 DoH servers).
 Every socket is on 127.0.0.0/8; every wait is bounded.
 """
+import atexit
 import base64
+import hashlib
 import http.client
 import http.server
 import json
@@ -44,6 +57,7 @@ import dns.rrset
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Fakes"))
 from resolve_daemon import ResolveDaemon  # noqa: E402
+from doh2_server import DoH2Server  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = os.path.join(ROOT, ".testenv")
@@ -64,7 +78,17 @@ TRAP_PORT = 18688
 FORGER_DOT = 18689           # DoT with doh-a.test's certificate: the lying upstream
 DOT_IMPOSTOR_NAME = 18692    # DoT with a test-CA certificate for another name (hostile.test)
 DOT_IMPOSTOR_CA = 18695      # DoT with a certificate from another CA
+# The stamp rows' servers (certificate chains of their own; the DoH ones speak HTTP/2).
+STAMP_DOT_ROOT = 18696       # DoT: ca-rogue's leaf for doh-a.test + the test CA's certificate
+STAMP_DOT_LEAF = 18697       # DoT: ca-rogue's leaf + doh-a.test's genuine leaf
+STAMP_DOT_GENUINE = 18698    # DoT: doh-a.test's genuine leaf (as testenv serves it)
+STAMP_DOH_ROOT = 18699       # DoH (HTTP/2): as STAMP_DOT_ROOT
+STAMP_DOH_LEAF = 18677       # DoH (HTTP/2): as STAMP_DOT_LEAF
+STAMP_DOH_GENUINE = 18678    # DoH (HTTP/2): as STAMP_DOT_GENUINE
+ALERT_DOH = 18679            # DoH (HTTP/2), genuine, whose first connection gets a forged TLS alert
 FORGED = "127.0.0.66"        # what every forgery tries to get used; a trap listens there
+GENUINE_WWW = "198.18.0.10"  # BIND's (testenv.sh's) A of www.hd.test: what the stamp controls must get
+STAMPS = None                # the per-run certificates of the stamp rows (StampCertificates)
 BINARY = None
 
 
@@ -339,7 +363,77 @@ def dot_server(port, cert, key):
     return serve(server)
 
 
+class StampCertificates:
+    """Per run, in a temporary directory: `ca-rogue`, a second CA the client trusts as well as the
+    test CA (`trust.pem` holds both), its certificate for doh-a.test, and the chains the stamp rows'
+    servers present: the rogue leaf with the test CA's certificate appended, with doh-a.test's
+    genuine leaf appended, and the genuine leaf alone."""
+
+    def __init__(self):
+        self.directory = tempfile.mkdtemp(prefix="forgery-stamps-")
+        atexit.register(shutil.rmtree, self.directory, True)
+        self.genuine, self.genuine_key = f"{ENV}/ca/doh-a.test.pem", f"{ENV}/ca/doh-a.test.key"
+        rogue_ca, rogue_ca_key = self.path("ca-rogue.pem"), self.path("ca-rogue.key")
+        self.rogue, self.rogue_key = self.path("rogue.pem"), self.path("rogue.key")
+        csr, extensions = self.path("rogue.csr"), self.path("rogue.ext")
+
+        def run(*arguments):
+            subprocess.run(["openssl", *arguments], check=True, capture_output=True, timeout=30)
+        run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+            "-keyout", rogue_ca_key, "-out", rogue_ca, "-subj", "/CN=forgery ca-rogue",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", self.rogue_key,
+            "-out", csr, "-subj", "/CN=doh-a.test")
+        with open(extensions, "w") as file:
+            file.write("subjectAltName=DNS:doh-a.test,IP:127.0.0.1,IP:::1\nextendedKeyUsage=serverAuth\n")
+        run("x509", "-req", "-in", csr, "-CA", rogue_ca, "-CAkey", rogue_ca_key, "-CAcreateserial", "-days", "2",
+            "-out", self.rogue, "-extfile", extensions)
+        self.trust = self.concatenation("trust.pem", CA, rogue_ca)
+        self.rogue_and_root = self.concatenation("rogue+ca.pem", self.rogue, CA)
+        self.rogue_and_leaf = self.concatenation("rogue+doh-a.test.pem", self.rogue, self.genuine)
+
+    def path(self, name):
+        return os.path.join(self.directory, name)
+
+    def concatenation(self, name, *parts):
+        with open(self.path(name), "w") as out:
+            for part in parts:
+                with open(part) as file:
+                    out.write(file.read().strip() + "\n")
+        return self.path(name)
+
+
+def tbs_sha256(pem):
+    """SHA-256 of a PEM certificate's DER tbsCertificate (its first element): a DNS stamp's hashi."""
+    with open(pem) as file:
+        der = ssl.PEM_cert_to_DER_cert(file.read())
+
+    def element(offset):  # (content start, end) of the DER element at offset
+        length, content = der[offset + 1], offset + 2
+        if length & 0x80:
+            count = length & 0x7f
+            length, content = int.from_bytes(der[content:content + count], "big"), content + count
+        return content, content + length
+    content, _ = element(0)
+    return hashlib.sha256(der[content:element(content)[1]]).digest()
+
+
+def dns_stamp(kind, port, hashes, host="doh-a.test", path="/dns-query"):
+    """sdns:// for DoH (0x02) or DoT (0x03) at 127.0.0.1:port: props, LP(addr), VLP(hashes),
+    LP(host)[, LP(path)] (dnscrypt.info/stamps-specifications)."""
+    def lp(text):
+        data = text.encode() if isinstance(text, str) else text
+        return bytes([len(data)]) + data
+    hashes = list(hashes) or [b""]
+    vlp = b"".join(bytes([len(h) | (0x80 if index < len(hashes) - 1 else 0)]) + h for index, h in enumerate(hashes))
+    raw = bytes([kind]) + (0).to_bytes(8, "little") + lp(f"127.0.0.1:{port}") + vlp + lp(host)
+    if kind == 0x02:
+        raw += lp(path)
+    return "sdns://" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
 def start_forger():
+    global STAMPS
     serve(ThreadingUDP(("127.0.0.1", FORGER_DNS), DNSUDPHandler))
     serve(ThreadingTCP(("127.0.0.1", FORGER_DNS), DNSTCPHandler))
     tls_server(FORGER_DOH, f"{ENV}/ca/doh-a.test.pem", f"{ENV}/ca/doh-a.test.key")
@@ -350,6 +444,14 @@ def start_forger():
     dot_server(FORGER_DOT, f"{ENV}/ca/doh-a.test.pem", f"{ENV}/ca/doh-a.test.key")
     dot_server(DOT_IMPOSTOR_NAME, f"{ENV}/ca/hostile.test.pem", f"{ENV}/ca/hostile.test.key")
     dot_server(DOT_IMPOSTOR_CA, f"{ENV}/ca/impostor.pem", f"{ENV}/ca/impostor.key")
+    # The stamp rows' servers: DoT as above, DoH over HTTP/2 (what a stamp with hashes is asked over).
+    STAMPS = StampCertificates()
+    dot_server(STAMP_DOT_ROOT, STAMPS.rogue_and_root, STAMPS.rogue_key)
+    dot_server(STAMP_DOT_LEAF, STAMPS.rogue_and_leaf, STAMPS.rogue_key)
+    dot_server(STAMP_DOT_GENUINE, STAMPS.genuine, STAMPS.genuine_key)
+    DoH2Server(STAMP_DOH_ROOT, STAMPS.rogue_and_root, STAMPS.rogue_key, FORGER.answer).start()
+    DoH2Server(STAMP_DOH_LEAF, STAMPS.rogue_and_leaf, STAMPS.rogue_key, FORGER.answer).start()
+    DoH2Server(STAMP_DOH_GENUINE, STAMPS.genuine, STAMPS.genuine_key, FORGER.answer).start()
 
 
 # --- The rows --------------------------------------------------------------------------------
@@ -360,16 +462,18 @@ class Row:
 
     `forge(query)` rewrites DNS answers (DoH and plain DNS); `doh_body(wire)` replaces the whole
     HTTP answer; `vendor(path, status, body)` rewrites a vendor response. `documented` marks a row
-    that proves a gap docs/commercial-apis.md's attack table names (the forged address is expected to pass)."""
+    that proves a gap docs/commercial-apis.md's attack table names (the forged address is expected to pass).
+    `genuine` makes a control row: every path must answer exactly these addresses. `ca_file`
+    replaces the test CA as the client's extra trust anchors (PEM)."""
 
     def __init__(self, name, klass, upstream, host, codes, forge=None, doh_body=None, vendor=None, forged=(FORGED,),
                  dnssec=None, rdtype="a", delv=None, documented=None, daemon=True, genuine=None, config_error=False, custom=None,
-                 json_body=None):
+                 json_body=None, ca_file=None):
         self.name, self.klass, self.upstream, self.host, self.codes = name, klass, upstream, host, codes
         self.forge, self.doh_body, self.vendor, self.forged = forge, doh_body, vendor, set(forged)
         self.dnssec, self.rdtype, self.delv, self.documented = dnssec, rdtype, delv, documented
         self.daemon, self.genuine, self.config_error, self.custom = daemon, genuine, config_error, custom
-        self.json_body = json_body
+        self.json_body, self.ca_file = json_body, ca_file
 
 
 DOH = f'{{doh: "https://doh-a.test:{FORGER_DOH}/dns-query", bootstrap: [127.0.0.1]}}'
@@ -746,12 +850,91 @@ def vendor_rows():
     return rows, prepare
 
 
+def stamp_rows():
+    """DNS stamps with certificate hashes (redteam-4 F20, F25): the forger holds a certificate for
+    doh-a.test from ca-rogue, a CA the client also trusts, and the stamp pins a genuine certificate."""
+    name = "www.hd.test"
+    forged_a = only(name, "A", lambda q: reply_to(q, answer=[a_rrset(name, FORGED)]))
+    root, leaf = tbs_sha256(CA), tbs_sha256(STAMPS.genuine)
+
+    def upstream(kind, port, pinned):
+        return f'{{stamp: "{dns_stamp(kind, port, [pinned])}"}}'
+
+    def alert_round(row):
+        """One round of F25 on a fresh daemon and server: the daemon's first connection to the
+        upstream gets a forged plaintext alert (no_application_protocol) instead of a ServerHello;
+        every later connection is the genuine HTTP/2 server. One daemon process throughout: within
+        ~10 s it must be answered over that upstream again. Returns (problem or None, what was seen,
+        whether the first query was answered already)."""
+        server = DoH2Server(ALERT_DOH, STAMPS.genuine, STAMPS.genuine_key, FORGER.answer, alerts=1).start()
+        try:
+            daemon = Daemon(row)
+            try:
+                started, seen, answered, message = time.time(), [], False, ""
+                while time.time() - started < 10:
+                    api = daemon.resolve_api(row.host)
+                    got = {a.get("ip") for a in api.get("addresses", [])}
+                    code, message = (api.get("error") or {}).get("code"), (api.get("error") or {}).get("message", message)
+                    seen.append(f"{time.time() - started:.0f}s {code or ','.join(sorted(got)) or 'no answer'}")
+                    if got == set(row.genuine) and api.get("source", "doh") == "doh":
+                        answered = True
+                        break
+                    time.sleep(1.5)
+                counts = f"{server.connections} connections, {server.alerted} alerted, {server.requests} DoH requests"
+                text = "/v1/resolve: " + " → ".join(seen) + f" ({counts})"
+                if server.alerted == 0:
+                    return "the forged alert was never sent: nothing connected to the upstream", text, False
+                if not answered:
+                    return (f"still not answered over HTTP/2 {time.time() - started:.0f} s after one forged alert "
+                            f"({counts}; {message[-120:]!r})"), text, False
+                stub = daemon.stub(row.host, tcp=True)
+                if stub["addresses"] != set(row.genuine):
+                    return f"then the stub answered {stub['rcode']} {sorted(stub['addresses'])}", text, False
+                return None, text + f", then stub: {stub['rcode']} {','.join(sorted(stub['addresses']))}", len(seen) == 1
+            finally:
+                daemon.stop()
+        finally:
+            server.close()
+
+    def alpn_alert(row, trap, cells, fail):
+        """A round whose first query was answered at once shows no trace of the alert (a client that
+        retries at once, or the alert lost in a race): it is played once more, and the second round
+        decides. A client that stays refused fails either round."""
+        for number in (1, 2):
+            problem, text, at_once = alert_round(row)
+            cells.append(f"round {number}: {text}")
+            if problem:
+                fail(problem)
+                return
+            if not at_once:
+                return
+
+    rows = []
+    for protocol, kind, root_port, leaf_port, genuine_port in (("dot", 0x03, STAMP_DOT_ROOT, STAMP_DOT_LEAF, STAMP_DOT_GENUINE),
+                                                               ("doh", 0x02, STAMP_DOH_ROOT, STAMP_DOH_LEAF, STAMP_DOH_GENUINE)):
+        over = "DoT" if protocol == "dot" else "DoH over HTTP/2"
+        rows += [
+            Row(f"{protocol}-stamp-appended-root", f"another trusted CA's leaf, the pinned root appended ({over}, F20)",
+                upstream(kind, root_port, root), name, {"tls_failed"}, forge=forged_a, ca_file=STAMPS.trust),
+            Row(f"{protocol}-stamp-appended-leaf", f"another trusted CA's leaf, the pinned genuine leaf appended ({over}, F20)",
+                upstream(kind, leaf_port, leaf), name, {"tls_failed"}, forge=forged_a, ca_file=STAMPS.trust),
+            Row(f"{protocol}-stamp-root-pin", f"control: the genuine server, its root pinned (not sent) ({over})",
+                upstream(kind, genuine_port, root), name, set(), forged=(), genuine=(GENUINE_WWW,), ca_file=STAMPS.trust),
+            Row(f"{protocol}-stamp-leaf-pin", f"control: the genuine server, its leaf pinned ({over})",
+                upstream(kind, genuine_port, leaf), name, set(), forged=(), genuine=(GENUINE_WWW,), ca_file=STAMPS.trust),
+        ]
+    rows.append(Row("doh-stamp-alpn-alert", "one forged plaintext TLS alert (no_application_protocol) at the first connection (F25)",
+                    upstream(0x02, ALERT_DOH, leaf), name, set(), forged=(), genuine=(GENUINE_WWW,), ca_file=STAMPS.trust,
+                    custom=alpn_alert))
+    return rows
+
+
 # --- Paths -----------------------------------------------------------------------------------
 
 def config_body(row, daemon=False):
     text = f"""upstreams:
   - {row.upstream}
-ca_file: {CA}
+ca_file: {row.ca_file or CA}
 allow_private: true
 system_dns: ["127.0.0.1:18055"]
 cache: {{min_ttl: 1, negative_ttl: 1}}
@@ -916,6 +1099,10 @@ def run_row(row, trap, table, failures):
         cells.append(f"lookup: {'forged address accepted' if returned & row.forged else 'refused ' + str(code)} (documented)")
     elif returned & row.forged:
         fail(f"lookup returned {sorted(returned & row.forged)}")
+    elif row.genuine and returned != set(row.genuine):
+        message = (result.get("error") or {}).get("message", "")
+        fail(f"lookup {'answered ' + ','.join(sorted(returned)) if returned else 'refused with ' + repr(code)}, expected the genuine "
+             f"{','.join(sorted(row.genuine))}" + (f" ({message[:110]})" if message else ""))
     elif row.dnssec == "nxdomain" and code == "nxdomain":
         fail("lookup took the forged NXDOMAIN")
     elif row.codes and code not in row.codes:
@@ -943,11 +1130,15 @@ def run_row(row, trap, table, failures):
                     fail(f"{path} served the forged NXDOMAIN (AD {answer['ad']})")
                 elif answer["rcode"] == "NOERROR" and answer["addresses"] and row.codes:
                     fail(f"{path} answered {sorted(answer['addresses'])}")
+                elif row.genuine and answer["addresses"] != set(row.genuine):
+                    fail(f"{path} answered {answer['rcode']} {sorted(answer['addresses'])}, expected the genuine {sorted(row.genuine)}")
             cells.append("stub/DoH: " + ", ".join(sorted({a["rcode"] for a in answers.values()})))
             api = daemon.resolve_api(row.host)
             api_returned = {a.get("ip") for a in api.get("addresses", [])}
             if api_returned & row.forged:
                 fail(f"/v1/resolve returned {sorted(api_returned & row.forged)}")
+            elif row.genuine and api_returned != set(row.genuine):
+                fail(f"/v1/resolve answered {(api.get('error') or {}).get('code') or sorted(api_returned)}, expected the genuine {sorted(row.genuine)}")
             else:
                 cells.append(f"/v1/resolve: {(api.get('error') or {}).get('code', 'answer')}")
             if FORGED in row.forged:
@@ -962,6 +1153,8 @@ def run_row(row, trap, table, failures):
             again = daemon.stub(row.host, tcp=True)
             if again["addresses"] & row.forged:
                 fail(f"the forged {sorted(again['addresses'] & row.forged)} was cached")
+            elif row.genuine and again["addresses"] != set(row.genuine):
+                fail(f"then honest: {again['rcode']} {sorted(again['addresses'])}, expected the genuine {sorted(row.genuine)}")
             else:
                 cells.append(f"then honest: {again['rcode']} {','.join(sorted(again['addresses']))}")
         finally:
@@ -986,7 +1179,7 @@ def main():
     trap = Trap(FORGED, TRAP_PORT)
     trap_iv = Trap("127.18.0.10", TRAP_PORT)
     vendor, prepare = vendor_rows()
-    rows = dns_wire_rows() + dnssec_rows() + vendor
+    rows = dns_wire_rows() + dnssec_rows() + vendor + stamp_rows()
     if wanted:
         rows = [row for row in rows if row.name in wanted]
     if any(row.vendor for row in rows):
