@@ -34,7 +34,10 @@ extension DNSMessage {
     /// - Throws: ``WireError`` when the message is not a response to that query (QR, opcode, ID,
     ///   question echo compared case-insensitively) or the chain is too long; ``DNSError`` for
     ///   SERVFAIL, REFUSED and other error RCODEs.
-    package func addressAnswer(for question: Question, id: UInt16) throws -> AddressAnswer {
+    /// - Parameter flagging: names a block list covers: when an alias in the middle of the chain is
+    ///   one, the answer's canonical name is that alias, so that the check of canonical names blocks
+    ///   it (CNAME cloaking through a listed name: F26 of redteam-4).
+    package func addressAnswer(for question: Question, id: UInt16, flagging: (@Sendable (DomainName) -> Bool)? = nil) throws -> AddressAnswer {
         try validate(answering: question, id: id)
         let rcode = responseCode
         switch rcode {
@@ -49,6 +52,7 @@ extension DNSMessage {
         }
 
         var target = question.name
+        var flagged: DomainName?
         var chainTTL = UInt32.max
         var visited: Set<DomainName> = [target]
         for _ in 0...Self.maxCNAMEChain {
@@ -62,20 +66,23 @@ extension DNSMessage {
                     chainTTL = Swift.min(chainTTL, record.ttl)
                 }
             }
-            if !found.isEmpty { return .addresses(found, canonicalName: target) }
+            if !found.isEmpty { return .addresses(found, canonicalName: flagged ?? target) }
             guard let alias = next else { return .nodata(negativeTTL: negativeTTL) }
             guard visited.insert(alias).inserted else {
                 throw DNSError(.malformedResponse, "CNAME loop at \(alias) in the answer for \(question.name)")
             }
             target = alias
+            if flagged == nil, let flagging, flagging(alias) { flagged = alias }
         }
         throw DNSError(.malformedResponse, "CNAME chain for \(question.name) is longer than \(Self.maxCNAMEChain)")
     }
 
     /// `addressAnswer(for:id:)` with every failure as a ``DNSError``: the form transports use.
-    public func answer(to question: Question, id: UInt16) throws(DNSError) -> AddressAnswer {
+    /// `flagging`: names whose appearance as an alias makes it the answer's canonical name (block
+    /// lists' CNAME cloaking).
+    public func answer(to question: Question, id: UInt16, flagging: (@Sendable (DomainName) -> Bool)? = nil) throws(DNSError) -> AddressAnswer {
         do {
-            return try addressAnswer(for: question, id: id)
+            return try addressAnswer(for: question, id: id, flagging: flagging)
         } catch let error as WireError {
             throw DNSError(error.code, error.description)
         } catch let error as DNSError {
@@ -87,14 +94,16 @@ extension DNSMessage {
 
     /// Decodes `bytes` and extracts the answer to `question`; `id` nil accepts the message's own ID
     /// (for transports that matched it already).
-    public static func answer(decoding bytes: [UInt8], to question: Question, id: UInt16?) throws(DNSError) -> AddressAnswer {
+    public static func answer(
+        decoding bytes: [UInt8], to question: Question, id: UInt16?, flagging: (@Sendable (DomainName) -> Bool)? = nil
+    ) throws(DNSError) -> AddressAnswer {
         let message: DNSMessage
         do {
             message = try DNSMessage(decoding: bytes)
         } catch {
             throw DNSError(error.code, error.description)
         }
-        return try message.answer(to: question, id: id ?? message.id)
+        return try message.answer(to: question, id: id ?? message.id, flagging: flagging)
     }
 
     /// Throws unless this is a response to the query `question` with `id`.

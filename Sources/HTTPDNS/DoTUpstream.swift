@@ -11,6 +11,7 @@ import Foundation
 struct DoTUpstream: MessageExchanging {
     let endpoint: UpstreamEndpoint
     let client: PipelineClient<DoTFraming>
+    var flaggedAliases: (@Sendable (DomainName) -> Bool)?
 
     init(endpoint: UpstreamEndpoint, trust: TLSTrust) {
         self.endpoint = endpoint
@@ -21,7 +22,7 @@ struct DoTUpstream: MessageExchanging {
     var source: Resolution.Source { .dot }
 
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
-        try await queryByExchange(question, timeout: timeout)
+        try await queryByExchange(question, timeout: timeout, flagging: flaggedAliases)
     }
 
     /// Sends a whole message and returns the response's bytes with the query's ID; the ID on the

@@ -61,11 +61,25 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
         let transport = HTTPTransport(
             engine: .shared, trust: TLSTrust(caFile: configuration.caFile),
             maxResponseBytes: options.maxResponseBytes)
+        // A block list covers every alias of an upstream's chain, not only its end (F26).
+        var flagged: (@Sendable (DomainName) -> Bool)?
+        if let zone = configuration.localZone, zone.blockedCount > 0 {
+            flagged = { @Sendable name in zone.isBlocked(name) }
+        }
         func upstream(_ endpoint: UpstreamEndpoint) -> any DNSUpstream {
             switch endpoint.kind {
-            case let .doh(method): return DoHUpstream(endpoint: endpoint, method: method, transport: transport)
-            case .json: return JSONUpstream(endpoint: endpoint, transport: transport)
-            case .dot: return DoTUpstream(endpoint: endpoint, trust: transport.trust)
+            case let .doh(method):
+                var upstream = DoHUpstream(endpoint: endpoint, method: method, transport: transport)
+                upstream.flaggedAliases = flagged
+                return upstream
+            case .json:
+                var upstream = JSONUpstream(endpoint: endpoint, transport: transport)
+                upstream.flaggedAliases = flagged
+                return upstream
+            case .dot:
+                var upstream = DoTUpstream(endpoint: endpoint, trust: transport.trust)
+                upstream.flaggedAliases = flagged
+                return upstream
             case let .vendor(api): return VendorUpstream(endpoint: endpoint, api: api, transport: transport)
             }
         }

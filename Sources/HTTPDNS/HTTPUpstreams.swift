@@ -14,6 +14,7 @@ struct DoHUpstream: MessageExchanging {
     let method: UpstreamEndpoint.DoHMethod
     let transport: HTTPTransport
     let client: PipelineClient<DoHSession>
+    var flaggedAliases: (@Sendable (DomainName) -> Bool)?
 
     init(endpoint: UpstreamEndpoint, method: UpstreamEndpoint.DoHMethod, transport: HTTPTransport) {
         self.endpoint = endpoint
@@ -30,7 +31,7 @@ struct DoHUpstream: MessageExchanging {
     var source: Resolution.Source { .doh }
 
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
-        try await queryByExchange(question, timeout: timeout)
+        try await queryByExchange(question, timeout: timeout, flagging: flaggedAliases)
     }
 
     /// Sends a whole message and returns the response's bytes, checked only for HTTP status and
@@ -91,10 +92,12 @@ extension MessageExchanging {
     /// An address question as one whole-message exchange: a padded query with ID 0 (RFC 8484 §4.1:
     /// identical queries are identical HTTP requests; DoT puts its own ID on the wire), the answer
     /// checked for ID, question and CNAME chain.
-    func queryByExchange(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+    func queryByExchange(
+        _ question: DNSMessage.Question, timeout: Duration, flagging: (@Sendable (DomainName) -> Bool)? = nil
+    ) async throws(DNSError) -> AddressAnswer {
         let wire = DNSMessage.query(name: question.name, type: question.type, id: 0)
         let response = try await exchange(wire, timeout: timeout)
-        return try DNSMessage.answer(decoding: response, to: question, id: 0)
+        return try DNSMessage.answer(decoding: response, to: question, id: 0, flagging: flagging)
     }
 }
 
@@ -108,6 +111,7 @@ struct JSONUpstream: DNSUpstream {
 
     let endpoint: UpstreamEndpoint
     let transport: HTTPTransport
+    var flaggedAliases: (@Sendable (DomainName) -> Bool)?
 
     var identifier: String { endpoint.url }
     var source: Resolution.Source { .json }
@@ -120,7 +124,7 @@ struct JSONUpstream: DNSUpstream {
         request.headers.append("Accept: application/dns-json")
         let response = try await transport.perform(request, endpoint: endpoint)
         try HTTPTransport.check(response, accepting: Self.contentTypes)
-        return try Self.message(fromJSON: response.body).answer(to: question, id: 0)
+        return try Self.message(fromJSON: response.body).answer(to: question, id: 0, flagging: flaggedAliases)
     }
 
     /// The JSON API's shape; unknown members (`Comment`, `edns_client_subnet`) are ignored.

@@ -303,3 +303,26 @@ struct WireBuilder {
         }
     }
 }
+
+/// F26 of redteam-4: a listed alias in the middle of a CNAME chain becomes the answer's canonical
+/// name, so that the block lists' check of canonical names sees it.
+@Suite struct FlaggedAliasTests {
+    @Test func aFlaggedAliasInTheChainIsTheCanonicalName() throws {
+        let question = DNSMessage.Question(name: try DomainName("mid.news.test"), type: .a)
+        var message = DNSMessage(id: 0, flags: 0x8180, questions: [question])
+        message.answers = [
+            .init(name: try DomainName("mid.news.test"), type: .cname, ttl: 60, data: .cname(try DomainName("ads.tracker.test"))),
+            .init(name: try DomainName("ads.tracker.test"), type: .cname, ttl: 60, data: .cname(try DomainName("edge.cdn.test"))),
+            .init(name: try DomainName("edge.cdn.test"), type: .a, ttl: 60, data: .address(IPAddress("198.51.100.6")!)),
+        ]
+        let tracker = try DomainName("tracker.test")
+        let flagging: @Sendable (DomainName) -> Bool = { name in
+            name == tracker || name.wire.count > tracker.wire.count && name.wire.suffix(tracker.wire.count).elementsEqual(tracker.wire)
+        }
+        let plain = try message.answer(to: question, id: 0)
+        #expect(plain == .addresses([ResolvedAddress(ip: IPAddress("198.51.100.6")!, ttl: 60)], canonicalName: try DomainName("edge.cdn.test")))
+        let flagged = try message.answer(to: question, id: 0, flagging: flagging)
+        #expect(flagged == .addresses([ResolvedAddress(ip: IPAddress("198.51.100.6")!, ttl: 60)], canonicalName: try DomainName("ads.tracker.test")))
+    }
+}
+

@@ -64,6 +64,30 @@ import Glibc
     /// own hash passes, doh-b's (another genuine server of the same CA) is refused before any query;
     /// and a server without HTTP/2 is refused, since libcurl's HTTP/1.1 transfers could not show the
     /// chain again, rather than asked without the check.
+    /// F26 of redteam-4: a block list covers every alias of an upstream's chain. BIND answers
+    /// `alias.hd.test CNAME alias2.hd.test CNAME www.hd.test`; with `alias2.hd.test` listed, the
+    /// lookup is blocked although the chain ends at a name nobody listed (before: answered).
+    @Test func aListedAliasInTheMiddleOfTheChainIsBlocked() async throws {
+        try TestEnvironment.requireRunning()
+        let (directory, file) = try CLI.writeConfig(
+            """
+            upstreams:
+              - {doh: "\(TestEnvironment.dohA)", bootstrap: [127.0.0.1]}
+            ca_file: \(TestEnvironment.caFile)
+            allow_private: true
+            block: {lists: [list.txt]}
+            """)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try "alias2.hd.test\n".write(to: directory.appendingPathComponent("list.txt"), atomically: true, encoding: .utf8)
+        let blocked = try await CLI.run(["lookup", "--config", file.path, "--json", "--type", "a", "alias.hd.test"])
+        let line = try blocked.jsonLines().first
+        #expect((line?["error"] as? [String: Any])?["code"] as? String == "nxdomain", "\(blocked.stdout)\(blocked.stderr)")
+        #expect(blocked.stdout.contains("alias2.hd.test"), "\(blocked.stdout)")
+        // The end of that chain, asked by its own name, is not listed.
+        let www = try await CLI.run(["lookup", "--config", file.path, "--json", "--type", "a", "www.hd.test"])
+        #expect(www.stdout.contains("198.18.0.10"), "\(www.stdout)\(www.stderr)")
+    }
+
     @Test func dohStampCertificateHashesAreCheckedOrRefused() async throws {
         try TestEnvironment.requireRunning()
         let own = try await StampBuilder.tbsHash("doh-a.test"), other = try await StampBuilder.tbsHash("doh-b.test")
