@@ -151,7 +151,8 @@ package struct DaemonSettings: Sendable {
         package var action = Action.refused
         /// Over UDP, every `slip`-th limited query gets a truncated reply (TC=1) instead of the
         /// `action`, so that a real client whose address a spoofed flood borrows goes on over TCP
-        /// (BIND's response-rate-limiting `slip`). 0: never. Default 2.
+        /// (BIND's response-rate-limiting `slip`). 0: never. Default 2 with `action: refused`, 0 with
+        /// `drop` (which sends nothing unless `slip` is set).
         package var slip = 2
 
         package enum Action: String, Sendable, Hashable, CaseIterable {
@@ -458,7 +459,7 @@ private struct Reader {
 
     /// `rate_limit:` — `queries_per_second`, `burst`, `ipv4_prefix`, `ipv6_prefix`, `action`, `slip`.
     func rateLimit(_ node: Node) throws(DNSError) -> DaemonSettings.RateLimit {
-        var rate: Double?, burst: Double?, v4 = 24, v6 = 56, action = DaemonSettings.RateLimit.Action.refused, slip = 2
+        var rate: Double?, burst: Double?, v4 = 24, v6 = 56, action = DaemonSettings.RateLimit.Action.refused, slip: Int?
         let keys: Set<String> = ["queries_per_second", "burst", "ipv4_prefix", "ipv6_prefix", "action", "slip"]
         for (name, _, value) in try mapping(node, "rate_limit", allowed: keys) {
             let path = "rate_limit.\(name)"
@@ -480,7 +481,8 @@ private struct Reader {
         limit.ipv4Prefix = v4
         limit.ipv6Prefix = v6
         limit.action = action
-        limit.slip = slip
+        // `drop` has always meant nothing over UDP: no slip unless asked for.
+        limit.slip = slip ?? (action == .drop ? 0 : 2)
         return limit
     }
 

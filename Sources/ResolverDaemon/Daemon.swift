@@ -379,6 +379,11 @@ package final class Daemon: Sendable {
             return waiting
         }
         guard let waiting else { return }
+        if let queryLog = state.queryLog, !queryLog.isOpen {
+            state.logger.error(
+                "query_log: the file cannot be opened (a link, not a regular file, or not writable); nothing is logged until it can be",
+                metadata: ["file": "\(queryLog.settings.path)"])
+        }
         // Every port is bound: what needed root is done.
         if let user = state.current.config.daemon.user { switchUser(user) }
         for continuation in waiting { continuation.resume() }

@@ -44,9 +44,9 @@ final class QueryLog: Sendable {
     /// Wall time minus uptime, nanoseconds: the serving path turns the uptime it reads anyway into
     /// the entry's wall time without a second clock read; the writer refreshes it every turn.
     private let wallOffset = Atomic<UInt64>(QueryLog.now() &- DispatchTime.now().uptimeNanoseconds)
-    /// The file and its size, opened when the log is made: before the daemon switches to `user:`,
-    /// which then owns it (``handOver(toUID:gid:)``), so the writer needs no open of its own to start.
-    private let opened: (file: Int32, size: Int)
+    /// The file and its size, opened when the log is made (before the daemon switches to `user:`),
+    /// and whether this open created it (only a file it created is handed to `user:`).
+    private let opened: (file: Int32, size: Int, created: Bool)
 
     init(settings: DaemonSettings.QueryLog, metrics: any MetricsFactory) {
         self.settings = settings
@@ -80,11 +80,16 @@ final class QueryLog: Sendable {
     /// How often the writer takes what the buffer holds.
     static let interval: DispatchTimeInterval = .milliseconds(50)
 
-    /// Gives the file to the account the daemon is about to switch to (`user:`), as unbound does
-    /// with its log file, so that the writer can reopen it after SIGHUP; rotation needs the
-    /// directory writable by that account too, which the daemon checks after the switch.
+    /// Whether the file could be opened when the log was made.
+    var isOpen: Bool { opened.file >= 0 }
+
+    /// Gives the file to the account the daemon is about to switch to (`user:`) when this process
+    /// created it (as root, just now), so that the writer can reopen it after SIGHUP. A file that was
+    /// there before is never given away — it may be a link an attacker planted in a directory `user:`
+    /// can write (F29 of redteam-5); it must already be writable by `user:`, which the daemon checks
+    /// after the switch, with the directory (rotation).
     func handOver(toUID uid: uid_t, gid: gid_t) {
-        if opened.file >= 0 { _ = fchown(opened.file, uid, gid) }
+        if opened.file >= 0, opened.created { _ = fchown(opened.file, uid, gid) }
     }
 
     /// Closes and reopens the file at the next write (SIGHUP).
@@ -103,7 +108,7 @@ final class QueryLog: Sendable {
     // MARK: The writer thread
 
     private func run() {
-        var (file, size) = opened
+        var (file, size) = (opened.file, opened.size)
         var formatter = QueryLogFormatter(anonymizeIPv4: settings.anonymizeIPv4, anonymizeIPv6: settings.anonymizeIPv6)
         var lines = QueryLogLine(capacity: 4 << 20)
         defer {
@@ -137,12 +142,12 @@ final class QueryLog: Sendable {
             func flush() {
                 defer { lines.removeAll() }
                 guard lines.count > 0 else { return }
-                if file < 0 { (file, size) = Self.open(settings.path) }
+                if file < 0 { (file, size, _) = Self.open(settings.path) }
                 guard file >= 0 else { return }
                 if size + lines.count > settings.maxBytes, size > 0 {
                     close(file)
                     rotate()
-                    (file, size) = Self.open(settings.path)
+                    (file, size, _) = Self.open(settings.path)
                     guard file >= 0 else { return }
                 }
                 size += writeAll(file, lines.written)
@@ -160,11 +165,25 @@ final class QueryLog: Sendable {
         }
     }
 
-    private static func open(_ path: String) -> (file: Int32, size: Int) {
-        let file = Glibc.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o640)
-        guard file >= 0 else { return (-1, 0) }
+    /// Opens the log file for appending: never through a symbolic link, and only a regular file
+    /// with one link (not a hard link to some other file); a new one is created exclusively.
+    /// -1 when none can be opened so (the writer counts nothing written; the daemon's check after
+    /// `user:` names the file).
+    static func open(_ path: String) -> (file: Int32, size: Int, created: Bool) {
+        let flags = O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW
+        var created = true
+        var file = Glibc.open(path, flags | O_CREAT | O_EXCL, 0o640)
+        if file < 0, errno == EEXIST {
+            created = false
+            file = Glibc.open(path, flags | O_NONBLOCK)
+        }
+        guard file >= 0 else { return (-1, 0, false) }
         var info = stat()
-        return (file, fstat(file, &info) == 0 ? Int(info.st_size) : 0)
+        guard fstat(file, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
+            close(file)
+            return (-1, 0, false)
+        }
+        return (file, Int(info.st_size), created)
     }
 
     /// `path.N-1` → `path.N`, …, `path` → `path.1`; the oldest beyond `keep` is removed.

@@ -75,17 +75,18 @@ final class RateLimiter: Sendable {
     }
 
     /// Takes a token from `key`'s bucket in the table of `transport`; true when there was one.
-    func take(_ key: UInt64, transport: Transport = .tcp, now: UInt64) -> Bool {
+    func take(_ key: UInt128, transport: Transport = .tcp, now: UInt64) -> Bool {
         (transport == .udp ? spoofable : verified).take(key, now: now, rate: settings.queriesPerSecond, burst: settings.burst) == nil
     }
 
     /// Buckets held now (both tables), for tests.
     var bucketCount: Int { spoofable.count + verified.count }
 
-    /// The client's network as a key: the family in the top bit, then the prefix's bits. IPv4
-    /// carried in IPv6 (`::ffff:0:0/96`, RFC 4291 §2.5.5.2; NAT64's `64:ff9b::/96`, RFC 6052) is
-    /// keyed as that IPv4 address.
-    func key(_ address: SocketAddress) -> UInt64? {
+    /// The client's network as a key: an IPv6 prefix in the top 64 bits (the low ones zero), an IPv4
+    /// prefix in the low 32 with bit 32 set, so that neither family's keys can meet and every bit
+    /// of a /64 counts. IPv4 carried in IPv6 (`::ffff:0:0/96`, RFC 4291 §2.5.5.2; NAT64's
+    /// `64:ff9b::/96`, RFC 6052) is keyed as that IPv4 address.
+    func key(_ address: SocketAddress) -> UInt128? {
         switch address {
         case let .v4(v4):
             return key(ipv4: UInt32(bigEndian: v4.address.sin_addr.s_addr))
@@ -96,17 +97,16 @@ final class RateLimiter: Sendable {
             if (high == 0 && low >> 32 == 0xffff) || (high == 0x0064_ff9b_0000_0000 && low >> 32 == 0) {
                 return key(ipv4: UInt32(truncatingIfNeeded: low))
             }
-            let prefix = settings.ipv6Prefix
-            // The top bit set marks IPv6 (an IPv4 key is at most 32 bits); /64 is as fine as it gets.
-            return 1 << 63 | (prefix == 0 ? 0 : (high & ~UInt64(0) << UInt64(64 - min(prefix, 64))) >> 1)
+            let prefix = min(settings.ipv6Prefix, 64)  // /64 is as fine as it gets
+            return UInt128(prefix == 0 ? 0 : high & ~UInt64(0) << UInt64(64 - prefix)) << 64
         default:
             return nil
         }
     }
 
-    private func key(ipv4 ip: UInt32) -> UInt64 {
+    private func key(ipv4 ip: UInt32) -> UInt128 {
         let prefix = settings.ipv4Prefix
-        return UInt64(prefix == 0 ? 0 : ip & ~UInt32(0) << UInt32(32 - prefix))
+        return 1 << 32 | UInt128(prefix == 0 ? 0 : ip & ~UInt32(0) << UInt32(32 - prefix))
     }
 }
 
@@ -114,7 +114,7 @@ final class RateLimiter: Sendable {
 /// CLOCK hand that picks the slot a new key takes when the shard is full.
 private final class BucketTable: Sendable {
     struct Slot {
-        var key: UInt64
+        var key: UInt128
         var tokens: Double
         var updated: UInt64
         /// Queries refused since the bucket last had a token (the slip's turn).
@@ -126,7 +126,7 @@ private final class BucketTable: Sendable {
     struct Shard {
         /// Key → slot. Swift's dictionaries hash with a per-process random seed, so keys a client
         /// picks cannot be made to collide.
-        var index: [UInt64: Int] = [:]
+        var index: [UInt128: Int] = [:]
         var slots: [Slot] = []
         var hand = 0
     }
@@ -147,8 +147,9 @@ private final class BucketTable: Sendable {
 
     /// Takes a token from `key`'s bucket: nil when there was one, else how many queries the bucket
     /// has refused in a row (1 for the first).
-    func take(_ key: UInt64, now: UInt64, rate: Double, burst: Double) -> UInt32? {
-        let locked = shards[Int(truncatingIfNeeded: (key &* 0x9E37_79B9_7F4A_7C15) >> 60)]
+    func take(_ key: UInt128, now: UInt64, rate: Double, burst: Double) -> UInt32? {
+        let folded = UInt64(truncatingIfNeeded: key) ^ UInt64(truncatingIfNeeded: key >> 64)
+        let locked = shards[Int(truncatingIfNeeded: (folded &* 0x9E37_79B9_7F4A_7C15) >> 60)]
         let capacity = bucketsPerShard
         return locked.shard.withLock { shard -> UInt32? in
             if let index = shard.index[key] {

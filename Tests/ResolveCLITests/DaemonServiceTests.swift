@@ -237,10 +237,50 @@ extension DaemonSuites {
             let config = Self.config(port: port, dnsPort: dnsPort, extra: "user: nobody\ncache: {persist: \(state.path)/cache.bin}")
             let daemon = try await DaemonProcess(config: config, port: port, waitForHealth: false)
             defer { daemon.stop() }
-            #expect(try await daemon.waitForLog("stopping: cannot run as nobody"), "\(daemon.logText)")
-            daemon.process.waitUntilExit()
-            #expect(daemon.process.terminationStatus != 0)
+            let stopped = try await daemon.waitForLog("stopping: cannot run as nobody")
+            #expect(stopped, "\(daemon.logText)")
+            guard stopped else { return }
+            for _ in 0..<50 where daemon.process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(!daemon.process.isRunning && daemon.process.terminationStatus != 0)
             #expect(daemon.logText.contains("nobody cannot write \(state.path)"), "\(daemon.logText)")
+        }
+
+        /// F29 of redteam-5: the query log's directory is writable by `user:` (rotation needs it), so
+        /// whoever runs as that user can plant a link there. Started as root, the daemon neither
+        /// follows it nor gives its target away: the file it points to keeps its owner and bytes, and
+        /// the daemon stops, naming the path.
+        @Test(.enabled(if: getuid() == 0, "needs root to switch users"))
+        func aLinkPlantedAsTheQueryLogIsNeverFollowed() async throws {
+            guard let nobody = getpwnam("nobody") else { return }
+            let (uid, gid) = (nobody.pointee.pw_uid, nobody.pointee.pw_gid)
+            let port = unusedLoopbackPort(), dnsPort = unusedLoopbackPort()
+            let base = FileManager.default.temporaryDirectory.appendingPathComponent("planted-\(UUID().uuidString.prefix(8))")
+            let logs = base.appendingPathComponent("logs"), secret = base.appendingPathComponent("secret")
+            for directory in [logs, secret] { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
+            defer { try? FileManager.default.removeItem(at: base) }
+            #expect(chown(logs.path, uid, gid) == 0 && chmod(secret.path, 0o700) == 0)
+            let victim = secret.appendingPathComponent("victim").path
+            try "root's own\n".write(toFile: victim, atomically: true, encoding: .utf8)
+            #expect(chmod(victim, 0o600) == 0)
+            let log = logs.appendingPathComponent("queries.jsonl").path
+            #expect(symlink(victim, log) == 0)
+            let config = Self.config(port: port, dnsPort: dnsPort, extra: "user: nobody\nquery_log: {file: \(log)}")
+            let daemon = try await DaemonProcess(config: config, port: port, waitForHealth: false)
+            defer { daemon.stop() }
+            let stopped = try await daemon.waitForLog("stopping: cannot run as nobody")
+            #expect(stopped, "\(daemon.logText)")
+            #expect(daemon.logText.contains(log), "\(daemon.logText)")
+            var info = stat()
+            #expect(stat(victim, &info) == 0 && info.st_uid == 0 && info.st_mode & 0o777 == 0o600)
+            #expect(try String(contentsOfFile: victim, encoding: .utf8) == "root's own\n")
+            // A hard link is refused the same way (one link only).
+            try FileManager.default.removeItem(atPath: log)
+            #expect(link(victim, log) == 0)
+            let second = try await DaemonProcess(config: config, port: port, waitForHealth: false)
+            defer { second.stop() }
+            #expect(try await second.waitForLog("stopping: cannot run as nobody"), "\(second.logText)")
+            #expect(stat(victim, &info) == 0 && info.st_uid == 0)
+            #expect(try String(contentsOfFile: victim, encoding: .utf8) == "root's own\n")
         }
     }
 }

@@ -170,6 +170,19 @@ import Testing
         #expect(try ConfigFile.parse("upstreams:\n  - doh: https://127.0.0.1/q\n").daemon.readiness.lameDuck == .zero)
     }
 
+    /// `rate_limit.slip`: BIND's default (2) with `action: refused`; with `drop` none unless asked
+    /// for, as `drop` has always sent nothing over UDP; 0 to 10.
+    @Test func rateLimitSlipDefaultsFollowTheAction() throws {
+        func limit(_ text: String) throws -> DaemonSettings.RateLimit? {
+            try ConfigFile.parse("upstreams:\n  - doh: https://127.0.0.1/q\nrate_limit: {\(text)}\n").daemon.rateLimit
+        }
+        #expect(try limit("queries_per_second: 10")?.slip == 2)
+        #expect(try limit("queries_per_second: 10, action: drop")?.slip == 0)
+        #expect(try limit("queries_per_second: 10, action: drop, slip: 3")?.slip == 3)
+        #expect(try limit("queries_per_second: 10, slip: 0")?.slip == 0)
+        #expect(throws: DNSError.self) { try limit("queries_per_second: 10, slip: 11") }
+    }
+
     @Test func unreadableFileIsAClearError() {
         #expect { try ConfigFile.load("/nonexistent/httpdns.yaml") } throws: {
             ($0 as? DNSError)?.message.contains("cannot read config file") == true

@@ -293,6 +293,7 @@ import Testing
         #expect(limiter.decide(try address("198.51.100.200"), transport: .tcp, now: now) == .limited)
         // An IPv6 client near ::ffff:0:0/96 is still IPv6.
         #expect(limiter.key(try address("::1")) != limiter.key(try address("0.0.0.1")))
+        #expect(limiter.key(try address("::")) != limiter.key(try address("0.0.0.0")))
     }
 
     /// F23: spoofed UDP from a victim's address uses up the victim's UDP bucket only; its TCP, DoT
@@ -332,7 +333,7 @@ import Testing
     /// per query, while a network that keeps asking keeps its bucket (and its limit).
     @Test func aFullTableEvictsInsteadOfRefusingNewcomers() throws {
         let limiter = limiter(rate: 1, burst: 2)
-        let regular: UInt64 = 0xC000_0201  // 192.0.2.1
+        let regular: UInt128 = 1 << 32 | 0xC000_0201  // 192.0.2.1
         #expect(limiter.take(regular, now: 1))
         #expect(limiter.take(regular, now: 1))
         #expect(!limiter.take(regular, now: 1))
@@ -340,7 +341,7 @@ import Testing
         var admitted = 0
         let start = ContinuousClock.now
         for index in 0..<flood {
-            if limiter.take(UInt64(index + 1) << 8, now: 1) { admitted += 1 }
+            if limiter.take(UInt128(index + 1) << 8, now: 1) { admitted += 1 }
             // The regular client keeps asking (once per 256 spoofed sources): still limited, never
             // forgotten and refilled by the flood.
             if index % 256 == 0 { #expect(!limiter.take(regular, now: 1)) }
@@ -349,15 +350,26 @@ import Testing
         #expect(admitted == flood, "every new network was admitted")
         #expect(limiter.bucketCount <= 16 * RateLimiter.maxBucketsPerShard)
         // A network never seen is admitted at once, the flood's own networks included.
-        #expect(limiter.take(UInt64.max >> 2, now: 1))
+        #expect(limiter.take(UInt128(UInt64.max) << 40, now: 1))
         // O(1) a query: 136,000 sources in well under a second even in a debug build (before: a
         // whole-shard copy per new source once full).
         #expect(elapsed < .seconds(3), "\(elapsed)")
     }
 
+    /// Every bit of a /64 counts (F32 of redteam-5: a shift for the family marker made /64 a /63).
+    @Test func adjacentSlash64sHaveBucketsOfTheirOwn() throws {
+        var settings = DaemonSettings.RateLimit(queriesPerSecond: 1, burst: 1)
+        settings.ipv6Prefix = 64
+        let limiter = RateLimiter(settings: settings, metrics: TestMetrics())
+        #expect(limiter.key(try address("2001:db8:0:2::1")) != limiter.key(try address("2001:db8:0:3::1")))
+        #expect(limiter.key(try address("2001:db8:0:2::1")) == limiter.key(try address("2001:db8:0:2:ffff::9")))
+        #expect(limiter.decide(try address("2001:db8:0:2::1"), transport: .tcp, now: 1) == .allowed)
+        #expect(limiter.decide(try address("2001:db8:0:3::1"), transport: .tcp, now: 1) == .allowed)
+    }
+
     @Test func aSmallTableKeepsItsBound() throws {
         let limiter = limiter(rate: 1, burst: 1, bucketsPerShard: 4)
-        for index in 0..<10_000 { #expect(limiter.take(UInt64(index), transport: .udp, now: 1)) }
+        for index in 0..<10_000 { #expect(limiter.take(UInt128(index), transport: .udp, now: 1)) }
         #expect(limiter.bucketCount <= 64)
     }
 }

@@ -54,7 +54,13 @@ enum Privileges {
         if let persist = config.lookup.persistPath { needed.append(("cache.persist: the cache file's directory", directory(of: persist))) }
         if let log = config.daemon.queryLog {
             needed.append(("query_log: the file's directory (rotation)", directory(of: log.path)))
-            if access(log.path, F_OK) == 0 { needed.append(("query_log: the file", log.path)) }
+            var info = stat()
+            if lstat(log.path, &info) == 0 {
+                guard info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
+                    throw DNSError(.invalidConfiguration, "query_log: \(log.path) is not a regular file of one link; refused")
+                }
+                needed.append(("query_log: the file", log.path))
+            }
         }
         for (what, path) in needed where access(path, W_OK) != 0 {
             throw DNSError(.invalidConfiguration, "user: \(user) cannot write \(path) (\(what)): \(String(cString: strerror(errno)))")
