@@ -199,13 +199,20 @@ extension DaemonSuites {
             let log = state.appendingPathComponent("queries.jsonl").path
             let config = Self.config(
                 port: port, dnsPort: dnsPort,
-                extra: "user: nobody\nblock: {lists: [\(list)]}\nquery_log: {file: \(log)}"
+                extra: """
+                    user: nobody
+                    block: {lists: [\(list)]}
+                    query_log: {file: \(log)}
+                    forward: [{zones: [hd.test], upstreams: [{doh: "\(TestEnvironment.dohA)", bootstrap: [127.0.0.1]}]}]
+                    """
             ).replacingOccurrences(of: "ca_file: \(TestEnvironment.caFile)", with: "ca_file: \(ca)")
             let daemon = try await DaemonProcess(config: config, port: port)
             defer { daemon.stop() }
             #expect(chmod(daemon.directory.path, 0o755) == 0 && chmod(daemon.configFile.path, 0o644) == 0)
             #expect(try await daemon.waitForLog("running as nobody"), "\(daemon.logText)")
-            // Nothing was asked before the switch: this lookup opens the upstream connection as nobody.
+            // hd.test goes to a forward zone's upstream of its own, which nothing asked before the
+            // switch: this lookup opens its connection as nobody (before the fix: the CA file could
+            // not be read then, and every lookup was SERVFAIL).
             let www = try await dig(dnsPort, ["+short", "www.hd.test", "A"])
             #expect(www.stdout == "198.18.0.10\n", "\(www.stdout)\(daemon.logText)")
             let blocked = try await dig(dnsPort, ["listed.block.test", "A"])
