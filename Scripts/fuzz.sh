@@ -12,6 +12,8 @@
 #   dnssec    the DNSKEY, RRSIG, DS, NSEC and NSEC3 decoders (Fuzz/DNSSECRecordFuzzer.swift)
 #   connect   the proxy relay's CONNECT head scan (Fuzz/ConnectHeadFuzzer.swift)
 #   h2client  a DoH server's HTTP/2 frames and HPACK blocks to the client (Fuzz/H2ClientFuzzer.swift)
+#   hpack     the daemon's HPACK literal writer in exactly the room its bound promises, decoded back by
+#             the client's decoder (Fuzz/HPACKWriterFuzzer.swift)
 #   querylog  the query log's line formatter on any relayed response, into a nearly full buffer
 #             (Fuzz/QueryLogFuzzer.swift; seeds: compressed-CNAME answers of F19)
 # A crash leaves its input in Fuzz/crashers/TARGET/ (decoder: Fuzz/crashers/), which the test
@@ -22,7 +24,7 @@ cd "$root"
 runs=${1:-1000000}
 seconds=${2:-600}
 shift $(( $# < 2 ? $# : 2 ))
-targets=("${@:-decoder stub doh vendor dnssec connect h2client querylog}")
+targets=("${@:-decoder stub doh vendor dnssec connect h2client querylog hpack}")
 # shellcheck disable=SC2206
 targets=(${targets[*]})
 out=.build-fuzz
@@ -45,7 +47,8 @@ for target in "${targets[@]}"; do
         connect) sources="Sources/ForwardProxy/ConnectHead.swift Sources/DaemonHTTP/HTTPSyntax.swift Fuzz/ConnectHeadFuzzer.swift"; seeds=Fuzz/corpus-connect; crashers=Fuzz/crashers/connect; max_len=2048 ;;
         h2client) sources="$codec Sources/HTTPDNS/PipelineFraming.swift Sources/HTTPDNS/HPACK.swift Sources/HTTPDNS/DoHSession.swift Fuzz/H2ClientFuzzer.swift"; seeds=Fuzz/corpus-h2client; crashers=Fuzz/crashers/h2client; max_len=4096 ;;
         querylog) sources="$codec Sources/ResolverDaemon/QueryLogFormat.swift Fuzz/QueryLogFuzzer.swift"; seeds=Fuzz/corpus-querylog; crashers=Fuzz/crashers/querylog; max_len=1300 ;;
-        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client, querylog)" >&2; exit 2 ;;
+        hpack) sources="Sources/DaemonHTTP/HPACKLiteralWriter.swift Sources/HTTPDNS/HPACK.swift Fuzz/HPACKWriterFuzzer.swift"; seeds=Fuzz/corpus-hpack; crashers=Fuzz/crashers/hpack; max_len=4096 ;;
+        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client, querylog, hpack)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"
     # One module named after what the files import (DNSCore; DaemonHTTP for the CONNECT scan), so
