@@ -8,6 +8,7 @@
 #   querylog  base + query_log (a JSON line per question, on the same disk)
 #   blocklist base + a block list of 1,000,000 names and 1,000 local records (every question is
 #             checked against them; the asked names are in neither)
+#   ratelimit base + rate_limit with a rate no client reaches (every question takes a token)
 # Clients, rounds interleaved, ROUNDS x SECONDS each: h2load GET (DoH, 1 connection, 64 streams) and
 # dnsperf over the UDP stub (64 in flight). Servers on CPU 0, clients on CPU 1. Prints q/s min /
 # median / max per daemon and the ratio of medians to base.
@@ -44,8 +45,8 @@ with open(f"{work}/records.yaml", "w") as out:
     for i in range(1000):
         out.write(f'  - "host{i}.home.test A 192.168.{i // 250}.{i % 250 + 1}"\n')
 PY
-declare -A port=([base]=18521 [querylog]=18523 [blocklist]=18525)
-daemons=(base querylog blocklist)
+declare -A port=([base]=18521 [querylog]=18523 [blocklist]=18525 [ratelimit]=18527)
+daemons=(base querylog blocklist ratelimit)
 declare -A pid_of
 pids=()
 for name in "${daemons[@]}"; do
@@ -64,6 +65,7 @@ YAML
     case $name in
         querylog) echo "query_log: {file: $work/queries.jsonl, max_bytes: 1000000000}" >>"$work/$name.yaml" ;;
         blocklist) { echo "block: {lists: [$work/block.txt]}"; cat "$work/records.yaml"; } >>"$work/$name.yaml" ;;
+        ratelimit) echo "rate_limit: {queries_per_second: 10000000, burst: 10000000}" >>"$work/$name.yaml" ;;
     esac
     taskset -c 0 "$bin" daemon --config "$work/$name.yaml" --log-level warning 2>"$work/$name.log" &
     pids+=($!)
@@ -112,7 +114,7 @@ print("|---|---|---|---|---|---|---|---|")
 for client in ("h2load-doh", "dnsperf-udp"):
     base = statistics.median(float(r[2]) for r in rows if r[0] == client and r[1] == "base")
     base_cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == "base")
-    for name in ("base", "querylog", "blocklist"):
+    for name in ("base", "querylog", "blocklist", "ratelimit"):
         values = sorted(float(r[2]) for r in rows if r[0] == client and r[1] == name)
         cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == name)
         median = statistics.median(values)

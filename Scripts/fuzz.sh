@@ -60,6 +60,11 @@ for target in "${targets[@]}"; do
         $sources -o "$out/$target-fuzzer" 2>&1 | { grep -vE "Cannot export local symbol|ignoring import|is part of module|^ *[0-9]* \||^ *\|" || true; }
     cp -n "$seeds"/* "$out/corpus-$target/" 2>/dev/null || true
     echo "== $target"
+    # Every input that ever crashed this target runs again first (they were fixed; they stay fixed).
+    mapfile -t kept < <(find "$crashers" -maxdepth 1 -type f | sort)
+    if [ "${#kept[@]}" -gt 0 ]; then
+        "$out/$target-fuzzer" "${kept[@]}" >"$out/replay-$target.log" 2>&1 || { echo "a kept crash input of $target fails again:"; tail -20 "$out/replay-$target.log"; status=1; }
+    fi
     "$out/$target-fuzzer" "$out/corpus-$target" -runs="$runs" -max_total_time="$seconds" -max_len="$max_len" \
         -artifact_prefix="$crashers/" -print_final_stats=1 >"$out/last-run-$target.log" 2>&1 || status=1
     grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==.*ERROR|SUMMARY|INFO: Done)" "$out/last-run-$target.log" | tail -5
