@@ -34,9 +34,13 @@ extension DNSMessage {
     /// - Throws: ``WireError`` when the message is not a response to that query (QR, opcode, ID,
     ///   question echo compared case-insensitively) or the chain is too long; ``DNSError`` for
     ///   SERVFAIL, REFUSED and other error RCODEs.
-    /// - Parameter flagging: names a block list covers: when an alias in the middle of the chain is
-    ///   one, the answer's canonical name is that alias, so that the check of canonical names blocks
-    ///   it (CNAME cloaking through a listed name: F26 of redteam-4).
+    /// - Parameters:
+    ///   - question: what was asked.
+    ///   - id: the query's ID.
+    ///   - flagging: names a block list covers: when an alias in the middle of the chain is one, the
+    ///     answer's canonical name is that alias, so that the check of canonical names blocks it
+    ///     (CNAME cloaking through a listed name: F26 of redteam-4).
+    /// - Returns: the addresses at the end of the chain, or NXDOMAIN / NODATA.
     package func addressAnswer(for question: Question, id: UInt16, flagging: (@Sendable (DomainName) -> Bool)? = nil) throws -> AddressAnswer {
         try validate(answering: question, id: id)
         let rcode = responseCode

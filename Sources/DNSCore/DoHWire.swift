@@ -86,6 +86,9 @@ package enum DoHWire {
                     }
                     chunk = chunk << 6 | UInt32(value)
                 }
+                // Room: 3 bytes a whole group, 1 or 2 for a last group of 2 or 3 characters, within
+                // count / 4 * 3 + 2 (every length 0-199 round-trips in HTTPDNSResolverTests).
+                precondition(written + group - 1 <= out.count, "base64url output past its room")
                 out[written] = UInt8(truncatingIfNeeded: chunk >> 16)
                 if group > 2 { out[written + 1] = UInt8(truncatingIfNeeded: chunk >> 8) }
                 if group > 3 { out[written + 2] = UInt8(truncatingIfNeeded: chunk) }

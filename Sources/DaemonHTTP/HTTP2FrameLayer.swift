@@ -613,7 +613,9 @@ struct HTTP2FrameLayer {
         tableSizeUpdatePending = false
         let bound = HPACKLiteralWriter.bound(headers: headers, date: date)
         output.writeWithUnsafeMutableBytes(minimumWritableBytes: bound) { bytes in
-            var block = HPACKLiteralWriter(bytes)
+            // Exactly the room the bound promises: a bound too low traps here (and in the ASan
+            // fuzz target, Fuzz/HPACKWriterFuzzer.swift) rather than passing on spare capacity.
+            var block = HPACKLiteralWriter(UnsafeMutableRawBufferPointer(rebasing: bytes[..<bound]))
             if tableSizeUpdate { block.byte(0x20) }  // a dynamic table size update to 0
             block.status(status)
             for (name, value) in headers { block.field(name: name, value: value) }

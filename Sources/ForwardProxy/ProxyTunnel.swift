@@ -146,7 +146,10 @@ final class ProxyTunnel {
             }
             if written < 0 && errno != EAGAIN && errno != EINTR { return .failed }
             moved += max(written, 0)
-            // What the sink did not take waits, ahead of anything read later.
+            // What the sink did not take waits, ahead of anything read later. The kernel's counts
+            // bound the slice (read(2) at most scratch.count, write(2) at most what was read): checked
+            // here all the same, as slices of a raw buffer are not checked in release builds.
+            precondition(count <= scratch.count && written <= count, "a read or write count past the buffer")
             direction.pending = Array(UnsafeRawBufferPointer(rebasing: scratch[max(written, 0)..<count]))
         }
         return .turnEnded(moved)

@@ -400,6 +400,7 @@ private final class RelayLoop: @unchecked Sendable {
         while true {
             let count = read(tunnel.client, scratch.baseAddress, scratch.count)
             if count > 0 {
+                precondition(count <= scratch.count, "read(2) past the buffer")  // raw slices are unchecked in release
                 let scanned = tunnel.head.count
                 tunnel.head.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<count]))
                 switch ConnectHead.scan(tunnel.head, searchFrom: scanned) {

@@ -341,6 +341,9 @@ private final class PipelineWorker<Framing: PipelineFraming> {
         while written < output.count {
             let length = retryLength > 0 ? retryLength : min(output.count - written, 16 * 1024)
             let start = written
+            // A retry repeats its length (TLS requires it); output only grows between tries, so the
+            // slice stays inside it — checked, as raw slices are not in release builds.
+            precondition(start + length <= output.count, "a retried write past the output")
             let outcome = output.withUnsafeBytes { bytes in
                 Result { () throws(CurlError) in try connection.send(UnsafeRawBufferPointer(rebasing: bytes[start..<start + length])) }
             }

@@ -325,4 +325,3 @@ struct WireBuilder {
         #expect(flagged == .addresses([ResolvedAddress(ip: IPAddress("198.51.100.6")!, ttl: 60)], canonicalName: try DomainName("ads.tracker.test")))
     }
 }
-

@@ -118,8 +118,10 @@ struct EndpointParsingTests {
     }
 
     @Test func malformedPresentationIsRefused() {
-        for text in ["a..b", ".a", "a\\", "a\\25", "a\\256.test", String(repeating: "a", count: 64) + ".test",
-            Array(repeating: String(repeating: "a", count: 63), count: 5).joined(separator: ".")] {
+        for text in [
+            "a..b", ".a", "a\\", "a\\25", "a\\256.test", String(repeating: "a", count: 64) + ".test",
+            Array(repeating: String(repeating: "a", count: 63), count: 5).joined(separator: "."),
+        ] {
             #expect(throws: DNSError.self, "\(text)") { try DomainName(presentation: text) }
         }
     }

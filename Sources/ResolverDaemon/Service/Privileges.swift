@@ -1,6 +1,6 @@
 import DNSCore
-import ResolverConfig
 import Foundation
+import ResolverConfig
 
 /// `user:` — the daemon binds its ports as root, then runs as an unprivileged account (unbound's
 /// `username:`, BIND's `-u`).
