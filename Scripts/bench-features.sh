@@ -9,6 +9,8 @@
 #   blocklist base + a block list of 1,000,000 names and 1,000 local records (every question is
 #             checked against them; the asked names are in neither)
 #   ratelimit base + rate_limit with a rate no client reaches (every question takes a token)
+# With COMPARE_BIN=another/resolve, three more daemons from that build (old-base, old-querylog,
+# old-ratelimit) run beside them, interleaved in the same rounds: a before/after in one run.
 # Clients, rounds interleaved, ROUNDS x SECONDS each: h2load GET (DoH, 1 connection, 64 streams) and
 # dnsperf over the UDP stub (64 in flight). Servers on CPU 0, clients on CPU 1. Prints q/s min /
 # median / max per daemon and the ratio of medians to base.
@@ -45,8 +47,9 @@ with open(f"{work}/records.yaml", "w") as out:
     for i in range(1000):
         out.write(f'  - "host{i}.home.test A 192.168.{i // 250}.{i % 250 + 1}"\n')
 PY
-declare -A port=([base]=18521 [querylog]=18523 [blocklist]=18525 [ratelimit]=18527)
+declare -A port=([base]=18521 [querylog]=18523 [blocklist]=18525 [ratelimit]=18527 [old-base]=18531 [old-querylog]=18533 [old-ratelimit]=18535)
 daemons=(base querylog blocklist ratelimit)
+if [ -n "${COMPARE_BIN:-}" ]; then daemons+=(old-base old-querylog old-ratelimit); fi
 declare -A pid_of
 pids=()
 for name in "${daemons[@]}"; do
@@ -63,11 +66,13 @@ tls: {cert: $root/.testenv/ca/daemon.test.pem, key: $root/.testenv/ca/daemon.tes
 limits: {max_concurrent_requests: 4096}
 YAML
     case $name in
-        querylog) echo "query_log: {file: $work/queries.jsonl, max_bytes: 1000000000}" >>"$work/$name.yaml" ;;
+        querylog | old-querylog) echo "query_log: {file: $work/$name.jsonl, max_bytes: 1000000000}" >>"$work/$name.yaml" ;;
         blocklist) { echo "block: {lists: [$work/block.txt]}"; cat "$work/records.yaml"; } >>"$work/$name.yaml" ;;
-        ratelimit) echo "rate_limit: {queries_per_second: 10000000, burst: 10000000}" >>"$work/$name.yaml" ;;
+        ratelimit | old-ratelimit) echo "rate_limit: {queries_per_second: 10000000, burst: 10000000}" >>"$work/$name.yaml" ;;
     esac
-    taskset -c 0 "$bin" daemon --config "$work/$name.yaml" --log-level warning 2>"$work/$name.log" &
+    daemon_bin=$bin
+    case $name in old-*) daemon_bin=$COMPARE_BIN ;; esac
+    taskset -c 0 "$daemon_bin" daemon --config "$work/$name.yaml" --log-level warning 2>"$work/$name.log" &
     pids+=($!)
     pid_of[$name]=$!
 done
@@ -104,7 +109,7 @@ for _ in $(seq 1 "$rounds"); do
         echo "dnsperf-udp $name $q $(( ($(cpu_ticks "${pid_of[$name]}") - before) * 10000000 / (n > 0 ? n : 1) ))" >>"$results"
     done
 done
-lines=$(wc -l <"$work/queries.jsonl" 2>/dev/null || echo 0)
+lines=$(wc -l <"$work/querylog.jsonl" 2>/dev/null || echo 0)
 python3 - "$results" "$rounds" "$seconds" "$lines" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
@@ -112,10 +117,13 @@ print(f"cached path, {sys.argv[2]} x {sys.argv[3]} s per client and daemon, roun
 print("\n| client | daemon | q/s min | median | max | median / base | CPU ns/query median | CPU / base |")
 print("|---|---|---|---|---|---|---|---|")
 for client in ("h2load-doh", "dnsperf-udp"):
-    base = statistics.median(float(r[2]) for r in rows if r[0] == client and r[1] == "base")
-    base_cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == "base")
-    for name in ("base", "querylog", "blocklist", "ratelimit"):
+    for name in ("base", "querylog", "blocklist", "ratelimit", "old-base", "old-querylog", "old-ratelimit"):
         values = sorted(float(r[2]) for r in rows if r[0] == client and r[1] == name)
+        if not values:
+            continue
+        reference = "old-base" if name.startswith("old-") else "base"
+        base = statistics.median(float(r[2]) for r in rows if r[0] == client and r[1] == reference)
+        base_cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == reference)
         cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == name)
         median = statistics.median(values)
         print(f"| {client} | {name} | {values[0]:,.0f} | {median:,.0f} | {values[-1]:,.0f} | {median / base:.3f} | {cpu:,.0f} | {cpu / base_cpu:.3f} |")
