@@ -103,9 +103,9 @@ final class Transfer: @unchecked Sendable {
         if let bundle = request.trust.caBundle {
             // Copied by libcurl (CURL_BLOB_COPY): the bytes need not outlive this call. The
             // default bundle (CURLOPT_CAINFO) and CURLOPT_CAPATH stay: the file adds to the system's roots.
-            var blob = bundle
-            let code = blob.withUnsafeMutableBytes { bytes in
-                var value = curl_blob(data: bytes.baseAddress, len: bytes.count, flags: UInt32(CURL_BLOB_COPY))
+            // libcurl only reads the bytes (and copies them): no copy of the bundle per transfer here.
+            let code = bundle.withUnsafeBytes { bytes in
+                var value = curl_blob(data: UnsafeMutableRawPointer(mutating: bytes.baseAddress), len: bytes.count, flags: UInt32(CURL_BLOB_COPY))
                 return httpdns_easy_setopt_blob(easy, CURLOPT_CAINFO_BLOB, &value)
             }
             try check(code, CURLOPT_CAINFO_BLOB)
