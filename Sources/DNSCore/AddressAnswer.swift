@@ -110,6 +110,26 @@ extension DNSMessage {
         return try message.answer(to: question, id: id ?? message.id, flagging: flagging)
     }
 
+    /// The first alias on the CNAME chain from `name` through this message's answers for which
+    /// `listed` holds, or nil: what a block list checks in a relayed answer of any type (CNAME
+    /// cloaking in HTTPS, TXT, MX…, F33 of the threat model; address answers are checked by
+    /// ``answer(to:id:flagging:)``). The whole chain is walked, however long (a client that follows
+    /// it would reach its end), in one pass over the records and one step per alias; it stops at a
+    /// loop. `name` itself is not tested (the caller checked the asked name).
+    package func firstAlias(from name: DomainName, where listed: (DomainName) -> Bool) -> DomainName? {
+        var aliases: [DomainName: DomainName] = [:]
+        for record in answers where record.type == .cname && record.recordClass == Self.classIN {
+            if case let .cname(alias) = record.data, aliases[record.name] == nil { aliases[record.name] = alias }
+        }
+        var target = name
+        var visited: Set<DomainName> = [target]
+        while let alias = aliases[target], visited.insert(alias).inserted {
+            if listed(alias) { return alias }
+            target = alias
+        }
+        return nil
+    }
+
     /// Throws unless this is a response to the query `question` with `id`.
     package func validate(answering question: Question, id expectedID: UInt16) throws(WireError) {
         guard isResponse else { throw .notAResponse }

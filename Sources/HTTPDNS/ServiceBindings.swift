@@ -8,6 +8,8 @@ extension HTTPDNSResolver {
     /// let answer = try await resolver.serviceBindings(for: "www.example.test")
     /// for record in answer.records where !record.isAlias { print(record.alpn, record.port ?? 443) }
     /// ```
+    /// A name a block list covers, or whose CNAME chain passes through one, ends in the block's
+    /// answer (`nxdomain`, `refused`; `nodata` for `null-ip`).
     /// - Throws: ``/DNSCore/DNSError``: `nxdomain`, `nodata` (the name has no such record), `server_failure`,
     ///   `refused`, `malformed_response` (a record whose data does not decode), `invalid_name`
     ///   (also for an IP literal), or what ``forward(_:)`` throws.
@@ -17,10 +19,16 @@ extension HTTPDNSResolver {
         }
         guard IPAddress(host) == nil else { throw DNSError(.invalidName, "\(host) is an IP address: it has no \(type) records") }
         let name = try DomainName(host)
+        let zone = configuration.localZone
+        if let zone, zone.isBlocked(name) {
+            engine.metrics.blocked.increment()
+            throw blockedError(host, by: name, type: type, zone: zone)
+        }
         let start = ContinuousClock.now
         // RD set; an ID of 0 as RFC 8484 §4.1 asks.
         let query = DNSMessage(id: 0, flags: 0x0100, questions: [.init(name: name, type: type)]).encode()
         let wire = try await forward(query)
+        if let zone, let listed = blockedAlias(inRelayed: wire) { throw blockedError(host, by: listed, type: type, zone: zone) }
         let response: DNSMessage
         do { response = try DNSMessage(decoding: wire) } catch { throw DNSError(.malformedResponse, "\(error)") }
         let (records, ttl, owner) = try ServiceBindingAnswer.records(in: response, for: name, type: type)

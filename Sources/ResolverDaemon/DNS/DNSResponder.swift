@@ -82,6 +82,11 @@ enum DNSResponder {
         }
         do {
             var response = try await resolver.forward(query.wire)
+            // CNAME cloaking in a relayed type (HTTPS, TXT, MX…): a listed alias on the chain blocks
+            // the answer as it does an address answer's (F33).
+            if let zone = resolver.configuration.localZone, resolver.blockedAlias(inRelayed: response) != nil {
+                return DNSAnswers.response(to: query, blocked: zone.blockAnswer, ttl: zone.blockTTL)
+            }
             DNSResponseWriter.restoreQuestion(&response, from: query)
             // With validation on, AD is this daemon's word for what it proved (RFC 6840 §5.8):
             // forwarded data was not validated here, so the upstream's AD — which a lying upstream

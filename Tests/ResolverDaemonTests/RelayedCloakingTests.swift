@@ -1,0 +1,121 @@
+import DNSCore
+import MetricsTestKit
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import DNSStubServer
+@testable import HTTPDNS
+@testable import ResolverDaemon
+
+/// CNAME cloaking in the types the daemon relays (F33 of the threat model): a block list that
+/// covers an alias on the upstream's chain blocks the answer for HTTPS, TXT, MX… as it does for
+/// addresses, on the daemon's forwarding path (stub, DoT and DoH listeners alike) and in the
+/// library's HTTPS/SVCB lookups.
+@Suite struct RelayedCloakingTests {
+    /// A DoH upstream that answers every relayed query with a CNAME chain from the question's name
+    /// (the chain `chains` gives for its first label, else none) ending in one TXT or HTTPS record.
+    final class ChainUpstream: MessageExchanging, Sendable {
+        let identifier = "https://fake.test/dns-query"
+        let source = Resolution.Source.doh
+        let asked = Mutex<[String]>([])
+        let chains: [String: [String]]
+
+        init(_ chains: [String: [String]]) { self.chains = chains }
+
+        func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+            .nodata(negativeTTL: 60)
+        }
+
+        func exchange(_ query: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
+            guard let message = try? DNSMessage(decoding: query), let question = message.questions.first else {
+                throw DNSError(.invalidQuery, "not a query")
+            }
+            asked.withLock { $0.append("\(question.name) \(question.type)") }
+            let first = question.name.description.split(separator: ".").first.map(String.init) ?? ""
+            var answers: [DNSMessage.Record] = []
+            var owner = question.name
+            for alias in chains[first] ?? [] {
+                // A chain that loops names an alias seen before.
+                let target = try! DomainName(alias)
+                answers.append(.init(name: owner, type: .cname, ttl: 300, data: .cname(target)))
+                owner = target
+            }
+            let payload: [UInt8] = question.type == .txt ? [4] + Array("cdn!".utf8) : [0, 1, 0]
+            answers.append(.init(name: owner, type: question.type, ttl: 300, data: .opaque(payload)))
+            return DNSMessage(id: message.id, flags: 0x8180, questions: [question], answers: answers).encode()
+        }
+    }
+
+    static let chains: [String: [String]] = [
+        "cloaked": ["edge.site-cdn.test", "pixel.tracker.test", "end.cdn.test"],
+        "deep": (1...40).map { "hop\($0).neutral.test" } + ["last.tracker.test"],
+        "clean": ["edge.site-cdn.test", "end.cdn.test"],
+        "loop": ["a.loop.test", "b.loop.test", "a.loop.test"],
+    ]
+
+    func resolver(_ block: LocalZone.BlockAnswer = .nxdomain, metrics: TestMetrics = TestMetrics()) throws -> (HTTPDNSResolver, ChainUpstream) {
+        var builder = LocalZone.Builder()
+        builder.blockAnswer = block
+        builder.addBlockList(Array("tracker.test\nads.test\n".utf8), source: "list")
+        let upstream = ChainUpstream(Self.chains)
+        let configuration = HTTPDNSConfiguration(upstreams: [], localZone: try builder.build())
+        return (HTTPDNSResolver(configuration: configuration, options: HTTPDNSOptions(), upstreams: [upstream], metrics: metrics), upstream)
+    }
+
+    func ask(_ resolver: HTTPDNSResolver, _ name: String, _ type: RecordType) async throws -> DNSMessage {
+        let wire = DNSMessage(id: 0x4242, flags: 0x0100, questions: [.init(name: try DomainName(name), type: type)]).encode()
+        let answer = await DNSResponder.answer(try DNSQuery(wire), resolver: resolver)
+        let message = try DNSMessage(decoding: answer.bytes)
+        #expect(message.id == 0x4242)
+        return message
+    }
+
+    @Test(arguments: [RecordType.txt, .https, .mx])
+    func aListedAliasOnARelayedChainBlocksTheAnswer(type: RecordType) async throws {
+        let metrics = TestMetrics()
+        let (resolver, upstream) = try resolver(metrics: metrics)
+        let cloaked = try await ask(resolver, "cloaked.site.test", type)
+        #expect(cloaked.responseCode == .nameError, "\(cloaked.answers)")
+        #expect(cloaked.answers.isEmpty, "no record of the chain is passed on: \(cloaked.answers)")
+        // The listed alias 41 steps down the chain: walked to its end, not to a fixed depth.
+        let deep = try await ask(resolver, "deep.site.test", type)
+        #expect(deep.responseCode == .nameError && deep.answers.isEmpty, "\(deep.answers)")
+        #expect(try metrics.expectCounter("httpdns_local_answers_total", [("kind", "blocked")]).totalValue == 2)
+        // Both were asked upstream (the asked names are not listed): blocked on what came back.
+        #expect(upstream.asked.withLock { $0 } == ["cloaked.site.test \(type)", "deep.site.test \(type)"])
+    }
+
+    @Test func unlistedChainsAndLoopsAreRelayedAsTheUpstreamSentThem() async throws {
+        let (resolver, _) = try resolver()
+        let clean = try await ask(resolver, "clean.site.test", .txt)
+        #expect(clean.responseCode == .noError)
+        #expect(clean.answers.map(\.type) == [.cname, .cname, .txt])
+        let loop = try await ask(resolver, "loop.site.test", .txt)
+        #expect(loop.responseCode == .noError && loop.answers.count == 4)
+    }
+
+    @Test func theBlockAnswerIsTheConfiguredOne() async throws {
+        let refused = try await ask(try resolver(.refused).0, "cloaked.site.test", .https)
+        #expect(refused.responseCode == .refused)
+        // null-ip has no address to give a TXT question: NOERROR without records (NODATA).
+        let null = try await ask(try resolver(.nullIP).0, "cloaked.site.test", .txt)
+        #expect(null.responseCode == .noError && null.answers.isEmpty, "\(null.answers)")
+    }
+
+    @Test func theLibrarysServiceBindingLookupsAreBlockedToo() async throws {
+        let (resolver, upstream) = try resolver()
+        await #expect {
+            try await resolver.serviceBindings(for: "cloaked.site.test")
+        } throws: {
+            ($0 as? DNSError)?.code == .nxdomain && ($0 as? DNSError)?.message.contains("pixel.tracker.test") == true
+        }
+        // A listed name itself never reaches the upstream.
+        await #expect {
+            try await resolver.serviceBindings(for: "x.ads.test")
+        } throws: {
+            ($0 as? DNSError)?.code == .nxdomain
+        }
+        #expect(upstream.asked.withLock { $0 } == ["cloaked.site.test HTTPS"])
+    }
+}
