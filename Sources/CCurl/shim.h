@@ -98,6 +98,12 @@ void X509_free(void *certificate);
 /* DER of a certificate: with out NULL, only its length (< 0 on failure); else writes that many
    bytes at *out and moves *out past them. */
 int i2d_X509(const void *certificate, unsigned char **out);
+/* For the tests of the chain's bounds (CurlConnection.verifiedChain): a certificate from DER, and a
+   stack of them as X509_STORE_CTX_get1_chain returns it. */
+void *d2i_X509(void **out, const unsigned char **in, long length);
+void *OPENSSL_sk_new_null(void);
+int OPENSSL_sk_push(void *stack, const void *data);
+int X509_up_ref(void *certificate);
 
 static inline void httpdns_tls_record_clear(httpdns_tls_record *record) {
     if (record->chain) OPENSSL_sk_pop_free(record->chain, X509_free);

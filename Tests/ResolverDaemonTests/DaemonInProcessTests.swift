@@ -100,4 +100,27 @@ import Testing
         notifier.status("two\nREADY=1")
         #expect(await listener.messages(for: 1) { _ in true } == ["STATUS=two READY=1"])
     }
+
+    /// The socket address is copied into `sun_path` (108 bytes): a path of 107 bytes (its NUL the
+    /// last byte) and an abstract name of 108 (no NUL) are the longest that fit, and reach a
+    /// listener bound to exactly that name; one byte more is no notifier.
+    @Test func socketNamesAtTheBoundOfSunPath() async throws {
+        let capacity = MemoryLayout.size(ofValue: sockaddr_un().sun_path)
+        #expect(capacity == 108)
+        let path = "/tmp/notify-" + UUID().uuidString.prefix(8) + String(repeating: "n", count: capacity - 1 - 20)
+        #expect(path.utf8.count == capacity - 1)
+        let onPath = try NotifySocketListener(path: path)
+        let atPath = try #require(SystemdNotifier(socketPath: path))
+        atPath.status("path")
+        #expect(await onPath.messages(for: 1) { _ in true } == ["STATUS=path"])
+        #expect(SystemdNotifier(socketPath: path + "n") == nil)
+
+        let abstractName = "@" + String(repeating: "a", count: capacity - 9) + UUID().uuidString.prefix(8)
+        #expect(abstractName.utf8.count == capacity)
+        let onName = try NotifySocketListener(path: abstractName)
+        let atName = try #require(SystemdNotifier(socketPath: abstractName))
+        atName.status("abstract")
+        #expect(await onName.messages(for: 1) { _ in true } == ["STATUS=abstract"])
+        #expect(SystemdNotifier(socketPath: abstractName + "a") == nil)
+    }
 }

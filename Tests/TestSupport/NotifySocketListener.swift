@@ -8,14 +8,21 @@ public final class NotifySocketListener: @unchecked Sendable {
     public let path: String
     private let descriptor: Int32
 
-    public init() throws {
-        path = FileManager.default.temporaryDirectory.appendingPathComponent("notify-\(UUID().uuidString.prefix(8))").path
+    /// A socket at `path` (an abstract name when it starts with `@`, counted by its length, as
+    /// `$NOTIFY_SOCKET` writes it), or at a new temporary path.
+    public init(path: String? = nil) throws {
+        self.path = path ?? FileManager.default.temporaryDirectory.appendingPathComponent("notify-\(UUID().uuidString.prefix(8))").path
         descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        var bytes = Array(self.path.utf8)
+        let abstract = bytes.first == UInt8(ascii: "@")
+        if abstract { bytes[0] = 0 }
+        guard bytes.count <= MemoryLayout.size(ofValue: address.sun_path) else { throw POSIXError(.ENAMETOOLONG) }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        let length = abstract ? MemoryLayout<sockaddr_un>.offset(of: \.sun_path)! + bytes.count : MemoryLayout<sockaddr_un>.size
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(length)) }
         }
         guard descriptor >= 0, bound == 0 else { throw POSIXError(.EADDRNOTAVAIL) }
         var timeout = timeval(tv_sec: 0, tv_usec: 100_000)
@@ -24,7 +31,7 @@ public final class NotifySocketListener: @unchecked Sendable {
 
     deinit {
         close(descriptor)
-        unlink(path)
+        if !path.hasPrefix("@") { unlink(path) }
     }
 
     /// ``receive(for:until:)`` on a thread of its own, so that the wait holds no thread of the
