@@ -1,6 +1,6 @@
 import Foundation
 
-/// The library's own I/O threads: libcurl's engine and each DNS-over-TLS connection's worker.
+/// The library's own I/O threads: libcurl's engine and each pipelined DoH or DoT connection's worker.
 package enum IOThread {
     /// Starts `body` on a new thread named `name` (set from the thread itself: Linux names a
     /// thread only so).

@@ -5,7 +5,7 @@ import Synchronization
 /// The resolution engine: cache, serve-stale, prefetch, single-flight, upstream pool and fallback.
 ///
 /// Pure Swift with every dependency injected (upstreams, clock), so it is tested without a network.
-/// `HTTPDNSResolver` is this engine over DoH and JSON upstreams.
+/// `HTTPDNSResolver` is this engine over DoH, DoT, JSON and commercial-API upstreams.
 package final class ResolverEngine: Sendable {
     package let options: ResolverOptions
     package let pool: UpstreamPool

@@ -2,7 +2,7 @@ import DNSCore
 
 /// Responses to DNS queries, built from what the engine said (a ``Resolution`` or an error code):
 /// the part of answering that needs no resolver, shared by `/dns-query` and the stub, and fuzzed
-/// with the query parser (Fuzz/DaemonFuzzer.swift).
+/// with the query parser (Fuzz/StubDatagramFuzzer.swift, Fuzz/DoHRequestFuzzer.swift).
 package enum DNSAnswers {
     /// A response and the smallest TTL in it (for `Cache-Control: max-age`).
     package struct Answer: Sendable {

@@ -13,7 +13,7 @@ package struct DNSResponseWriter {
     static let questionNameOffset = DNSQuery.headerSize
     /// The largest DNS message there is: TCP's and DoH's 2-byte length (RFC 1035 §4.2.2,
     /// RFC 8484 §6). Records that would take a response past it are left out.
-    static let maxMessageSize = 65_535
+    static let maxMessageSize = DNSMessage.maxSize
     /// The most the OPT record adds in ``finish(extendedRcode:)``: 11 bytes, an EDE option of
     /// 6 bytes and 200 of text.
     static let optReserve = 11 + 6 + 200

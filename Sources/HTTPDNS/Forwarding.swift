@@ -1,7 +1,8 @@
 import DNSCore
 
 extension HTTPDNSResolver {
-    /// Whether ``forward(_:)`` has an upstream to use: only DoH upstreams carry whole messages.
+    /// Whether ``forward(_:)`` has an upstream to use: one that carries whole messages (DoH, DoT);
+    /// JSON and the commercial APIs carry addresses only.
     public var canForward: Bool { engine.pool.upstreams.contains { $0 is any MessageExchanging } }
 
     /// Whether ``forward(_:)`` has an upstream for a query about `name`: its forward zone's, or the
@@ -56,7 +57,7 @@ extension HTTPDNSResolver {
     static func check(_ response: [UInt8], answers question: DNSMessage.Question) throws(DNSError) {
         // No DNS message is longer than its 2-byte TCP length can say (RFC 8484 §6): the caller
         // could not pass a larger one on.
-        guard response.count <= 65_535 else {
+        guard response.count <= DNSMessage.maxSize else {
             throw DNSError(.responseTooLarge, "the forwarded response is \(response.count) bytes, more than a DNS message can be")
         }
         let message: DNSMessage

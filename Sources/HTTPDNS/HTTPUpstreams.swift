@@ -21,7 +21,7 @@ struct DoHUpstream: MessageExchanging {
         self.method = method
         self.transport = transport
         let target = DoHSession.Target(endpoint: endpoint, method: method == .post ? .post : .get)
-        let maxResponseBytes = min(transport.maxResponseBytes, 65_535)
+        let maxResponseBytes = min(transport.maxResponseBytes, DNSMessage.maxSize)
         self.client = PipelineClient(endpoint: endpoint, trust: transport.trust, threadName: "httpdns.doh", http2: true) {
             DoHSession(target: target, maxResponseBytes: maxResponseBytes)
         }

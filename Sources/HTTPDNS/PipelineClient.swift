@@ -94,7 +94,7 @@ final class PipelineClient<Framing: PipelineFraming>: Sendable {
     }
 
     func exchange(_ query: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
-        guard query.count >= 12, query.count <= 65_535 else {
+        guard query.count >= 12, query.count <= DNSMessage.maxSize else {
             throw DNSError(.invalidQuery, "a DNS message of \(query.count) bytes cannot be sent")
         }
         let token = shared.withLock { shared in
