@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The daemon as a forwarder on misses, against dnsdist 1.7 in the same role (BENCHMARKS.md, issue 31).
+# The daemon as a forwarder on misses, against dnsdist 1.7 in the same role (BENCHMARKS.md).
 #
 #   Scripts/bench-forward.sh [ROUNDS] [NAMES]     defaults 3 and 20000 (names per round and transport)
 #   RESOLVE_BIN=/path/to/resolve Scripts/bench-forward.sh …   measures that build
