@@ -16,6 +16,8 @@
 #             the client's decoder (Fuzz/HPACKWriterFuzzer.swift)
 #   querylog  the query log's line formatter on any relayed response, into a nearly full buffer
 #             (Fuzz/QueryLogFuzzer.swift; seeds: compressed-CNAME answers of F19)
+#   threadhits  the per-thread hit table's unaligned host loads, in-place slots and their release
+#             when a thread ends (Fuzz/ThreadHitsFuzzer.swift)
 # A crash leaves its input in Fuzz/crashers/TARGET/ (decoder: Fuzz/crashers/), which the test
 # suites replay on every run. The working corpora grow in .build-fuzz; the committed seeds stay small.
 set -euo pipefail
@@ -24,7 +26,7 @@ cd "$root"
 runs=${1:-1000000}
 seconds=${2:-600}
 shift $(( $# < 2 ? $# : 2 ))
-targets=("${@:-decoder stub doh vendor dnssec connect h2client querylog hpack}")
+targets=("${@:-decoder stub doh vendor dnssec connect h2client querylog hpack threadhits}")
 # shellcheck disable=SC2206
 targets=(${targets[*]})
 out=.build-fuzz
@@ -48,7 +50,8 @@ for target in "${targets[@]}"; do
         h2client) sources="$codec Sources/HTTPDNS/PipelineFraming.swift Sources/HTTPDNS/HPACK.swift Sources/HTTPDNS/DoHSession.swift Fuzz/H2ClientFuzzer.swift"; seeds=Fuzz/corpus-h2client; crashers=Fuzz/crashers/h2client; max_len=4096 ;;
         querylog) sources="$codec Sources/ResolverDaemon/QueryLogFormat.swift Fuzz/QueryLogFuzzer.swift"; seeds=Fuzz/corpus-querylog; crashers=Fuzz/crashers/querylog; max_len=1300 ;;
         hpack) sources="Sources/DaemonHTTP/HPACKLiteralWriter.swift Sources/HTTPDNS/HPACK.swift Fuzz/HPACKWriterFuzzer.swift"; seeds=Fuzz/corpus-hpack; crashers=Fuzz/crashers/hpack; max_len=4096 ;;
-        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client, querylog, hpack)" >&2; exit 2 ;;
+        threadhits) sources="$codec Sources/DNSCore/ThreadHits.swift Fuzz/ThreadHitsFuzzer.swift"; seeds=Fuzz/corpus-threadhits; crashers=Fuzz/crashers/threadhits; max_len=2048 ;;
+        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client, querylog, hpack, threadhits)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"
     # One module named after what the files import (DNSCore; DaemonHTTP for the CONNECT scan), so

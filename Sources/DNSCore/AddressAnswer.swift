@@ -110,22 +110,18 @@ extension DNSMessage {
         return try message.answer(to: question, id: id ?? message.id, flagging: flagging)
     }
 
-    /// The first alias on the CNAME chain from `name` through this message's answers for which
-    /// `listed` holds, or nil: what a block list checks in a relayed answer of any type (CNAME
-    /// cloaking in HTTPS, TXT, MX…, F33 of the threat model; address answers are checked by
-    /// ``answer(to:id:flagging:)``). The whole chain is walked, however long (a client that follows
-    /// it would reach its end), in one pass over the records and one step per alias; it stops at a
-    /// loop. `name` itself is not tested (the caller checked the asked name).
-    package func firstAlias(from name: DomainName, where listed: (DomainName) -> Bool) -> DomainName? {
-        var aliases: [DomainName: DomainName] = [:]
-        for record in answers where record.type == .cname && record.recordClass == Self.classIN {
-            if case let .cname(alias) = record.data, aliases[record.name] == nil { aliases[record.name] = alias }
-        }
-        var target = name
-        var visited: Set<DomainName> = [target]
-        while let alias = aliases[target], visited.insert(alias).inserted {
-            if listed(alias) { return alias }
-            target = alias
+    /// The first name in the answer section for which `listed` holds: any record's owner or any
+    /// CNAME's target, of any class, whatever its place in the chain. What a block list checks in
+    /// a relayed answer of any type (CNAME cloaking in HTTPS, TXT, MX…, F33 of the threat model;
+    /// address answers are checked by ``answer(to:id:flagging:)``). Every name, not only the chain
+    /// from the question as this resolver would follow it: a client may follow another of two CNAMEs
+    /// at one owner, a CNAME of another class, or a DNAME's records without their CNAME, as AdGuard
+    /// Home and Blocky check every CNAME target. One pass; each distinct name is tested once.
+    package func firstListedName(where listed: (DomainName) -> Bool) -> DomainName? {
+        var seen: Set<DomainName> = []
+        for record in answers {
+            if seen.insert(record.name).inserted, listed(record.name) { return record.name }
+            if case let .cname(alias) = record.data, seen.insert(alias).inserted, listed(alias) { return alias }
         }
         return nil
     }

@@ -115,6 +115,7 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
 package enum WireError: Error, Sendable, Hashable, CustomStringConvertible {
     case truncated(offset: Int, needed: Int)
     case pointerLoop(offset: Int)
+    case tooManyPointers(offset: Int)
     case pointerOutOfRange(offset: Int, target: Int)
     case badLabelType(offset: Int)
     case labelTooLong(offset: Int, length: Int)
@@ -135,6 +136,8 @@ package enum WireError: Error, Sendable, Hashable, CustomStringConvertible {
             return "message truncated at offset \(offset) (needed \(needed) more bytes)"
         case let .pointerLoop(offset):
             return "compression pointer at offset \(offset) does not point backwards (loop)"
+        case let .tooManyPointers(offset):
+            return "name at offset \(offset) follows more than \(WireReader.maxPointersPerName) compression pointers"
         case let .pointerOutOfRange(offset, target):
             return "compression pointer at offset \(offset) points past the message (\(target))"
         case let .badLabelType(offset):

@@ -288,11 +288,15 @@ struct WireReader {
     /// Reads a possibly compressed name. Every compression pointer must point before the start of
     /// the run of labels that contains it, so each jump moves strictly backwards and a loop is
     /// impossible (RFC 1035 §4.1.4 allows only pointers to prior occurrences).
+    /// The most compression pointers one name may follow (unbound's `MAX_COMPRESS_PTRS`).
+    static let maxPointersPerName = 256
+
     mutating func readName() throws(WireError) -> DomainName {
         var wire: [UInt8] = []
         var position = offset
         var segmentStart = offset
         var resumeAt: Int?
+        var pointers = 0
         while true {
             guard position < bytes.count else { throw .truncated(offset: position, needed: 1) }
             let length = bytes[position]
@@ -316,6 +320,11 @@ struct WireReader {
                 let target = Int(length & 0x3f) << 8 | Int(bytes[position + 1])
                 guard target < bytes.count else { throw .pointerOutOfRange(offset: position, target: target) }
                 guard target < segmentStart else { throw .pointerLoop(offset: position) }
+                // Backwards only, so no loop; but a chain of pointers to pointers could still make
+                // one name cost thousands of jumps (a hostile 64 KiB answer: 57 million). Unbound's
+                // bound (MAX_COMPRESS_PTRS): no encoder writes more.
+                pointers += 1
+                guard pointers <= Self.maxPointersPerName else { throw .tooManyPointers(offset: offset) }
                 if resumeAt == nil { resumeAt = position + 2 }
                 segmentStart = target
                 position = target

@@ -13,23 +13,24 @@ extension HTTPDNSResolver {
         return answer
     }
 
-    /// The alias that blocks a relayed response (any type the daemon forwards, and HTTPS/SVCB
-    /// lookups): the first name on its CNAME chain from the question that a block list covers,
-    /// counted in `httpdns_local_answers_total{kind="blocked"}`; nil when none is, when nothing is
-    /// blocked, or when the response does not decode. CNAME cloaking through a listed name is
-    /// blocked for every type, not only for addresses (F33 of the threat model).
-    public func blockedAlias(inRelayed response: [UInt8]) -> DomainName? {
-        guard let zone = configuration.localZone, zone.blockedCount > 0, let message = try? DNSMessage(decoding: response),
-            let question = message.questions.first, let alias = message.firstAlias(from: question.name, where: zone.isBlocked)
-        else { return nil }
+    /// The name that blocks a relayed response (any type the daemon forwards, and HTTPS/SVCB
+    /// lookups): the first owner or CNAME target in its answer section that a block list covers
+    /// (``/DNSCore/DNSMessage`` `firstListedName(where:)`), counted in
+    /// `httpdns_local_answers_total{kind="blocked"}`; nil when none is or nothing is blocked. CNAME
+    /// cloaking through a listed name is blocked for every type, not only for addresses (F33 of the
+    /// threat model).
+    public func blockedName(inRelayed response: DNSMessage) -> DomainName? {
+        guard let zone = configuration.localZone, zone.blockedCount > 0, let listed = response.firstListedName(where: zone.isBlocked) else {
+            return nil
+        }
         engine.metrics.blocked.increment()
-        return alias
+        return listed
     }
 
     /// The error a blocked name's non-address lookup ends in: the block list's answer (`null-ip`
     /// has no address to give here, so the name has no such record).
     func blockedError(_ host: String, by listed: DomainName, type: RecordType, zone: LocalZone) -> DNSError {
-        let reason = listed.description == host ? "a block list covers it" : "its alias \(listed) is on a block list"
+        let reason = listed.description == host ? "a block list covers it" : "\(listed) in its answer is on a block list"
         switch zone.blockAnswer {
         case .nxdomain: return DNSError(.nxdomain, "\(host) is blocked (\(reason))")
         case .refused: return DNSError(.refused, "\(host) is blocked (\(reason))")

@@ -95,6 +95,41 @@ struct WireBuilder {
         #expect(throws: WireError.pointerLoop(offset: 14)) { try DNSMessage(decoding: x.bytes) }
     }
 
+    /// A name reached through a chain of pointers to pointers (each strictly backwards): 256 jumps
+    /// are followed, 257 are `tooManyPointers` — a hostile answer cannot make one name cost
+    /// thousands of jumps.
+    @Test(arguments: [255, 256])
+    func pointerChainsAreFollowedUpToTheirBound(links: Int) throws {
+        var w = WireBuilder(an: 2)
+        w.question("a.test")  // the name at 12
+        // A TXT record whose data is the chain: each pointer points at the one before, the first at 12.
+        w.bytes += [0xc0, 12]
+        w.u16(16)
+        w.u16(1)
+        w.u32(300)
+        w.u16(UInt16(2 * links))
+        let chainStart = w.bytes.count
+        for link in 0..<links {
+            let target = link == 0 ? 12 : chainStart + 2 * (link - 1)
+            w.bytes += [0xc0 | UInt8(target >> 8), UInt8(target & 0xff)]
+        }
+        // An A record owned by a pointer to the chain's last link: 1 + links jumps to the name.
+        let owner = w.bytes.count
+        let last = chainStart + 2 * (links - 1)
+        w.bytes += [0xc0 | UInt8(last >> 8), UInt8(last & 0xff)]
+        w.u16(1)
+        w.u16(1)
+        w.u32(300)
+        w.u16(4)
+        w.bytes += [198, 18, 0, 1]
+        if links + 1 <= 256 {
+            let message = try DNSMessage(decoding: w.bytes)
+            #expect(message.answers.last?.name.description == "a.test")
+        } else {
+            #expect(throws: WireError.tooManyPointers(offset: owner)) { try DNSMessage(decoding: w.bytes) }
+        }
+    }
+
     @Test func rejectsForwardAndOutOfRangePointers() {
         var w = WireBuilder()
         w.bytes += [0xc0, 0xff]

@@ -42,7 +42,33 @@ import Testing
                 owner = target
             }
             let payload: [UInt8] = question.type == .txt ? [4] + Array("cdn!".utf8) : [0, 1, 0]
-            answers.append(.init(name: owner, type: question.type, ttl: 300, data: .opaque(payload)))
+            let pixel = try! DomainName("pixel.tracker.test")
+            switch first {
+            case "dup":
+                // Two CNAMEs at one owner: this resolver would follow the first, a client may take
+                // the second (dnspython keeps the last).
+                answers = [
+                    .init(name: question.name, type: .cname, ttl: 300, data: .cname(try! DomainName("clean.cdn.test"))),
+                    .init(name: question.name, type: .cname, ttl: 300, data: .cname(pixel)),
+                    .init(name: pixel, type: question.type, ttl: 300, data: .opaque(payload)),
+                ]
+            case "chaos":
+                // A CNAME of class CH, then the listed name's record.
+                answers = [
+                    .init(name: question.name, type: .cname, recordClass: 3, ttl: 300, data: .cname(pixel)),
+                    .init(name: pixel, type: question.type, ttl: 300, data: .opaque(payload)),
+                ]
+            case "x":
+                // A DNAME to the listed zone without its synthesized CNAME (RFC 6672 breaks it; a client
+                // that does DNAME itself follows it).
+                let owner = try! DomainName(question.name.description.split(separator: ".").dropFirst().joined(separator: "."))
+                answers = [
+                    .init(name: owner, type: RecordType(rawValue: 39), ttl: 300, data: .opaque((try! DomainName("tracker.test")).wire)),
+                    .init(name: try! DomainName("x.tracker.test"), type: question.type, ttl: 300, data: .opaque(payload)),
+                ]
+            default:
+                answers.append(.init(name: owner, type: question.type, ttl: 300, data: .opaque(payload)))
+            }
             return DNSMessage(id: message.id, flags: 0x8180, questions: [question], answers: answers).encode()
         }
     }
@@ -58,6 +84,9 @@ import Testing
         var builder = LocalZone.Builder()
         builder.blockAnswer = block
         builder.addBlockList(Array("tracker.test\nads.test\n".utf8), source: "list")
+        try builder.addRecord("local.tracker.test A 10.0.0.1")
+        try builder.addRecord("home.site.test CNAME clean.site.test")
+        try builder.addRecord("away.site.test CNAME pixel.tracker.test")
         let upstream = ChainUpstream(Self.chains)
         let configuration = HTTPDNSConfiguration(upstreams: [], localZone: try builder.build())
         return (HTTPDNSResolver(configuration: configuration, options: HTTPDNSOptions(), upstreams: [upstream], metrics: metrics), upstream)
@@ -78,12 +107,29 @@ import Testing
         let cloaked = try await ask(resolver, "cloaked.site.test", type)
         #expect(cloaked.responseCode == .nameError, "\(cloaked.answers)")
         #expect(cloaked.answers.isEmpty, "no record of the chain is passed on: \(cloaked.answers)")
-        // The listed alias 41 steps down the chain: walked to its end, not to a fixed depth.
+        // The listed alias 41 steps down the chain: found wherever it is.
         let deep = try await ask(resolver, "deep.site.test", type)
         #expect(deep.responseCode == .nameError && deep.answers.isEmpty, "\(deep.answers)")
         #expect(try metrics.expectCounter("httpdns_local_answers_total", [("kind", "blocked")]).totalValue == 2)
         // Both were asked upstream (the asked names are not listed): blocked on what came back.
         #expect(upstream.asked.withLock { $0 } == ["cloaked.site.test \(type)", "deep.site.test \(type)"])
+    }
+
+    /// Names a client could reach that this resolver's own walk would not (redteam of the F33 fix):
+    /// the second of two CNAMEs at one owner, a CNAME of another class, a DNAME's records without
+    /// their CNAME. Every owner and CNAME target in the answer is checked.
+    @Test(arguments: ["dup.site.test", "chaos.site.test", "x.dname.site.test"])
+    func everyNameInTheAnswerIsChecked(name: String) async throws {
+        let (resolver, _) = try resolver()
+        for type in [RecordType.txt, .https] {
+            let answer = try await ask(resolver, name, type)
+            #expect(answer.responseCode == .nameError && answer.answers.isEmpty, "\(name) \(type): \(answer.answers)")
+        }
+        await #expect {
+            try await resolver.serviceBindings(for: name)
+        } throws: {
+            ($0 as? DNSError)?.code == .nxdomain
+        }
     }
 
     @Test func unlistedChainsAndLoopsAreRelayedAsTheUpstreamSentThem() async throws {
@@ -93,6 +139,27 @@ import Testing
         #expect(clean.answers.map(\.type) == [.cname, .cname, .txt])
         let loop = try await ask(resolver, "loop.site.test", .txt)
         #expect(loop.responseCode == .noError && loop.answers.count == 4)
+    }
+
+    /// The library's HTTPS/SVCB lookups ask local data first, as the daemon does for every type: a
+    /// local name is never blocked nor sent upstream, a local alias leaving the local data is
+    /// followed (and blocked when it leads to a listed name).
+    @Test func serviceBindingLookupsAskLocalDataFirst() async throws {
+        let (resolver, upstream) = try resolver()
+        await #expect {
+            try await resolver.serviceBindings(for: "local.tracker.test")
+        } throws: {
+            ($0 as? DNSError)?.code == .nodata
+        }
+        let home = try await resolver.serviceBindings(for: "home.site.test")
+        #expect(home.host == "home.site.test" && home.records.count == 1, "\(home)")
+        #expect(home.canonicalName == "end.cdn.test")
+        await #expect {
+            try await resolver.serviceBindings(for: "away.site.test")
+        } throws: {
+            ($0 as? DNSError)?.code == .nxdomain
+        }
+        #expect(upstream.asked.withLock { $0 } == ["clean.site.test HTTPS"])
     }
 
     @Test func theBlockAnswerIsTheConfiguredOne() async throws {
@@ -108,7 +175,7 @@ import Testing
         await #expect {
             try await resolver.serviceBindings(for: "cloaked.site.test")
         } throws: {
-            ($0 as? DNSError)?.code == .nxdomain && ($0 as? DNSError)?.message.contains("pixel.tracker.test") == true
+            ($0 as? DNSError)?.code == .nxdomain && ($0 as? DNSError)?.message.contains("pixel.tracker.test in its answer") == true
         }
         // A listed name itself never reaches the upstream.
         await #expect {

@@ -7,8 +7,9 @@ import HTTPDNS
 /// A and AAAA come from the engine (remaining TTL, a CNAME to the canonical name); NXDOMAIN and
 /// NODATA as such; upstream failures SERVFAIL (REFUSED when the upstream refused). Other types, and
 /// names that are valid DNS but not host names (`a+b.example`), are forwarded as they are to the
-/// trusted DoH upstreams and returned unchanged but for the ID, the question's letter case and —
-/// with DNSSEC validation on — the AD bit, which only what this daemon validated may carry.
+/// trusted DoH or DoT upstreams and returned unchanged but for the ID, the question's letter case
+/// and — with DNSSEC validation on — the AD bit, which only what this daemon validated may carry;
+/// or blocked, when a block list covers a name of their answer section (F33).
 enum DNSResponder {
     typealias Answer = DNSAnswers.Answer
 
@@ -82,9 +83,11 @@ enum DNSResponder {
         }
         do {
             var response = try await resolver.forward(query.wire)
-            // CNAME cloaking in a relayed type (HTTPS, TXT, MX…): a listed alias on the chain blocks
-            // the answer as it does an address answer's (F33).
-            if let zone = resolver.configuration.localZone, resolver.blockedAlias(inRelayed: response) != nil {
+            // Decoded once here (the forwarder checked it decodes): for the block check and the TTL.
+            let message = try? DNSMessage(decoding: response)
+            // CNAME cloaking in a relayed type (HTTPS, TXT, MX…): a listed name in the answer blocks
+            // it as it does an address answer (F33).
+            if let zone = resolver.configuration.localZone, let message, resolver.blockedName(inRelayed: message) != nil {
                 return DNSAnswers.response(to: query, blocked: zone.blockAnswer, ttl: zone.blockTTL)
             }
             DNSResponseWriter.restoreQuestion(&response, from: query)
@@ -92,7 +95,7 @@ enum DNSResponder {
             // forwarded data was not validated here, so the upstream's AD — which a lying upstream
             // sets at will — is not passed on.
             if resolver.configuration.dnssec.policy != .off, response.count > 3 { response[3] &= ~0x20 }
-            return Answer(bytes: response, minTTL: DNSAnswers.minTTL(of: response), provenance: .init(source: "forwarded"))
+            return Answer(bytes: response, minTTL: message.map(DNSAnswers.minTTL(of:)) ?? 0, provenance: .init(source: "forwarded"))
         } catch {
             return Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.serverFailure.rawValue).finish(), minTTL: 0)
         }
