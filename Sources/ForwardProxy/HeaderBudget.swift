@@ -6,7 +6,6 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import ResolverConfig
 import ServiceLifecycle
 
 /// Counts a connection's bytes until its request head is complete and answers 431 past the limit

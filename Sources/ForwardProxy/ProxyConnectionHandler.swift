@@ -6,7 +6,6 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import ResolverConfig
 import ServiceLifecycle
 
 /// One client connection: reads the request head, applies the policy, resolves, dials, and forwards

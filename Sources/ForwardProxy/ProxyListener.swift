@@ -6,7 +6,6 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import ResolverConfig
 import ServiceLifecycle
 
 /// The local forward proxy (`proxy_listen:`): HTTP/1.1 `CONNECT host:port` tunnels opened to the

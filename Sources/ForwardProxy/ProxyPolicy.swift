@@ -1,7 +1,6 @@
 import DNSCore
 import DaemonHTTP
 import Foundation
-import ResolverConfig
 
 /// Where a proxy request wants to go.
 struct ProxyTarget: Sendable, Hashable {
@@ -78,7 +77,7 @@ struct ProxyRefusal: Error, Sendable, Equatable {
 
 /// The proxy's decisions, pure: authentication, target policy, destination filtering.
 struct ProxyPolicy: Sendable {
-    let settings: DaemonSettings.Proxy
+    let settings: ProxySettings
 
     /// Whether `header` (the `Proxy-Authorization` value) names a configured user and password.
     /// Without `auth_file`, everyone may use the proxy.

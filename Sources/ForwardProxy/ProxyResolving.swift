@@ -1,12 +1,11 @@
 import DNSCore
-import ResolverConfig
 
 /// What the forward proxy needs of the daemon: its settings, trusted addresses, the watcher's word
 /// on a host, and somewhere to count. All both of its paths (the splice relay, the NIO handlers)
 /// see of it.
 package protocol ProxyResolving: Sendable {
     /// `proxy:` now: read per connection, so a SIGHUP applies to new ones.
-    var settings: DaemonSettings.Proxy { get }
+    var settings: ProxySettings { get }
     /// The time a client has to send its request head (`limits.request_timeout`).
     var headTimeout: Duration { get }
     /// `host`'s trusted addresses when they are known without waiting (a fresh cached answer).

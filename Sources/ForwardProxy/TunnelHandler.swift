@@ -6,7 +6,6 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import ResolverConfig
 import ServiceLifecycle
 
 /// One side of a tunnel: what it reads is written to its partner; a partner that cannot take more

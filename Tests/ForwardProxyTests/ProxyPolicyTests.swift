@@ -22,7 +22,7 @@ import Testing
     }
 
     @Test func basicAuthenticationIsCheckedExactly() {
-        var settings = DaemonSettings.Proxy()
+        var settings = ProxySettings()
         #expect(ProxyPolicy(settings: settings).authorizes(nil), "no auth_file: open")
         settings.users = ["alice": "s3cret:with:colons"]
         let policy = ProxyPolicy(settings: settings)
@@ -38,7 +38,7 @@ import Testing
     }
 
     @Test func portsPatternsAndDestinations() throws {
-        var settings = DaemonSettings.Proxy()
+        var settings = ProxySettings()
         settings.allow = ["hd.test"]
         settings.deny = ["*.blocked.hd.test"]
         let policy = ProxyPolicy(settings: settings)
@@ -58,7 +58,7 @@ import Testing
 
     /// docs/threat-model.md F8: an allow list of names admitted every IP literal (`CONNECT 127.0.0.4:18480`).
     @Test func allowAndDenyListsApplyToIPLiterals() throws {
-        var settings = DaemonSettings.Proxy()
+        var settings = ProxySettings()
         settings.connectPorts = [443]
         settings.allow = ["origin.hd.test", "192.0.2.7", "[2001:db8::7]"]
         let policy = ProxyPolicy(settings: settings)

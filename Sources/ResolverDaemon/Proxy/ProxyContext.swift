@@ -7,7 +7,7 @@ import ResolverConfig
 struct ProxyContext: ProxyResolving {
     let state: DaemonState
 
-    var settings: DaemonSettings.Proxy { state.current.config.daemon.proxy }
+    var settings: ProxySettings { ProxySettings(state.current.config.daemon.proxy) }
 
     var headTimeout: Duration { state.current.config.daemon.limits.requestTimeout }
 
@@ -29,5 +29,21 @@ struct ProxyContext: ProxyResolving {
         case .tunnels(let delta): metrics.proxyTunnelsOpen(delta)
         case .connectionsOpen(let count): metrics.proxyConnectionsOpen(count)
         }
+    }
+}
+
+extension ProxySettings {
+    /// The configuration file's `proxy:` as the proxy takes it.
+    init(_ proxy: DaemonSettings.Proxy) {
+        self.init()
+        connectPorts = proxy.connectPorts
+        allow = proxy.allow
+        deny = proxy.deny
+        allowPrivateDestinations = proxy.allowPrivateDestinations
+        users = proxy.users
+        maxConnections = proxy.maxConnections
+        connectTimeout = proxy.connectTimeout
+        idleTimeout = proxy.idleTimeout
+        maxHeaderBytes = proxy.maxHeaderBytes
     }
 }

@@ -1,4 +1,3 @@
-import CRelay
 import Foundation
 import Glibc
 import Synchronization
