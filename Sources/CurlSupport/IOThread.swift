@@ -19,9 +19,8 @@ package enum IOThread {
 /// Callers hand these threads work and wake them once per burst. As ordinary threads under load,
 /// each wake preempted the caller on the spot when both shared a core: the worker took one query,
 /// slept again, the caller went on to the next — a pair of context switches per query and most of
-/// the CPU a miss cost (BENCHMARKS.md, "The daemon as a forwarder on misses": the event loop
-/// switched 49,700 times in 5 s at 7,300 misses/s; 580 times at 12,200/s with the worker batch-
-/// scheduled). A woken `SCHED_BATCH` thread does not preempt the running one, so the caller
+/// the CPU a miss cost (measured in docs/benchmarks-history.md, "The forwarding path with DoH on
+/// libcurl's multi handle"). A woken `SCHED_BATCH` thread does not preempt the running one, so the caller
 /// finishes its turn and the worker takes the whole burst in one write. Only while busy: an idle
 /// worker is an ordinary thread again, so a lone lookup on a machine busy with other work is not
 /// kept waiting for someone else's time slice (as the proxy's relay does, `SpliceRelay`). If the
