@@ -294,7 +294,7 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ]),
-        .testTarget(name: "DaemonListeningTests", dependencies: ["DaemonListening"]),
+        .testTarget(name: "DaemonListeningTests", dependencies: ["DaemonListening", .product(name: "NIOCore", package: "swift-nio")]),
         .testTarget(
             name: "ForwardProxyTests",
             dependencies: [

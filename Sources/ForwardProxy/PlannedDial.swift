@@ -99,11 +99,3 @@ final class PlannedDial {
         done(result)
     }
 }
-
-extension TimeAmount {
-    /// A configured duration on NIO's clock, with ``TunnelPlan/nanoseconds(_:)``'s bounds (never a
-    /// trap on a configured value).
-    init(setting duration: Duration) {
-        self = .nanoseconds(Int64(clamping: TunnelPlan.nanoseconds(duration)))
-    }
-}

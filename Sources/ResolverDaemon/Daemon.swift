@@ -4,6 +4,7 @@ import Crypto
 import DNSCore
 import DNSStubServer
 import DaemonHTTP
+import DaemonListening
 import ForwardProxy
 import Foundation
 import HTTPDNS
@@ -795,7 +796,7 @@ struct WatchdogPinger: Service {
         let loops = Array(group.makeIterator())
         let watchdog = EventLoopWatchdog(loops: loops.count, window: interval)
         let beats = loops.enumerated().map { index, loop in
-            loop.scheduleRepeatedTask(initialDelay: .zero, delay: .nanoseconds(Int64(interval / 4 / .nanoseconds(1)))) { _ in
+            loop.scheduleRepeatedTask(initialDelay: .zero, delay: TimeAmount(setting: interval / 4)) { _ in
                 watchdog.beat(index)
             }
         }

@@ -1,4 +1,5 @@
 import DaemonListening
+import NIOCore
 import Synchronization
 import Testing
 
@@ -54,4 +55,21 @@ private final class ReportedCounts: Sendable {
     private let reported = Mutex<[Int]>([])
     var values: [Int] { reported.withLock { $0 } }
     func append(_ value: Int) { reported.withLock { $0.append(value) } }
+}
+
+/// Every listener's one conversion of a configured `Duration` to NIO's clock: exact in range,
+/// clamped, never a trap, outside it.
+@Suite struct TimeAmountSettingTests {
+    @Test func durationsConvertExactlyAndClampAtTheBounds() {
+        #expect(TimeAmount(setting: .seconds(10)) == .seconds(10))
+        #expect(TimeAmount(setting: .milliseconds(1_500)) == .milliseconds(1_500))
+        #expect(TimeAmount(setting: .nanoseconds(1)) == .nanoseconds(1))
+        #expect(TimeAmount(setting: .zero) == .zero)
+        #expect(TimeAmount(setting: .seconds(-5)) == .zero)
+        #expect(TimeAmount(setting: .seconds(9_223_372_036)) == .nanoseconds(9_223_372_036_000_000_000))
+        #expect(TimeAmount(setting: .seconds(9_223_372_037)) == .nanoseconds(.max))
+        #expect(TimeAmount(setting: .seconds(Int64.max)) == .nanoseconds(.max))
+        #expect(TimeAmount(setting: .seconds(9_223_372_036) + .nanoseconds(854_775_807)) == .nanoseconds(.max))
+        #expect(TimeAmount(setting: .seconds(9_223_372_036) + .nanoseconds(854_775_808)) == .nanoseconds(.max))
+    }
 }

@@ -1,6 +1,7 @@
 import DNSStubServer
 import DaemonHTTP
 import Foundation
+import DaemonListening
 import NIOCore
 import ResolverConfig
 
@@ -98,9 +99,8 @@ struct RequestPolicy: Sendable {
 extension HTTPListener.Limits {
     /// The listener's limits from the configuration's `limits:`.
     init(_ limits: DaemonSettings.Limits, drainTimeout: Duration) {
-        func amount(_ duration: Duration) -> TimeAmount { .nanoseconds(Int64(duration / .nanoseconds(1))) }
         self.init(
-            maxBodyBytes: limits.maxBodyBytes, requestTimeout: amount(limits.requestTimeout), idleTimeout: amount(limits.idleTimeout),
-            drainTimeout: amount(drainTimeout))
+            maxBodyBytes: limits.maxBodyBytes, requestTimeout: TimeAmount(setting: limits.requestTimeout),
+            idleTimeout: TimeAmount(setting: limits.idleTimeout), drainTimeout: TimeAmount(setting: drainTimeout))
     }
 }
