@@ -1,7 +1,7 @@
 import DNSStubServer
 import DaemonHTTP
-import Foundation
 import DaemonListening
+import Foundation
 import NIOCore
 import ResolverConfig
 
