@@ -185,12 +185,6 @@ package enum DNSAnswers {
 
     /// The smallest TTL of a response's answers (OPT aside); for a negative answer, the SOA's
     /// negative TTL (RFC 2308 §5); 0 when neither says.
-    package static func minTTL(of response: [UInt8]) -> UInt32 {
-        guard let message = try? DNSMessage(decoding: response) else { return 0 }
-        return minTTL(of: message)
-    }
-
-    /// The same of a decoded response.
     package static func minTTL(of message: DNSMessage) -> UInt32 {
         message.answers.filter { $0.type != .opt }.map(\.ttl).min() ?? message.negativeTTL ?? 0
     }
