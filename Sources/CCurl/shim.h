@@ -84,6 +84,7 @@ typedef struct {
     unsigned int alpn_length;
 } httpdns_tls_record;
 
+long SSL_CTX_ctrl(void *ctx, int command, long larg, void *parg);
 int SSL_CTX_set_alpn_protos(void *ctx, const unsigned char *protos, unsigned int protos_len);
 void SSL_get0_alpn_selected(const void *ssl, const unsigned char **data, unsigned int *len);
 void SSL_CTX_set_cert_verify_callback(void *ctx, int (*callback)(void *store, void *arg), void *arg);
@@ -135,6 +136,11 @@ static inline CURLcode httpdns_set_up_tls_context(CURL *handle, void *ssl_ctx, v
     static const unsigned char protocols[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
     if (record->offer_h2 && SSL_CTX_set_alpn_protos(ssl_ctx, protocols, sizeof protocols) != 0) return CURLE_SSL_CONNECT_ERROR;
     SSL_CTX_set_cert_verify_callback(ssl_ctx, httpdns_verify_and_record, record);
+    /* SSL_CTX_clear_mode(ssl_ctx, SSL_MODE_RELEASE_BUFFERS), a macro over SSL_CTX_ctrl: libcurl sets
+       the mode, which frees OpenSSL's record buffers whenever a read or write empties them. On a
+       connection that carries a pipeline of small messages that is a malloc and free of ~17 KiB per
+       read and per write, which dominated the DoT worker's allocator time (BENCHMARKS.md, DoT). */
+    SSL_CTX_ctrl(ssl_ctx, 78 /* SSL_CTRL_CLEAR_MODE */, 0x10L /* SSL_MODE_RELEASE_BUFFERS */, NULL);
     return CURLE_OK;
 }
 

@@ -83,7 +83,7 @@ final class Transfer: @unchecked Sendable {
         if request.decodesContent { try set(CURLOPT_ACCEPT_ENCODING, "") }
         if request.connectOnly { try set(CURLOPT_CONNECT_ONLY, 1) }
         if !request.offersALPN || request.offersHTTP2OwnALPN { try set(CURLOPT_SSL_ENABLE_ALPN, 0) }
-        if request.connectOnly, request.offersHTTP2OwnALPN || request.collectsCertificates {
+        if request.connectOnly {
             let record = tlsRecord ?? .allocate(capacity: 1)
             if tlsRecord != nil { httpdns_tls_record_clear(record) }
             record.initialize(

@@ -11,6 +11,15 @@ public struct DomainName: Sendable, Hashable, CustomStringConvertible {
     /// Wire form, lower-cased: `[3]api[7]example[4]test[0]`.
     public let wire: [UInt8]
 
+    /// The wire bytes in one call: the synthesized hash feeds the hasher byte by byte, which was
+    /// 4 % of a DoT client's CPU (every lookup hashes its name into the cache, its shard and the
+    /// single flight several times).
+    public func hash(into hasher: inout Hasher) {
+        wire.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    public static func == (lhs: DomainName, rhs: DomainName) -> Bool { lhs.wire == rhs.wire }
+
     /// The largest wire length of a name (RFC 1035 §3.1).
     public static let maxWireLength = 255
     /// The largest label (RFC 1035 §2.3.4).

@@ -64,11 +64,13 @@ package final class ResolverEngine: Sendable {
     /// the options allow. Throws the lookup's ``DNSError``.
     package func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
         let started = clock.now
-        if var hit = resolveWithoutWaiting(host, type: type) {
+        var parsed: DomainName?
+        if var hit = hit(host, type, parsed: &parsed) {
             hit.elapsed = clock.now - started
             return hit
         }
-        let name = try DomainName(host)
+        let name: DomainName
+        if let parsed { name = parsed } else { name = try DomainName(host) }
         guard !pool.upstreams.isEmpty || fallback != nil else {
             throw DNSError(.invalidConfiguration, "no trusted upstream is configured")
         }
@@ -90,6 +92,13 @@ package final class ResolverEngine: Sendable {
     /// its prefetch window), counted as a hit like `resolve` counts it. Nil when `resolve` would
     /// have to go out: call it then. Negative answers are nil here too.
     package func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
+        var parsed: DomainName?
+        return hit(host, type, parsed: &parsed)
+    }
+
+    /// `resolveWithoutWaiting`, leaving the name it parsed (if it got that far) in `parsed`, so that
+    /// a miss does not parse it again.
+    private func hit(_ host: String, _ type: AddressQuery, parsed: inout DomainName?) -> Resolution? {
         if let literal = IPAddress(host) {
             return Resolution(
                 host: host, addresses: [ResolvedAddress(ip: literal, ttl: 0)], source: .literal,
@@ -97,7 +106,9 @@ package final class ResolverEngine: Sendable {
         }
         // A finished resolution kept from the last second, or one built from fresh entries.
         let now = clock.now
-        guard let hit = memo.resolution(for: host, type: type, now: now) ?? fromCache(host, type, now: now)?.usable else { return nil }
+        guard let hit = memo.resolution(for: host, type: type, now: now) ?? fromCache(host, type, now: now, parsed: &parsed)?.usable else {
+            return nil
+        }
         metrics.hits.increment(by: type == .both ? 2 : 1)
         return hit
     }
@@ -108,19 +119,21 @@ package final class ResolverEngine: Sendable {
     package func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
         let now = clock.now
         if let hit = memo.resolution(for: host, type: type, now: now) { return hit }
-        return fromCache(host, type, now: now)?.resolution
+        var parsed: DomainName?
+        return fromCache(host, type, now: now, parsed: &parsed)?.resolution
     }
 
     /// A resolution built from the cache alone (fresh or stale), and the same resolution as `usable`
     /// when a lookup may return it without the slow path: every entry fresh, none a remembered
     /// failure, none in its prefetch window. Usable ones are kept in the memo.
     private func fromCache(
-        _ host: String, _ type: AddressQuery, now: ResolverInstant
+        _ host: String, _ type: AddressQuery, now: ResolverInstant, parsed: inout DomainName?
     )
         -> (resolution: Resolution, usable: Resolution?)?
     {
         let generation = memo.currentGeneration
         guard let name = try? DomainName(host) else { return nil }
+        parsed = name
         var outcomes: [TypeOutcome] = []
         var validUntil = now + .seconds(1)
         var usable = true

@@ -43,11 +43,17 @@ struct DoTFraming: PipelineFraming {
     var capacity: Int { Self.maxInFlight }
     var isDraining: Bool { false }
 
+    /// The next ID to try: drawn at random when the connection starts, then counted up. Inside TLS
+    /// an ID only has to be unique among the queries whose answers may still come (`isTaken`); a
+    /// random draw per query cost a `getrandom(2)` each.
+    var nextID = UInt16.random(in: 0...UInt16.max)
+
     func start(into output: inout [UInt8]) {}
 
-    func send(_ query: [UInt8], into output: inout [UInt8], isTaken: (UInt32) -> Bool) -> UInt32 {
-        var id = UInt16.random(in: 0...UInt16.max)
+    mutating func send(_ query: [UInt8], into output: inout [UInt8], isTaken: (UInt32) -> Bool) -> UInt32 {
+        var id = nextID
         while isTaken(UInt32(id)) { id &+= 1 }
+        nextID = id &+ 1
         let length = query.count
         output.append(UInt8(length >> 8))
         output.append(UInt8(length & 0xff))

@@ -13,18 +13,11 @@ import Glibc
 /// every transfer), written and read by a worker thread of its own.
 ///
 /// Callers hand queries over through `shared`; the worker (started when a query comes, gone once
-/// the connection has been idle for ``idleTimeout``) connects, writes, polls and reads, and resumes
+/// the connection has been idle for ``PipelineState/idleTimeout``) connects, writes, polls and reads, and resumes
 /// each caller with its answer or its failure. A query costs two thread hops and no per-transfer
 /// setup: what makes DoT and DoH here as fast as the fastest forwarders (BENCHMARKS.md).
 final class PipelineClient<Framing: PipelineFraming>: Sendable {
-    struct Job {
-        var token: UInt64
-        var wire: [UInt8]
-        var deadline: ContinuousClock.Instant
-        /// Connections that closed with this query unanswered and nothing else answered: after
-        /// ``PipelineClient/maxAttempts`` the query fails.
-        var failedAttempts = 0
-    }
+    typealias Job = PipelineJob
 
     struct Shared {
         var queue: [Job] = []
@@ -32,11 +25,6 @@ final class PipelineClient<Framing: PipelineFraming>: Sendable {
         var nextToken: UInt64 = 0
         var running = false
     }
-
-    /// A query goes out on at most this many connections that close without answering anything.
-    static var maxAttempts: Int { 3 }
-    /// An unused connection is closed after this long (servers close theirs after 10–30 s).
-    static var idleTimeout: Duration { .seconds(10) }
 
     let endpoint: UpstreamEndpoint
     let trust: TLSTrust
@@ -187,48 +175,26 @@ struct AbandonedKeys {
     static var maxKeys: Int { 4_096 }
 
     var isFull: Bool { keys.count >= Self.maxKeys }
+    var count: Int { keys.count }
     func contains(_ key: UInt32) -> Bool { keys.contains(key) }
     mutating func insert(_ key: UInt32) { keys.insert(key) }
     /// The late answer came: the key is free again.
     mutating func remove(_ key: UInt32) { keys.remove(key) }
 }
 
-/// The worker's state: touched by its own thread only.
+/// The thread of one ``PipelineClient``: it connects, writes, polls and reads for a
+/// ``PipelineState``, which decides everything else, and resumes callers as the state says. Touched
+/// by its own thread only.
 private final class PipelineWorker<Framing: PipelineFraming> {
-    typealias Job = PipelineClient<Framing>.Job
-
-    struct Flight {
-        var job: Job
-        var sentAt: ContinuousClock.Instant
-    }
-
     let client: PipelineClient<Framing>
     var connection: CurlConnection?
-    var framing: Framing
-    /// Taken from the queue, not yet written.
-    var waiting: [Job] = []
-    var inFlight: [UInt32: Flight] = [:]
-    var abandoned = AbandonedKeys()
-    /// No query in flight has a deadline before this (nil: none in flight), so that neither the
-    /// expiry check nor the poll timeout walks every query on every turn.
-    var earliestDeadline: ContinuousClock.Instant?
-    /// Bytes to write; `written` of them are gone. A write TLS could not take is repeated with the
-    /// same length (`retryLength`), as OpenSSL requires.
-    var output: [UInt8] = []
-    var written = 0
-    var retryLength = 0
-    var input: [UInt8] = []
-    var events: [PipelineEvent] = []
-    var lastReceived = ContinuousClock.now
-    /// Answers on the current connection: one that closes after answering some has made progress
-    /// (servers limit queries per connection), and its unanswered queries go out again freely.
-    var answered = 0
-    var lastUsed = ContinuousClock.now
+    var state: PipelineState<Framing>
+    var actions: [PipelineAction] = []
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 8)
 
     init(client: PipelineClient<Framing>) {
         self.client = client
-        self.framing = client.makeFraming()
+        self.state = PipelineState(framing: client.makeFraming(), now: .now)
     }
 
     deinit { buffer.deallocate() }
@@ -236,145 +202,98 @@ private final class PipelineWorker<Framing: PipelineFraming> {
     func run() {
         var scheduling = BatchWhileBusy()
         while true {
-            let jobs: [Job]? = client.shared.withLock { shared in
+            let jobs: [PipelineJob]? = client.shared.withLock { shared in
                 let jobs = shared.queue
                 shared.queue = []
-                if jobs.isEmpty, waiting.isEmpty, inFlight.isEmpty, connection == nil {
+                if jobs.isEmpty, state.isIdle {
                     shared.running = false
                     return nil
                 }
                 return jobs
             }
             guard let jobs else { return }
-            waiting += jobs
-            scheduling.update(underWay: waiting.count + inFlight.count)
+            state.enqueue(jobs)
+            scheduling.update(underWay: state.underWay)
             let now = ContinuousClock.now
-            expire(now)
-            if connection != nil, framing.isDraining || abandoned.isFull, inFlight.isEmpty { close() }
-            if connection == nil, !waiting.isEmpty { connect() }
+            state.tick(now, &actions)
+            perform()
             if connection != nil {
-                send()
-                poll(until: nextWake(now))
-            } else if !inFlight.isEmpty || !waiting.isEmpty {
+                state.send(.now)
+                flush()
+                poll(until: state.wake(now))
+            } else if !state.isIdle {
                 continue
             }
-            if connection != nil, inFlight.isEmpty, waiting.isEmpty, ContinuousClock.now - lastUsed >= PipelineClient<Framing>.idleTimeout {
-                close()
+            state.closeIfIdle(.now, &actions)
+            perform()
+        }
+    }
+
+    /// Does what the state asked for, in order; what that leads to (a connection's outcome) may
+    /// ask for more.
+    func perform() {
+        while !actions.isEmpty {
+            let batch = actions
+            actions.removeAll(keepingCapacity: true)
+            for action in batch {
+                switch action {
+                case .finish(let token, let result): client.finish(token, result)
+                case .close: connection = nil
+                case .protocolRefused: client.noteProtocolRefused()
+                case .connect(let deadline): connect(deadline)
+                }
             }
         }
     }
 
-    /// Fails the queries whose time is up. One that got nothing back while the connection stayed
-    /// silent marks the connection as dead: it is closed, and the others are sent again.
-    func expire(_ now: ContinuousClock.Instant) {
-        waiting.removeAll { job in
-            guard job.deadline <= now else { return false }
-            client.finish(job.token, .failure(DNSError(.timeout, "no connection within the time left")))
-            return true
-        }
-        guard let earliest = earliestDeadline, earliest <= now else { return }
-        var silent = false
-        var next: ContinuousClock.Instant?
-        for (key, flight) in inFlight {
-            guard flight.job.deadline <= now else {
-                next = min(next ?? flight.job.deadline, flight.job.deadline)
-                continue
-            }
-            inFlight[key] = nil
-            framing.abandon(key, into: &output)
-            if Framing.rewritesIDs { abandoned.insert(key) }
-            if lastReceived < flight.sentAt { silent = true }
-            client.finish(flight.job.token, .failure(DNSError(.timeout, "no answer in time")))
-        }
-        earliestDeadline = next
-        if silent { drop("the connection went silent") }
-    }
-
-    func connect() {
-        guard let first = waiting.map(\.deadline).min() else { return }
-        let budget = first - .now
+    func connect(_ deadline: ContinuousClock.Instant) {
         do {
-            let opened = try CurlConnection.open(client.connectRequest(budget: budget), http2: client.http2)
+            let opened = try CurlConnection.open(client.connectRequest(budget: deadline - .now), http2: client.http2)
             guard client.chainMatchesHashes(opened.certificates) else {
-                failWaiting(DNSError(.tlsFailed, "no certificate of the server's verified chain matches the stamp's certificate hashes"))
+                let message = "no certificate of the server's verified chain matches the stamp's certificate hashes"
+                state.connectFailed(DNSError(.tlsFailed, message), &actions)
                 return
             }
             if client.http2, let picked = opened.negotiatedProtocol, picked != "h2" {
                 // Said in the verified handshake: the server speaks HTTP/2 on no connection.
-                client.noteProtocolRefused()
-                failWaiting(DNSError(.malformedResponse, "the server does not speak HTTP/2 (ALPN picked \(picked))"))
+                state.connectFailed(DNSError(.malformedResponse, "the server does not speak HTTP/2 (ALPN picked \(picked))"), refused: true, &actions)
                 return
             }
             connection = opened
-            framing = client.makeFraming()
-            framing.start(into: &output)
-            answered = 0
-            lastReceived = .now
-            lastUsed = .now
+            state.connected(client.makeFraming(), .now)
         } catch {
             // Whatever the handshake's failure — an alert included, which is not authenticated — it
             // says nothing lasting about the server: the next query connects again.
-            failWaiting(DNSError(HTTPTransport.code(for: error.code), error.message))
+            state.connectFailed(DNSError(HTTPTransport.code(for: error.code), error.message), &actions)
         }
-    }
-
-    func failWaiting(_ failure: DNSError) {
-        for job in waiting { client.finish(job.token, .failure(failure)) }
-        waiting = []
-    }
-
-    /// Moves waiting queries onto the connection and writes.
-    func send() {
-        let now = ContinuousClock.now
-        while inFlight.count < framing.capacity, !abandoned.isFull, !waiting.isEmpty {
-            let job = waiting.removeFirst()
-            let key = framing.send(job.wire, into: &output) { inFlight[$0] != nil || abandoned.contains($0) }
-            inFlight[key] = Flight(job: job, sentAt: now)
-            earliestDeadline = min(earliestDeadline ?? job.deadline, job.deadline)
-            lastUsed = now
-        }
-        flush()
     }
 
     func flush() {
         guard let connection else { return }
-        while written < output.count {
-            let length = retryLength > 0 ? retryLength : min(output.count - written, 16 * 1024)
-            let start = written
-            // A retry repeats its length (TLS requires it); output only grows between tries, so the
-            // slice stays inside it — checked, as raw slices are not in release builds.
-            precondition(start + length <= output.count, "a retried write past the output")
-            let outcome = output.withUnsafeBytes { bytes in
-                Result { () throws(CurlError) in try connection.send(UnsafeRawBufferPointer(rebasing: bytes[start..<start + length])) }
+        while let range = state.nextWrite {
+            let outcome = state.output.withUnsafeBytes { bytes in
+                Result { () throws(CurlError) in try connection.send(UnsafeRawBufferPointer(rebasing: bytes[range])) }
             }
-            guard case .success(let sent) = outcome else {
+            switch outcome {
+            case .success(let sent):
+                state.wrote(sent)
+                if sent == 0 { return }
+            case .failure(let error):
                 // The server may have answered some before it closed: take those first.
                 receive()
-                if self.connection != nil, case .failure(let error) = outcome { drop("sending failed: \(error.message)") }
+                if self.connection != nil {
+                    state.lost("sending failed: \(error.message)", &actions)
+                    perform()
+                }
                 return
             }
-            if sent == 0 {
-                retryLength = length
-                return
-            }
-            retryLength = 0
-            written += sent
         }
-        output.removeAll(keepingCapacity: true)
-        written = 0
-    }
-
-    func nextWake(_ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
-        var wake = lastUsed + PipelineClient<Framing>.idleTimeout
-        if let earliestDeadline { wake = min(wake, earliestDeadline) }
-        for job in waiting { wake = min(wake, job.deadline) }
-        return max(now, wake)
     }
 
     func poll(until wake: ContinuousClock.Instant) {
         guard let connection else { return }
         var fds = [
-            pollfd(fd: connection.socket, events: Int16(POLLIN) | (written < output.count ? Int16(POLLOUT) : 0), revents: 0),
+            pollfd(fd: connection.socket, events: Int16(POLLIN) | (state.wantsWrite ? Int16(POLLOUT) : 0), revents: 0),
             pollfd(fd: client.wake, events: Int16(POLLIN), revents: 0),
         ]
         let remaining = wake - .now
@@ -389,9 +308,8 @@ private final class PipelineWorker<Framing: PipelineFraming> {
         if fds[0].revents & (Int16(POLLIN) | Int16(POLLHUP) | Int16(POLLERR)) != 0 { receive() }
     }
 
-    /// Reads everything waiting (TLS may hold decrypted bytes the socket no longer shows) and
-    /// delivers each whole answer. What is read is handed to the framing read by read, so a server
-    /// that never stops sending is held to one read and one frame of buffer.
+    /// Reads everything waiting (TLS may hold decrypted bytes the socket no longer shows) and hands
+    /// it to the state read by read.
     func receive() {
         var closed: String?
         while let connection {
@@ -405,50 +323,16 @@ private final class PipelineWorker<Framing: PipelineFraming> {
                 closed = "the server closed the connection"
                 break
             }
-            lastReceived = .now
-            input.append(contentsOf: buffer[0..<count])
-            deliver()
+            state.received(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), .now, &actions)
+            perform()
         }
         if closed == nil, let connection { Self.acknowledgeAtOnce(connection.socket) }
         // Answers that came before the close have been delivered first.
-        if let closed, connection != nil { drop(closed) }
-        if !output.isEmpty, connection != nil { flush() }
-    }
-
-    /// Hands the buffered bytes to the framing and acts on what they carried.
-    func deliver() {
-        framing.receive(&input, into: &output, events: &events)
-        for event in events {
-            switch event {
-            case .answer(let key, var message):
-                // A key nobody waits for is a late answer to a query that timed out: dropped, and
-                // the key is free again.
-                guard let flight = inFlight.removeValue(forKey: key) else {
-                    abandoned.remove(key)
-                    continue
-                }
-                if Framing.rewritesIDs {
-                    message[0] = flight.job.wire[0]
-                    message[1] = flight.job.wire[1]
-                }
-                answered += 1
-                client.finish(flight.job.token, .success(message))
-            case .failed(let key, let error):
-                guard let flight = inFlight.removeValue(forKey: key) else { continue }
-                answered += 1
-                client.finish(flight.job.token, .failure(error))
-            case .unprocessed(let key):
-                guard let flight = inFlight.removeValue(forKey: key) else { continue }
-                waiting.append(flight.job)
-            case .broken(let error):
-                fail(error)
-            case .refused(let error):
-                client.noteProtocolRefused()
-                fail(error)
-                failWaiting(error)
-            }
+        if let closed, connection != nil {
+            state.lost(closed, &actions)
+            perform()
         }
-        events.removeAll(keepingCapacity: true)
+        if state.wantsWrite, connection != nil { flush() }
     }
 
     /// Servers write pipelined answers one by one, and those without TCP_NODELAY (BIND 9.18's and
@@ -458,41 +342,5 @@ private final class PipelineWorker<Framing: PipelineFraming> {
     static func acknowledgeAtOnce(_ socket: Int32) {
         var on: Int32 = 1
         _ = setsockopt(socket, Int32(IPPROTO_TCP), TCP_QUICKACK, &on, socklen_t(MemoryLayout<Int32>.size))
-    }
-
-    /// Closes the connection after a failure: queries sent on it and not answered go out again on a
-    /// new connection (RFC 7766 §6.2.1) — always when it answered others first (servers limit the
-    /// queries a connection carries), else up to ``PipelineClient/maxAttempts`` connections in all.
-    func drop(_ why: String) {
-        let progressed = answered > 0
-        close()
-        for flight in inFlight.values {
-            var job = flight.job
-            if !progressed { job.failedAttempts += 1 }
-            if job.failedAttempts >= PipelineClient<Framing>.maxAttempts {
-                client.finish(job.token, .failure(DNSError(.connectFailed, why)))
-            } else {
-                waiting.append(job)
-            }
-        }
-        inFlight = [:]
-        earliestDeadline = nil
-    }
-
-    /// A server that breaks the framing cannot be trusted with the rest of the pipeline.
-    func fail(_ error: DNSError) {
-        close()
-        for flight in inFlight.values { client.finish(flight.job.token, .failure(error)) }
-        inFlight = [:]
-        earliestDeadline = nil
-    }
-
-    func close() {
-        connection = nil
-        abandoned = AbandonedKeys()
-        output = []
-        written = 0
-        retryLength = 0
-        input = []
     }
 }

@@ -29,21 +29,23 @@ import Testing
     }
 
     /// F27 of redteam-4: the IDs of queries given up on a connection are not drawn again while their
-    /// late answers may come, however the random draws fall (4,000 reserved of 65,536: a draw hits one
-    /// about every 16 times, so 20,000 draws would hit hundreds without the reservation).
+    /// late answers may come, wherever the connection's count stands (4,000 reserved of 65,536, the
+    /// count put on a random ID before each draw: a fifth of the draws start on a reserved one).
     @Test func abandonedDoTIDsAreNotDrawnAgain() {
         var abandoned = AbandonedKeys()
-        let framing = DoTFraming()
+        var framing = DoTFraming()
         var output: [UInt8] = []
         let query: [UInt8] = [0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1]
-        for _ in 0..<4_000 {
-            abandoned.insert(framing.send(query, into: &output) { abandoned.contains($0) })
-        }
+        while abandoned.count < 4_000 { abandoned.insert(UInt32(UInt16.random(in: 0...UInt16.max))) }
         #expect(!abandoned.isFull)
         var drawnAgain = 0
-        for _ in 0..<20_000 where abandoned.contains(framing.send(query, into: &output) { abandoned.contains($0) }) {
-            drawnAgain += 1
+        var startedOnAReservedID = 0
+        for _ in 0..<20_000 {
+            framing.nextID = UInt16.random(in: 0...UInt16.max)
+            if abandoned.contains(UInt32(framing.nextID)) { startedOnAReservedID += 1 }
+            if abandoned.contains(framing.send(query, into: &output) { abandoned.contains($0) }) { drawnAgain += 1 }
         }
+        #expect(startedOnAReservedID > 0)
         #expect(drawnAgain == 0)
         // A late answer frees its ID; the bound closes the connection's account.
         var bounded = AbandonedKeys()
@@ -51,5 +53,26 @@ import Testing
         #expect(bounded.isFull)
         bounded.remove(0)
         #expect(!bounded.contains(0) && !bounded.isFull)
+    }
+
+    /// IDs are counted up from a random start, skipping the taken ones, and wrap: 70,000 queries with
+    /// 128 in flight never put two in flight under one ID, and the ID on the wire is the key.
+    @Test func doTIDsAreUniqueInFlightAcrossTheWrap() {
+        var framing = DoTFraming()
+        framing.nextID = UInt16.max - 10
+        var inFlight: [UInt32] = []
+        var output: [UInt8] = []
+        let query: [UInt8] = [0xab, 0xcd, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1]
+        var collisions = 0
+        var mislabelled = 0
+        for _ in 0..<70_000 {
+            output.removeAll(keepingCapacity: true)
+            let key = framing.send(query, into: &output) { inFlight.contains($0) }
+            if inFlight.contains(key) { collisions += 1 }
+            if UInt32(output[2]) << 8 | UInt32(output[3]) != key { mislabelled += 1 }
+            inFlight.append(key)
+            if inFlight.count > 128 { inFlight.removeFirst() }
+        }
+        #expect(collisions == 0 && mislabelled == 0)
     }
 }

@@ -1,0 +1,316 @@
+import DNSCore
+
+/// A query handed to a ``PipelineClient``: who waits for it, its bytes, and until when.
+struct PipelineJob: Sendable {
+    var token: UInt64
+    var wire: [UInt8]
+    var deadline: ContinuousClock.Instant
+    /// Connections that closed with this query unanswered and nothing else answered: after
+    /// ``PipelineState/maxAttempts`` the query fails.
+    var failedAttempts = 0
+}
+
+/// What the thread that drives a ``PipelineState`` does for it.
+enum PipelineAction: Equatable {
+    /// Open a connection; the handshake must be done by `deadline` (the first waiting query's).
+    case connect(deadline: ContinuousClock.Instant)
+    /// Resume the caller waiting for the token.
+    case finish(UInt64, Result<[UInt8], DNSError>)
+    /// Close the connection (the state has already forgotten it).
+    case close
+    /// The server does not speak the framing's protocol: the client says so for a while
+    /// (``PipelineClient/noteProtocolRefused(at:)``).
+    case protocolRefused
+}
+
+/// The decisions of one upstream connection and the queries it carries, as a value: which query goes
+/// out when, under which key, what an answer, a close, a silence or a deadline does to each, when to
+/// connect and when to close. No I/O and no clock: every input says when it happened, and every
+/// decision comes back as bytes to write (``nextWrite``) and ``PipelineAction``s. The thread in
+/// ``PipelineClient`` only moves bytes, polls and resumes callers; the tests drive this directly
+/// with a scripted server and their own instants (`PipelineStateTests`).
+struct PipelineState<Framing: PipelineFraming> {
+    typealias Job = PipelineJob
+    typealias Action = PipelineAction
+
+    struct Flight {
+        var job: Job
+        var sentAt: ContinuousClock.Instant
+    }
+
+    /// A query goes out on at most this many connections that close without answering anything.
+    static var maxAttempts: Int { 3 }
+    /// An unused connection is closed after this long (servers close theirs after 10–30 s).
+    static var idleTimeout: Duration { .seconds(10) }
+    /// The most written in one call, so that a write TLS could not take is retried with a length
+    /// the output still holds.
+    static var writeChunk: Int { 16 * 1024 }
+
+    private(set) var isConnected = false
+    private(set) var framing: Framing
+    /// Taken from the queue, not yet written.
+    private(set) var waiting: [Job] = []
+    private(set) var inFlight: [UInt32: Flight] = [:]
+    private(set) var abandoned = AbandonedKeys()
+    /// No query in flight has a deadline before this (nil: none in flight), so that neither the
+    /// expiry check nor the poll timeout walks every query on every turn.
+    private var earliestDeadline: ContinuousClock.Instant?
+    /// Bytes to write; `written` of them are gone. A write TLS could not take is repeated with the
+    /// same length (`retryLength`), as OpenSSL requires.
+    private(set) var output: [UInt8] = []
+    private var written = 0
+    private var retryLength = 0
+    private var input: [UInt8] = []
+    private var events: [PipelineEvent] = []
+    private var lastReceived: ContinuousClock.Instant
+    /// Answers on the current connection: one that closes after answering some has made progress
+    /// (servers limit queries per connection), and its unanswered queries go out again freely.
+    private var answered = 0
+    private var lastUsed: ContinuousClock.Instant
+
+    init(framing: Framing, now: ContinuousClock.Instant) {
+        self.framing = framing
+        lastReceived = now
+        lastUsed = now
+    }
+
+    /// Nothing waits, nothing is in flight, no connection is open: the thread may end.
+    var isIdle: Bool { waiting.isEmpty && inFlight.isEmpty && !isConnected }
+    /// Queries taken and not finished.
+    var underWay: Int { waiting.count + inFlight.count }
+    /// Bytes wait to be written.
+    var wantsWrite: Bool { written < output.count }
+
+    mutating func enqueue(_ jobs: [Job]) {
+        waiting += jobs
+    }
+
+    /// The turn's decisions before any I/O: queries whose time is up fail, a drained connection
+    /// closes, and a connection is asked for when queries wait and none is open.
+    mutating func tick(_ now: ContinuousClock.Instant, _ actions: inout [Action]) {
+        expire(now, &actions)
+        if isConnected, framing.isDraining || abandoned.isFull, inFlight.isEmpty { close(&actions) }
+        if !isConnected, let first = waiting.map(\.deadline).min() { actions.append(.connect(deadline: first)) }
+    }
+
+    /// The connection asked for is open, with a new `framing`.
+    mutating func connected(_ framing: Framing, _ now: ContinuousClock.Instant) {
+        self.framing = framing
+        self.framing.start(into: &output)
+        isConnected = true
+        answered = 0
+        lastReceived = now
+        lastUsed = now
+    }
+
+    /// The connection asked for could not be opened: the waiting queries fail with `error` (the
+    /// next query connects again). `refused`: the server showed, inside a verified handshake, that
+    /// it does not speak the framing's protocol.
+    mutating func connectFailed(_ error: DNSError, refused: Bool = false, _ actions: inout [Action]) {
+        if refused { actions.append(.protocolRefused) }
+        failWaiting(error, &actions)
+    }
+
+    /// Moves waiting queries onto the connection, as far as the framing and the reserved keys let.
+    mutating func send(_ now: ContinuousClock.Instant) {
+        guard isConnected else { return }
+        while inFlight.count < framing.capacity, !abandoned.isFull, !waiting.isEmpty {
+            let job = waiting.removeFirst()
+            let key = framing.send(job.wire, into: &output) { [inFlight, abandoned] in inFlight[$0] != nil || abandoned.contains($0) }
+            inFlight[key] = Flight(job: job, sentAt: now)
+            earliestDeadline = min(earliestDeadline ?? job.deadline, job.deadline)
+            lastUsed = now
+        }
+    }
+
+    /// The bytes of ``output`` to write next, nil when none wait. After a write that took nothing the
+    /// same range comes again (TLS requires the retry to repeat it).
+    var nextWrite: Range<Int>? {
+        guard isConnected, written < output.count else { return nil }
+        let length = retryLength > 0 ? retryLength : min(output.count - written, Self.writeChunk)
+        // Output only grows between tries, so a retried range stays inside it.
+        precondition(written + length <= output.count, "a retried write past the output")
+        return written..<written + length
+    }
+
+    /// The connection took `count` bytes of ``nextWrite`` (0: it could take none now).
+    mutating func wrote(_ count: Int) {
+        guard let range = nextWrite else { return }
+        guard count > 0 else {
+            retryLength = range.count
+            return
+        }
+        retryLength = 0
+        written += min(count, range.count)
+        if written == output.count {
+            output.removeAll(keepingCapacity: true)
+            written = 0
+        }
+    }
+
+    /// Bytes read from the connection at `now`: each whole answer is delivered. What is read is
+    /// handed to the framing read by read, so a server that never stops sending is held to one read
+    /// and one frame of buffer.
+    mutating func received(_ bytes: UnsafeRawBufferPointer, _ now: ContinuousClock.Instant, _ actions: inout [Action]) {
+        guard isConnected else { return }
+        lastReceived = now
+        input.append(contentsOf: bytes)
+        deliver(&actions)
+    }
+
+    /// The connection closed or failed (`why`): queries sent on it and not answered go out again on
+    /// a new connection (RFC 7766 §6.2.1) — always when it answered others first (servers limit the
+    /// queries a connection carries), else up to ``maxAttempts`` connections in all.
+    mutating func lost(_ why: String, _ actions: inout [Action]) {
+        guard isConnected else { return }
+        let progressed = answered > 0
+        close(&actions)
+        for flight in inFlight.values {
+            var job = flight.job
+            if !progressed { job.failedAttempts += 1 }
+            if job.failedAttempts >= Self.maxAttempts {
+                actions.append(.finish(job.token, .failure(DNSError(.connectFailed, why))))
+            } else {
+                waiting.append(job)
+            }
+        }
+        inFlight = [:]
+        earliestDeadline = nil
+    }
+
+    /// Until when the thread may wait for the connection before it must decide again: the first
+    /// deadline, or the idle close.
+    func wake(_ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
+        var wake = lastUsed + Self.idleTimeout
+        if let earliestDeadline { wake = min(wake, earliestDeadline) }
+        for job in waiting { wake = min(wake, job.deadline) }
+        return max(now, wake)
+    }
+
+    /// Closes a connection nothing has used for ``idleTimeout``.
+    mutating func closeIfIdle(_ now: ContinuousClock.Instant, _ actions: inout [Action]) {
+        if isConnected, inFlight.isEmpty, waiting.isEmpty, now - lastUsed >= Self.idleTimeout { close(&actions) }
+    }
+
+    /// Fails the queries whose time is up. One that got nothing back while the connection stayed
+    /// silent marks the connection as dead: it is closed, and the others are sent again.
+    private mutating func expire(_ now: ContinuousClock.Instant, _ actions: inout [Action]) {
+        waiting.removeAll { job in
+            guard job.deadline <= now else { return false }
+            actions.append(.finish(job.token, .failure(DNSError(.timeout, "no connection within the time left"))))
+            return true
+        }
+        guard let earliest = earliestDeadline, earliest <= now else { return }
+        var silent = false
+        var next: ContinuousClock.Instant?
+        for (key, flight) in inFlight {
+            guard flight.job.deadline <= now else {
+                next = min(next ?? flight.job.deadline, flight.job.deadline)
+                continue
+            }
+            inFlight[key] = nil
+            framing.abandon(key, into: &output)
+            if Framing.rewritesIDs { abandoned.insert(key) }
+            // Nothing read since it went out (a read at the very instant counts as before it).
+            if lastReceived <= flight.sentAt { silent = true }
+            actions.append(.finish(flight.job.token, .failure(DNSError(.timeout, "no answer in time"))))
+        }
+        earliestDeadline = next
+        if silent { lost("the connection went silent", &actions) }
+    }
+
+    private mutating func failWaiting(_ failure: DNSError, _ actions: inout [Action]) {
+        for job in waiting { actions.append(.finish(job.token, .failure(failure))) }
+        waiting = []
+    }
+
+    /// Hands the buffered bytes to the framing and acts on what they carried.
+    private mutating func deliver(_ actions: inout [Action]) {
+        framing.receive(&input, into: &output, events: &events)
+        for event in events {
+            switch event {
+            case .answer(let key, var message):
+                // A key nobody waits for is a late answer to a query that timed out: dropped, and
+                // the key is free again.
+                guard let flight = inFlight.removeValue(forKey: key) else {
+                    abandoned.remove(key)
+                    continue
+                }
+                answered += 1
+                guard Self.answers(message, flight.job.wire) else {
+                    actions.append(.finish(flight.job.token, .failure(DNSError(.mismatchedResponse, "the response does not answer the question asked"))))
+                    continue
+                }
+                if Framing.rewritesIDs {
+                    message[0] = flight.job.wire[0]
+                    message[1] = flight.job.wire[1]
+                }
+                actions.append(.finish(flight.job.token, .success(message)))
+            case .failed(let key, let error):
+                guard let flight = inFlight.removeValue(forKey: key) else { continue }
+                answered += 1
+                actions.append(.finish(flight.job.token, .failure(error)))
+            case .unprocessed(let key):
+                guard let flight = inFlight.removeValue(forKey: key) else { continue }
+                waiting.append(flight.job)
+            case .broken(let error):
+                fail(error, &actions)
+            case .refused(let error):
+                actions.append(.protocolRefused)
+                fail(error, &actions)
+                failWaiting(error, &actions)
+            }
+        }
+        events.removeAll(keepingCapacity: true)
+        if inFlight.isEmpty { earliestDeadline = nil }
+    }
+
+    /// A server that breaks the framing cannot be trusted with the rest of the pipeline.
+    private mutating func fail(_ error: DNSError, _ actions: inout [Action]) {
+        guard isConnected else { return }
+        close(&actions)
+        for flight in inFlight.values { actions.append(.finish(flight.job.token, .failure(error))) }
+        inFlight = [:]
+        earliestDeadline = nil
+    }
+
+    private mutating func close(_ actions: inout [Action]) {
+        isConnected = false
+        abandoned = AbandonedKeys()
+        output = []
+        written = 0
+        retryLength = 0
+        input = []
+        actions.append(.close)
+    }
+
+    /// Whether `answer` echoes the question of `query` (RFC 5452 §9.1: name, case aside, type and
+    /// class): an answer under a query's key that is not to its question is no answer to it, however
+    /// it got there. An answer without a question passes only as an error (RFC 1035 allows a
+    /// FORMERR or NOTIMP to omit it); a query that is not one question, and bytes that are not a
+    /// response with a whole question, are not judged here (the decoder downstream names them).
+    static func answers(_ answer: [UInt8], _ query: [UInt8]) -> Bool {
+        guard query.count > 12, query[4] == 0, query[5] == 1 else { return true }
+        // The query's question: its name (uncompressed: nothing precedes it), type and class.
+        var end = 12
+        while end < query.count, query[end] != 0 {
+            guard query[end] < 64 else { return true }
+            end += Int(query[end]) + 1
+        }
+        let nameEnd = end + 1
+        guard nameEnd + 4 <= query.count else { return true }
+        // What is not a response, or too short to hold the question, is left to the decoder, which
+        // says what is wrong with it.
+        guard answer.count >= 12, answer[2] & 0x80 != 0 else { return true }
+        if answer[4] == 0, answer[5] == 0 { return answer[3] & 0x0f != 0 }
+        guard answer.count >= nameEnd + 4 else { return true }
+        for index in 12..<nameEnd where lowercased(answer[index]) != lowercased(query[index]) { return false }
+        return answer[nameEnd..<nameEnd + 4] == query[nameEnd..<nameEnd + 4]
+    }
+
+    /// ASCII letters folded; label lengths and other bytes as they are (a length byte is below 64,
+    /// so it is never taken for a letter).
+    private static func lowercased(_ byte: UInt8) -> UInt8 {
+        (0x41...0x5a).contains(byte) ? byte | 0x20 : byte
+    }
+}
