@@ -72,7 +72,9 @@ let package = Package(
             ]),
 
         // One libcurl multi handle driven on its own thread.
-        .target(name: "CurlSupport", dependencies: ["CCurl"]),
+        .target(name: "CurlSupport", dependencies: ["CCurl", "IOScheduling"]),
+        // The one SCHED_BATCH switch of the I/O threads (the pipelines, libcurl's engine, the relay).
+        .target(name: "IOScheduling"),
 
         // DNSSEC: RRSIG/DS verification (swift-crypto); the validator builds on it.
         .target(
@@ -90,7 +92,7 @@ let package = Package(
         .target(
             name: "HTTPDNS",
             dependencies: [
-                "DNSCore", "DNSSEC", "CurlSupport",
+                "DNSCore", "DNSSEC", "CurlSupport", "IOScheduling",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -124,6 +126,7 @@ let package = Package(
             dependencies: [
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
 
         // The daemon's HTTP server: HTTP/1.1 and its own HTTP/2 layer (frame layer, request state
@@ -163,7 +166,7 @@ let package = Package(
         .target(
             name: "ForwardProxy",
             dependencies: [
-                "DNSCore", "DaemonHTTP", "DaemonListening",
+                "DNSCore", "DaemonHTTP", "DaemonListening", "IOScheduling",
                 .target(name: "CRelay", condition: .when(platforms: [.linux])),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -246,6 +249,7 @@ let package = Package(
                 .product(name: "InMemoryLogging", package: "swift-log"),
             ]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
+        .testTarget(name: "IOSchedulingTests", dependencies: ["IOScheduling", "TestSupport"]),
         .testTarget(name: "SystemResolverTests", dependencies: ["SystemResolver", "TestSupport"]),
         .testTarget(
             name: "DNSSECTests",

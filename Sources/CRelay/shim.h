@@ -3,7 +3,6 @@
 // here: the system types must stay the ones Glibc's module has, so these calls are declared as the
 // kernel's ABI has them and wrapped under names of our own.
 #include <fcntl.h>
-#include <sched.h>
 #include <unistd.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -22,12 +21,6 @@ static const int httpdns_f_getpipe_sz = 1032;            /* F_GETPIPE_SZ */
 static inline ssize_t httpdns_splice(int in, int out, size_t length) { return splice(in, 0, out, 0, length, httpdns_splice_flags); }
 static inline int httpdns_pipe2(int fds[2], int flags) { return pipe2(fds, flags); }
 static inline int httpdns_accept4(int fd, int flags) { return accept4(fd, 0, 0, flags); }
-
-/* Switches the calling thread between SCHED_BATCH (3: no wake-up preemption) and SCHED_OTHER (0). */
-static inline int httpdns_sched_batch(int on) {
-    struct sched_param param = {0};
-    return sched_setscheduler(0, on ? 3 : 0, &param);
-}
 
 /* Names the calling thread (what top -H, ps -L and perf show; 15 bytes at most). Foundation's
    Thread.name does not reach the kernel on Linux when set before the thread starts. */

@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import IOScheduling
 import Synchronization
 
 /// One libcurl multi handle driven on its own thread, serving every transfer of the process.

@@ -29,6 +29,8 @@ package struct DNSStub: Service {
     let port: Int
     let maxConnections: Int
     let lookups: LookupBudget
+    /// What open TCP connections get to finish at shutdown.
+    package var drainGrace = ListenerLifetime.drainGrace
     package var onBound: @Sendable (SocketAddress?, SocketAddress?) -> Void = { _, _ in }
 
     /// A stub on `host`:`port` over UDP and TCP; `lookups` is the budget of lookups in flight over
@@ -84,10 +86,7 @@ package struct DNSStub: Service {
         }
         onBound(udp.localAddress, tcp.localAddress)
         answering.logger.notice("dns stub listening", metadata: ["address": "\(host):\(port)", "transports": "udp, tcp"], source: DaemonLog.source)
-        try? await gracefulShutdown()
-        try? await tcp.close()
-        try? await udp.close()
-        await registry.drain(grace: .seconds(1))
+        await ListenerLifetime.serve([tcp, udp], registry: registry, grace: drainGrace)
     }
 }
 

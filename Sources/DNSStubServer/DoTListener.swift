@@ -21,6 +21,8 @@ package struct DoTListener: Service {
     let maxConnections: Int
     let handshakeTimeout: TimeAmount
     let lookups: LookupBudget
+    /// What open connections get to finish at shutdown.
+    package var drainGrace = ListenerLifetime.drainGrace
     package var onBound: @Sendable (SocketAddress?) -> Void = { _ in }
 
     /// A listener on `host`:`port` with the daemon's certificate in `sslContext`; `lookups` is the
@@ -52,9 +54,7 @@ package struct DoTListener: Service {
         }
         onBound(channel.localAddress)
         answering.logger.notice("dns over tls listening", metadata: ["address": "\(host):\(port)"], source: DaemonLog.source)
-        try? await gracefulShutdown()
-        try? await channel.close()
-        await registry.drain(grace: .seconds(1))
+        await ListenerLifetime.serve([channel], registry: registry, grace: drainGrace)
     }
 
     /// Tells the guard that the handshake is done: from then on the query handler keeps time.

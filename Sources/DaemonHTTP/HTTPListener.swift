@@ -80,12 +80,7 @@ package struct HTTPListener: Service {
             metadata: [
                 "address": "\(server.localAddress.map { "\($0)" } ?? "\(host):\(port)")", "scheme": "\(sslContext == nil ? "http" : "https")",
             ], source: DaemonLog.source)
-        await withGracefulShutdownHandler {
-            try? await server.closeFuture.get()
-        } onGracefulShutdown: {
-            server.close(promise: nil)
-        }
-        await registry.drain(grace: drainTimeout)
+        await ListenerLifetime.serve([server], registry: registry, grace: drainTimeout)
     }
 
     private func setUp(_ channel: any Channel) throws {

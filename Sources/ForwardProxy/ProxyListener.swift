@@ -87,12 +87,7 @@ package struct ProxyListener: Service {
         logger.notice(
             "proxy listening", metadata: ["address": "\(address.map { "\($0)" } ?? "\(host):\(port)")", "sockets": "\(servers.count)"],
             source: DaemonLog.source)
-        await withGracefulShutdownHandler {
-            for server in listening { try? await server.closeFuture.get() }
-        } onGracefulShutdown: {
-            for server in listening { server.close(promise: nil) }
-        }
-        await registry.drain(grace: drainTimeout)
+        await ListenerLifetime.serve(listening, registry: registry, grace: drainTimeout)
         #endif
     }
 

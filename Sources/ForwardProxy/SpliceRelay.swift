@@ -4,6 +4,7 @@ import CRelay
 import DNSCore
 import Foundation
 import Glibc
+import IOScheduling
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -211,8 +212,7 @@ private final class RelayLoop: @unchecked Sendable {
     private var acceptDeferred = false
     /// The thread runs as SCHED_BATCH while its tunnels splice at least `batchBytes` between two
     /// sweeps (`splicedSinceSweep`).
-    private var batch = false
-    private var batchAllowed = true
+    private var scheduling: BatchScheduling?
     private var splicedSinceSweep = 0
     /// The copy buffer of small relayed reads, shared by the loop's tunnels (one thread).
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
@@ -267,6 +267,7 @@ private final class RelayLoop: @unchecked Sendable {
     // MARK: The loop
 
     private func run() {
+        scheduling = BatchScheduling()  // the policy of this thread, read by this thread
         let capacity = 256
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
         defer {
@@ -279,7 +280,7 @@ private final class RelayLoop: @unchecked Sendable {
         while !stopping {
             // Sleeps without a deadline only when the sweep has nothing to do: no connection, no
             // deferred accept, no relayed bytes left to report.
-            let idle = open.isEmpty && !acceptDeferred && relayed == (0, 0) && !batch
+            let idle = open.isEmpty && !acceptDeferred && relayed == (0, 0) && !(scheduling?.isBatch ?? false)
             let timeout: CInt = !again.isEmpty ? 0 : idle ? -1 : 50
             let count = epoll_wait(epoll, events, CInt(capacity), timeout)
             now = monotonicNow()
@@ -579,10 +580,7 @@ private final class RelayLoop: @unchecked Sendable {
         if tunnel.spliced > 0 {
             splicedSinceSweep += tunnel.spliced
             tunnel.spliced = 0
-            if !batch && batchAllowed && splicedSinceSweep >= Self.batchBytes {
-                batch = httpdns_sched_batch(1) == 0
-                batchAllowed = batch  // refused (a sandbox): not asked again
-            }
+            if splicedSinceSweep >= Self.batchBytes { scheduling?.set(batch: true) }
         }
         if moved.up > 0 || moved.down > 0 { tunnel.plan.relayed(now: now) }
         if tunnel.bothDirectionsDone { return finish(tunnel) }
@@ -596,7 +594,7 @@ private final class RelayLoop: @unchecked Sendable {
         if relayed.up > 0 { context.count(.bytes(upstream: true, relayed.up)) }
         if relayed.down > 0 { context.count(.bytes(upstream: false, relayed.down)) }
         relayed = (0, 0)
-        if batch && splicedSinceSweep < Self.batchBytes { batch = httpdns_sched_batch(0) != 0 }
+        if splicedSinceSweep < Self.batchBytes { scheduling?.set(batch: false) }
         splicedSinceSweep = 0
         if acceptDeferred && listener >= 0 {
             acceptDeferred = false

@@ -2,6 +2,7 @@ import Crypto
 import CurlSupport
 import DNSCore
 import Foundation
+import IOScheduling
 import Synchronization
 
 #if canImport(Glibc)

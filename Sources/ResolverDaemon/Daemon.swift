@@ -285,9 +285,10 @@ final class DaemonState: Sendable {
 /// The daemon uses the metrics factory and logger it is given; bootstrapping the process's
 /// logging and metrics backends is the executable's business, so tests run it in process.
 package final class Daemon: Sendable {
-    /// How long the HTTP listener waits for its connections to finish on shutdown before it closes
-    /// them; the whole stop stays well inside the service group's own limit.
-    static let drainTimeout: Duration = .seconds(5)
+    /// How long every listener waits for its connections to finish on shutdown before it closes
+    /// them (one grace for all, ``ListenerLifetime``); the whole stop stays well inside the service
+    /// group's own limit.
+    static let drainTimeout = ListenerLifetime.drainGrace
     /// How long a closed TLS connection waits for the client's close_notify.
     static let tlsShutdownTimeout: TimeAmount = .seconds(1)
 
