@@ -238,7 +238,8 @@ struct PipelineState<Framing: PipelineFraming> {
                 }
                 answered += 1
                 guard Self.answers(message, flight.job.wire) else {
-                    actions.append(.finish(flight.job.token, .failure(DNSError(.mismatchedResponse, "the response does not answer the question asked"))))
+                    let error = DNSError(.mismatchedResponse, "the response does not answer the question asked")
+                    actions.append(.finish(flight.job.token, .failure(error)))
                     continue
                 }
                 if Framing.rewritesIDs {

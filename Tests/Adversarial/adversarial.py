@@ -35,6 +35,9 @@ import dns.rdatatype
 import hpack
 import hyperframe.frame as hf
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Fakes"))
+from resolve_daemon import NotifySocket  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CA = os.path.join(ROOT, ".testenv/ca/ca.pem")
 BINARY = None
@@ -69,20 +72,18 @@ class Daemon:
         with open(self.config, "w") as file:
             file.write(config(self.directory, http_port, dns_port, upstream, extra, dns_host))
         self.log = open(os.path.join(self.directory, "daemon.log"), "w+")
+        # Up when it says READY=1 as it would to systemd: every listener bound (a port held by someone
+        # else fails the start instead of passing for ours), the first readiness check done.
+        self.notify = NotifySocket(self.directory)
         self.process = subprocess.Popen(list(prefix) + [BINARY, "daemon", "--config", self.config, "--log-level", "info"],
-                                        stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.time() + 20
-        # Up when both listeners said so (a port held by someone else must not pass for ours).
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError("the daemon exited: " + self.log_text())
-            text = self.log_text()
-            if "dns stub listening" in text and "[ResolverDaemon] listening" in text:
-                break
-            time.sleep(0.1)
-        else:
+                                        stdout=subprocess.DEVNULL, stderr=self.log, env=self.notify.environment())
+        try:
+            self.notify.wait_ready(self.process, self.log_text)
+        except RuntimeError:
             self.process.kill()
-            raise RuntimeError("the daemon did not come up: " + self.log_text())
+            self.process.wait()
+            self.notify.close()
+            raise
 
     def log_text(self):
         self.log.flush()
@@ -109,6 +110,7 @@ class Daemon:
         except subprocess.TimeoutExpired:
             self.process.kill()
             status = self.process.wait()
+        self.notify.close()
         return status, time.time() - started
 
 
@@ -1104,9 +1106,6 @@ class ProxyAttacks(unittest.TestCase):
     def setUpClass(cls):
         cls.daemon = Daemon(PROXY_HTTP, PROXY_DNS, extra=f"""proxy_listen: "127.0.0.1:{PROXY_PORT}"
 proxy: {{connect_ports: [18480, 18481], allow_private_destinations: true, limits: {{max_connections: 400, idle_timeout: 30}}}}""")
-        deadline = time.time() + 10
-        while "proxy listening" not in cls.daemon.log_text() and time.time() < deadline:
-            time.sleep(0.1)
         body, _ = legit_proxy()
         assert b"sni=origin.hd.test" in body, body
         cls.baseline_rss = cls.daemon.rss_mb()
@@ -1199,9 +1198,6 @@ proxy: {{connect_ports: [18480, 18481], allow_private_destinations: true, limits
         daemon = Daemon(18673, 18674, prefix=("prlimit", "--nofile=256"), extra=f"""proxy_listen: "127.0.0.1:{port}"
 proxy: {{connect_ports: [18480], allow_private_destinations: true, limits: {{max_connections: 1000}}}}""")
         try:
-            deadline = time.time() + 10
-            while "proxy listening" not in daemon.log_text() and time.time() < deadline:
-                time.sleep(0.1)
             silent = []
             for _ in range(300):
                 try:
@@ -1227,9 +1223,6 @@ proxy: {{connect_ports: [18480], allow_private_destinations: true, limits: {{max
         daemon = Daemon(18675, 18676, extra=f"""proxy_listen: "127.0.0.1:{port}"
 proxy: {{connect_ports: [18480], allow_private_destinations: true}}""")
         try:
-            deadline = time.time() + 10
-            while "proxy listening" not in daemon.log_text() and time.time() < deadline:
-                time.sleep(0.1)
             tls = ssl.create_default_context(cafile=CA).wrap_socket(proxy_tunnel(port), server_hostname="origin.hd.test")
             daemon.process.send_signal(signal.SIGTERM)
             time.sleep(0.5)
@@ -1296,9 +1289,6 @@ class DoTAttacks(AdversarialTestCase):
         cls.daemon = Daemon(http_port=18644, dns_port=18645, extra=f'dot_listen: "127.0.0.1:{DOT_PORT}"')
         try:
             assert legit_doh(18644)[0] == 200
-            deadline = time.time() + 10
-            while "dns over tls listening" not in cls.daemon.log_text() and time.time() < deadline:
-                time.sleep(0.1)
         except BaseException:
             cls.daemon.stop()
             raise

@@ -989,8 +989,7 @@ def fetch_dials(row, host, trap):
 
 class Daemon(ResolveDaemon):
     def __init__(self, row):
-        super().__init__(BINARY, lambda directory: config_body(row, daemon=True), prefix="forgery-daemon-",
-                         listeners=("dns stub listening", "proxy listening", "[ResolverDaemon] listening"))
+        super().__init__(BINARY, lambda directory: config_body(row, daemon=True), prefix="forgery-daemon-")
 
     def stub(self, host, tcp=False):
         query = dns.message.make_query(host, "A", want_dnssec=True)
