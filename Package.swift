@@ -250,6 +250,14 @@ let package = Package(
             ]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
         .testTarget(name: "IOSchedulingTests", dependencies: ["IOScheduling", "TestSupport"]),
+        .testTarget(
+            name: "RedisCacheTests",
+            dependencies: [
+                "RedisCache", "DNSCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
         .testTarget(name: "SystemResolverTests", dependencies: ["SystemResolver", "TestSupport"]),
         .testTarget(
             name: "DNSSECTests",
@@ -278,7 +286,7 @@ let package = Package(
                 "ResolverDaemon", "DaemonHTTP", "DaemonListening", "DNSStubServer", "ForwardProxy", "HTTPDNS", "DNSCore", "ResolverConfig",
                 "SystemResolver",
                 "TestSupport",
-                "CurlSupport", "RedisCache",
+                "CurlSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -306,7 +314,14 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]),
         .testTarget(
-            name: "DNSStubServerTests", dependencies: ["DNSStubServer", "DNSCore", "TestSupport", .product(name: "NIOCore", package: "swift-nio")]),
+            name: "DNSStubServerTests",
+            dependencies: [
+                "DNSStubServer", "DNSCore", "TestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+            ]),
         .testTarget(name: "ResolveCLITests", dependencies: ["resolve", "TestSupport", "CurlSupport", "DNSCore"]),
     ]
 )

@@ -1,4 +1,3 @@
-import DNSCore
 import NIOCore
 import NIOEmbedded
 import NIOHPACK
@@ -7,19 +6,13 @@ import TestSupport
 import Testing
 
 @testable import DaemonHTTP
-@testable import ResolverDaemon
 
 /// The HTTP/2 handler in an embedded pipeline: bytes in, bytes out (read back as frames by
-/// ``H2Wire``), the gateway and router real, the upstream scripted.
+/// ``H2Wire``), the requests answered by a recording fake (`RecordingHTTPHandler`). The daemon's
+/// own routes through the same handler: `DaemonHTTPRoutingTests` in ResolverDaemonTests.
 @Suite struct HTTP2ConnectionHandlerTests {
     static func get(_ path: String) -> HPACKHeaders {
         HPACKHeaders([(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", path)])
-    }
-
-    static func dohPath(_ name: String, id: UInt16) throws -> String {
-        let wire = DNSMessage(id: id, flags: 0x0100, questions: [.init(name: try DomainName(name), type: .a)]).encode()
-        let base64 = Array(wire).base64URL
-        return "/dns-query?dns=" + base64
     }
 
     /// A connection past the preface: our SETTINGS and the ACK of the client's already read.
@@ -27,8 +20,8 @@ import Testing
         let channel: NIOAsyncTestingChannel
         var wire = H2Wire()
 
-        init(_ fixture: DaemonFixture, configuration: HTTP2RequestStateMachine.Configuration = .init()) async throws {
-            let gateway = fixture.gateway
+        init(_ handling: RecordingHTTPHandler, configuration: HTTP2RequestStateMachine.Configuration = .init()) async throws {
+            let gateway = handling
             // The handler is made and added on the channel's loop: it is not Sendable.
             channel = try await NIOAsyncTestingChannel { channel in
                 try channel.pipeline.syncOperations.addHandler(
@@ -65,12 +58,12 @@ import Testing
         }
     }
 
-    @Test func cachedAnswersOfOneReadLeaveInOneFlushEachInItsOwnWrite() async throws {
-        let fixture = try DaemonFixture()
-        _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
-        let connection = try await Connection(fixture)
-        for (index, id) in [UInt16(11), 22, 33].enumerated() {
-            let bytes = connection.wire.headers(UInt32(2 * index + 1), Self.get(try Self.dohPath("www.hd.test", id: id)), endStream: true)
+    @Test func answersOfOneReadLeaveInOneFlushEachInItsOwnWrite() async throws {
+        let handling = RecordingHTTPHandler()
+        let connection = try await Connection(handling)
+        let paths = ["/dns-query?dns=11", "/dns-query?dns=22", "/dns-query?dns=33"]
+        for (index, path) in paths.enumerated() {
+            let bytes = connection.wire.headers(UInt32(2 * index + 1), Self.get(path), endStream: true)
             connection.channel.pipeline.fireChannelRead(bytes)
         }
         #expect(try await connection.writes().isEmpty, "nothing is flushed before the read completes")
@@ -78,52 +71,34 @@ import Testing
         let writes = try await connection.writes()
         // One write (so one TLS record) per answer: dnsperf loses a second answer in a record.
         #expect(writes.count == 3, "\(writes)")
-        for (index, id) in [UInt16(11), 22, 33].enumerated() {
+        for (index, path) in paths.enumerated() {
             let frames = connection.wire.frames(writes[index])
             #expect(frames.map(\.type) == [H2Wire.Kind.headers, H2Wire.Kind.data])
             #expect(frames.last?.endStream == true)
             let (status, body) = frames.response(UInt32(2 * index + 1))
             #expect(status == "200")
-            let message = try DNSMessage(decoding: body)
-            #expect(message.id == id)
-            #expect(message.answers.first?.data == .address(IPAddress("198.18.0.10")!))
+            #expect(body == Array(RecordingHTTPHandler.body(for: path).utf8))
             let headers = frames.first?.headers
             #expect(headers?.first(name: "content-type") == "application/dns-message")
             #expect(headers?.first(name: "content-length") == String(body.count))
         }
-        #expect(fixture.requests("/dns-query", "GET", 200) == 3)
+        #expect(handling.requests == paths.map { "GET \($0)" })
     }
 
     @Test func aLookupIsAnsweredWhenItFinishes() async throws {
-        let fixture = try DaemonFixture(upstream: ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(50), ["198.18.0.77"])))
-        let connection = try await Connection(fixture)
-        try await connection.send(connection.wire.headers(1, Self.get(try Self.dohPath("slow.hd.test", id: 5)), endStream: true))
+        let handling = RecordingHTTPHandler(delay: .milliseconds(50))
+        let connection = try await Connection(handling)
+        try await connection.send(connection.wire.headers(1, Self.get("/dns-query?dns=slow"), endStream: true))
+        #expect(try await connection.written().isEmpty, "nothing before the answer")
         let frames = try await connection.frames(2)
         #expect(frames.response(1).status == "200")
-        #expect(try DNSMessage(decoding: frames.response(1).body).answers.first?.data == .address(IPAddress("198.18.0.77")!))
-        #expect(fixture.state.requestsInFlight.load(ordering: .relaxed) == 0)
-    }
-
-    @Test func otherPathsGoThroughTheRouterWithThePolicy() async throws {
-        let fixture = try DaemonFixture(extra: "auth_token: test-token-0123456789abcdef")
-        let connection = try await Connection(fixture)
-        try await connection.send(connection.wire.headers(1, Self.get("/healthz"), endStream: true))
-        try await connection.send(connection.wire.headers(3, Self.get("/v1/status"), endStream: true))
-        var authorized = Self.get("/nope")
-        authorized.add(name: "authorization", value: "Bearer test-token-0123456789abcdef")
-        try await connection.send(connection.wire.headers(5, authorized, endStream: true))
-        let frames = try await connection.frames(5)
-        #expect(frames.response(1).status == "200")
-        #expect(frames.response(1).body == Array("ok\n".utf8))
-        #expect(frames.response(3).status == "401")
-        #expect(frames.response(5).status == "404")
-        #expect(fixture.requests("/v1/status", "GET", 401) == 1)
-        #expect(fixture.requests("NotFound", "GET", 404) == 1)
+        #expect(frames.response(1).body == Array(RecordingHTTPHandler.body(for: "/dns-query?dns=slow").utf8))
+        #expect(handling.answered == 1)
     }
 
     @Test func aMalformedRequestIsResetAndAnOversizedOneAnswered413ThenReset() async throws {
-        let fixture = try DaemonFixture()
-        let connection = try await Connection(fixture)
+        let handling = RecordingHTTPHandler()
+        let connection = try await Connection(handling)
         let malformed = HPACKHeaders([(":method", "GET"), (":path", "/healthz")])
         try await connection.send(connection.wire.headers(1, malformed, endStream: true))
         let reset = try await connection.frames(1)
@@ -140,11 +115,12 @@ import Testing
         #expect(frames.response(3).status == "413")
         #expect(frames.last?.type == H2Wire.Kind.rstStream)
         #expect(frames.last?.errorCode == H2Wire.Code.noError, "RST_STREAM NO_ERROR last: \(frames)")
+        #expect(handling.requests.isEmpty && handling.early == ["413 /dns-query"])
     }
 
     @Test func bodiesRefillTheirStreamWindowAndSlowOnesGet408() async throws {
-        let fixture = try DaemonFixture()
-        let connection = try await Connection(fixture)
+        let handling = RecordingHTTPHandler()
+        let connection = try await Connection(handling)
         let post = HPACKHeaders([(":method", "POST"), (":scheme", "https"), (":path", "/dns-query"), ("content-type", "application/dns-message")])
         try await connection.send(connection.wire.headers(1, post, endStream: false))
         // Three frames in one read: the stream's window comes back in full, the connection's once
@@ -161,18 +137,18 @@ import Testing
         await connection.channel.testingEventLoop.advanceTime(by: .seconds(11))
         let frames = try await connection.frames(2)
         #expect(frames.response(1).status == "408")
+        #expect(handling.requests.isEmpty && handling.early == ["408 /dns-query"])
     }
 
     /// Review F2: a client that sends many requests in one read and reads nothing back is answered
     /// only until the channel is full; the rest of the read waits (no answer queued for it) and is
     /// taken up when the channel drains.
     @Test func aReadIsNotAnsweredPastAFullChannel() async throws {
-        let fixture = try DaemonFixture()
-        _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
-        let connection = try await Connection(fixture)
+        let handling = RecordingHTTPHandler()
+        let connection = try await Connection(handling)
         var bytes = ByteBuffer()
         for index in 0..<20 {
-            let path = try Self.dohPath("www.hd.test", id: UInt16(index))
+            let path = "/dns-query?dns=\(index)"
             bytes.writeImmutableBuffer(connection.wire.headers(UInt32(2 * index + 1), Self.get(path), endStream: true))
         }
         connection.channel.isWritable = false
@@ -180,6 +156,7 @@ import Testing
         connection.channel.pipeline.fireChannelReadComplete()
         var answered = try await connection.written().of(type: H2Wire.Kind.headers)
         #expect(answered.count == 1, "one answer, then the channel was full")
+        #expect(handling.requests.count == 1, "the rest of the read not handed on either")
         connection.channel.isWritable = true
         connection.channel.pipeline.fireChannelWritabilityChanged()
         answered = try await connection.written().of(type: H2Wire.Kind.headers)
@@ -191,17 +168,16 @@ import Testing
     /// connection open, even while the client lets other answers through to look busy: after the
     /// idle timeout, GOAWAY and close.
     @Test func answersWaitingForAClosedWindowTimeOut() async throws {
-        let fixture = try DaemonFixture()
-        _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
+        let handling = RecordingHTTPHandler()
         var configuration = HTTP2RequestStateMachine.Configuration()
         configuration.idleTimeout = .seconds(5)
-        let connection = try await Connection(fixture, configuration: configuration)
+        let connection = try await Connection(handling, configuration: configuration)
         // INITIAL_WINDOW_SIZE 0: no DATA can go out.
         var settings = ByteBuffer()
         settings.writeInteger(UInt16(4))
         settings.writeInteger(UInt32(0))
         try await connection.send(H2Wire.frame(H2Wire.Kind.settings, flags: 0, stream: 0, settings))
-        try await connection.send(connection.wire.headers(1, Self.get(try Self.dohPath("www.hd.test", id: 1)), endStream: true))
+        try await connection.send(connection.wire.headers(1, Self.get("/dns-query?dns=1"), endStream: true))
         let head = try await connection.frames(2)
         #expect(head.map(\.type).contains(H2Wire.Kind.headers))
         #expect(!head.contains { $0.type == H2Wire.Kind.data }, "no window for the body")
@@ -225,9 +201,9 @@ import Testing
     }
 
     @Test func quiescingSendsGOAWAYAndClosesOnceAnswered() async throws {
-        let fixture = try DaemonFixture(upstream: ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(50), ["198.18.0.77"])))
-        let connection = try await Connection(fixture)
-        try await connection.send(connection.wire.headers(1, Self.get(try Self.dohPath("drain.hd.test", id: 1)), endStream: true))
+        let handling = RecordingHTTPHandler(delay: .milliseconds(50))
+        let connection = try await Connection(handling)
+        try await connection.send(connection.wire.headers(1, Self.get("/dns-query?dns=drain"), endStream: true))
         connection.channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
         let goAway = try await connection.frames(1)
         #expect(goAway.first?.type == H2Wire.Kind.goAway)
@@ -241,23 +217,6 @@ import Testing
         let frames = try await connection.frames(2)
         #expect(frames.response(1).status == "200")
         try await connection.channel.closeFuture.get()
-    }
-}
-
-extension Array where Element == UInt8 {
-    /// base64url without padding (RFC 4648 §5), for DoH GET parameters.
-    var base64URL: String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-        var out: [UInt8] = []
-        var index = 0
-        while index < count {
-            let a = self[index], b = index + 1 < count ? self[index + 1] : 0, c = index + 2 < count ? self[index + 2] : 0
-            out.append(alphabet[Int(a >> 2)])
-            out.append(alphabet[Int((a & 3) << 4 | b >> 4)])
-            if index + 1 < count { out.append(alphabet[Int((b & 15) << 2 | c >> 6)]) }
-            if index + 2 < count { out.append(alphabet[Int(c & 63)]) }
-            index += 3
-        }
-        return String(decoding: out, as: UTF8.self)
+        #expect(handling.requests == ["GET /dns-query?dns=drain"], "the refused stream never reached the handler")
     }
 }

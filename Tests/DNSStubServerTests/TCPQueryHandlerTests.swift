@@ -7,7 +7,6 @@ import TestSupport
 import Testing
 
 @testable import DNSStubServer
-@testable import ResolverDaemon
 
 /// DNS over TCP in an embedded pipeline: pipelined queries, backpressure, bounded work in flight.
 @Suite struct TCPQueryHandlerTests {
@@ -19,18 +18,16 @@ import Testing
         return buffer
     }
 
-    func channel(_ fixture: DaemonFixture) async throws -> NIOAsyncTestingChannel {
-        let state = fixture.state
+    func channel(_ answering: RecordingStubAnswerer) async throws -> NIOAsyncTestingChannel {
         // The handler is made and added on the channel's loop: it is not Sendable.
-        return try await NIOAsyncTestingChannel { channel in
-            try channel.pipeline.syncOperations.addHandler(TCPQueryHandler(answering: StubAnswerer(state: state), lookups: LookupBudget(limit: 100)))
+        try await NIOAsyncTestingChannel { channel in
+            try channel.pipeline.syncOperations.addHandler(TCPQueryHandler(answering: answering, lookups: LookupBudget(limit: 100)))
         }
     }
 
     @Test func aClientThatDoesNotReadGetsNothingMoreQueuedUntilItDoes() async throws {
-        let fixture = try DaemonFixture()
-        _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
-        let channel = try await channel(fixture)
+        let answering = RecordingStubAnswerer(answersWithoutWaiting: true)
+        let channel = try await channel(answering)
         channel.isWritable = false
         var burst = ByteBuffer()
         for id in 1...200 {
@@ -51,12 +48,12 @@ import Testing
             if answered == 200 { break }
         }
         #expect(answered == 200, "every pipelined query answered, in order")
+        #expect(answering.lookups.isEmpty, "each answered without a lookup")
     }
 
     @Test func atMostSixteenLookupsRunForOneConnection() async throws {
-        let upstream = ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(300), ["198.18.0.9"]))
-        let fixture = try DaemonFixture(upstream: upstream)
-        let channel = try await channel(fixture)
+        let answering = RecordingStubAnswerer(answersWithoutWaiting: false, delay: .milliseconds(300))
+        let channel = try await channel(answering)
         var burst = ByteBuffer()
         for id in 1...40 {
             var one = try Self.framed("n\(id).hd.test", id: UInt16(id))
@@ -64,18 +61,18 @@ import Testing
         }
         try await channel.writeInbound(burst)
         try await Task.sleep(for: .milliseconds(100))
-        #expect(upstream.events.count == TCPQueryHandler.maxPending, "the rest wait until answers go out")
+        #expect(answering.lookups.count == TCPQueryHandler.maxPending, "the rest wait until answers go out")
         var answered = 0
         while answered < 40 {
             var buffer = try await channel.waitForOutboundWrite(as: ByteBuffer.self)
             while let length = buffer.readInteger(as: UInt16.self), buffer.readBytes(length: Int(length)) != nil { answered += 1 }
         }
-        #expect(upstream.events.count == 40)
+        #expect(answering.lookups == (1...40).map { "n\($0).hd.test" }, "every query looked up once, in order")
     }
 
     @Test func garbageFramesGetFORMERRAndAResponseClosesTheConnection() async throws {
-        let fixture = try DaemonFixture()
-        let channel = try await channel(fixture)
+        let answering = RecordingStubAnswerer()
+        let channel = try await channel(answering)
         var garbage = ByteBuffer()
         garbage.writeInteger(UInt16(14))
         garbage.writeBytes([0x12, 0x34, 0x01, 0x00, 0, 2, 0, 0, 0, 0, 0, 0, 0xde, 0xad])
@@ -88,6 +85,7 @@ import Testing
         response.setInteger(UInt16(0x8180), at: 4)  // QR set
         try await channel.writeInbound(response)
         try await channel.closeFuture.get()
+        #expect(answering.events.contains("malformed") && answering.lookups.isEmpty)
     }
 }
 
