@@ -191,6 +191,12 @@ private final class PipelineWorker<Framing: PipelineFraming> {
     var connection: CurlConnection?
     var state: PipelineState<Framing>
     var actions: [PipelineAction] = []
+    /// The last read stopped at ``readBudget`` with more perhaps waiting (inside TLS, where poll(2)
+    /// does not see it): the next turn reads again before it polls.
+    var readPending = false
+    /// The bytes one turn reads at most: a server that never stops sending still lets the turn end,
+    /// so deadlines fire and queries fail over (before, it held the thread in its read loop).
+    static var readBudget: Int { 256 * 1024 }
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 8)
 
     init(client: PipelineClient<Framing>) {
@@ -221,7 +227,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             if connection != nil {
                 state.send(.now)
                 flush()
-                poll(until: state.wake(now))
+                if readPending { receive() } else { poll(until: state.wake(now)) }
             } else if !state.isIdle {
                 continue
             }
@@ -313,7 +319,13 @@ private final class PipelineWorker<Framing: PipelineFraming> {
     /// it to the state read by read.
     func receive() {
         var closed: String?
+        var budget = Self.readBudget
+        readPending = false
         while let connection {
+            if budget <= 0 {
+                readPending = true
+                break
+            }
             let count: Int?
             do { count = try connection.receive(into: buffer) } catch {
                 closed = "receiving failed: \(error.message)"
@@ -324,6 +336,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
                 closed = "the server closed the connection"
                 break
             }
+            budget -= count
             state.received(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), .now, &actions)
             perform()
         }

@@ -45,6 +45,9 @@ struct PipelineState<Framing: PipelineFraming> {
     /// The most written in one call, so that a write TLS could not take is retried with a length
     /// the output still holds.
     static var writeChunk: Int { 16 * 1024 }
+    /// Answers to no query a connection may carry beyond the ones it answered (a server that
+    /// answers twice now and then): a server that streams them is cut off, not read forever.
+    static var unsolicitedAllowance: Int { 16 }
 
     private(set) var isConnected = false
     private(set) var framing: Framing
@@ -66,6 +69,9 @@ struct PipelineState<Framing: PipelineFraming> {
     /// Answers on the current connection: one that closes after answering some has made progress
     /// (servers limit queries per connection), and its unanswered queries go out again freely.
     private var answered = 0
+    /// Answers on the current connection under an ID no query has (never sent, or answered already):
+    /// past ``unsolicitedAllowance`` more than it answered, the connection is broken.
+    private var unsolicited = 0
     private var lastUsed: ContinuousClock.Instant
 
     init(framing: Framing, now: ContinuousClock.Instant) {
@@ -99,6 +105,7 @@ struct PipelineState<Framing: PipelineFraming> {
         self.framing.start(into: &output)
         isConnected = true
         answered = 0
+        unsolicited = 0
         lastReceived = now
         lastUsed = now
     }
@@ -227,12 +234,20 @@ struct PipelineState<Framing: PipelineFraming> {
     /// Hands the buffered bytes to the framing and acts on what they carried.
     private mutating func deliver(_ actions: inout [Action]) {
         framing.receive(&input, into: &output, events: &events)
-        for event in events {
+        delivering: for event in events {
             switch event {
             case .answer(let key, var message):
                 // A key nobody waits for is a late answer to a query that timed out: dropped, and
-                // the key is free again.
+                // the key is free again. Under a key never reserved it answers nothing asked: a few
+                // are forgiven, a stream of them breaks the connection.
                 guard let flight = inFlight.removeValue(forKey: key) else {
+                    if Framing.rewritesIDs, !abandoned.contains(key) {
+                        unsolicited += 1
+                        if unsolicited > answered + Self.unsolicitedAllowance {
+                            fail(DNSError(.malformedResponse, "the server sent \(unsolicited) answers to no query"), &actions)
+                            break delivering
+                        }
+                    }
                     abandoned.remove(key)
                     continue
                 }

@@ -257,11 +257,19 @@ struct LookupOptions: ParsableArguments {
             if let extra = bootstrapByHost[upstreams[index].host] {
                 upstreams[index].bootstrap = extra + upstreams[index].bootstrap.filter { !extra.contains($0) }
             }
-            if let pin = pinByHost[upstreams[index].host] { upstreams[index].pinnedPublicKey = pin }
+            // A DoT resolver given as IP#NAME is pinned under either.
+            if let pin = pinByHost[upstreams[index].host] ?? upstreams[index].tlsName.flatMap({ pinByHost[$0.lowercased()] }) {
+                upstreams[index].pinnedPublicKey = pin
+            }
         }
         let known = Set(upstreams.map(\.host))
         for host in bootstrapByHost.keys.sorted() where !known.contains(host) {
             throw ValidationError("--bootstrap \(host)=… names no configured resolver")
+        }
+        // A pin that applies to no resolver would leave the connection unpinned: refused, not ignored.
+        let pinnable = known.union(upstreams.compactMap { $0.tlsName?.lowercased() })
+        for host in pinByHost.keys.sorted() where !pinnable.contains(host) {
+            throw ValidationError("--pin \(host)=… names no configured resolver (its host, or the TLS name of IP#NAME)")
         }
 
         for upstream in upstreams where upstream.isPlainHTTP {

@@ -295,6 +295,42 @@ import Testing
         #expect(script.written().map(\.id) == [101])
     }
 
+    /// Red team P1: a server that streams answers to no query is cut off once they outnumber its
+    /// real answers by ``PipelineState/unsolicitedAllowance``; its queries fail at once instead of
+    /// waiting out a connection that is read forever. A few (an answer sent twice) are forgiven.
+    @Test func aStreamOfAnswersToNoQueryBreaksTheConnection() throws {
+        var script = Script()
+        let query = try script.ask("flood.pipe.test")
+        script.turn(at: 0)
+        let sent = script.written()
+        let stray = { (id: UInt16) -> [UInt8] in
+            var message = sent[0].message
+            message[0] = UInt8(id >> 8)
+            message[1] = UInt8(id & 0xff)
+            return Self.answer(message)
+        }
+        let allowance = PipelineState<ScriptedFraming>.unsolicitedAllowance
+        script.receive((0..<allowance).flatMap { stray(5_000 + UInt16($0)) }, at: 1)
+        #expect(script.closes == 0 && script.finished.isEmpty, "up to the allowance: dropped one by one")
+        script.receive(stray(6_000), at: 2)
+        #expect(script.closes == 1)
+        #expect(Self.code(script.finished[query.token]) == .malformedResponse)
+    }
+
+    /// An answer sent twice is dropped, and the connection goes on.
+    @Test func anAnswerSentTwiceIsDroppedAndTheConnectionGoesOn() throws {
+        var script = Script()
+        let first = try script.ask("twice.pipe.test")
+        script.turn(at: 0)
+        let sent = script.written()
+        script.receive(Self.answer(sent[0].message) + Self.answer(sent[0].message), at: 1)
+        #expect(Self.succeeded(script.finished[first.token]) != nil && script.closes == 0)
+        let second = try script.ask("after.pipe.test", at: 2)
+        script.turn(at: 2)
+        script.receive(script.written().flatMap { Self.answer($0.message) }, at: 3)
+        #expect(Self.succeeded(script.finished[second.token]) != nil && script.closes == 0)
+    }
+
     /// GOAWAY's equivalent: a draining connection takes no new query, closes once its last answer
     /// comes, and a new connection carries what waited.
     @Test func aDrainingConnectionFinishesItsQueriesThenCloses() throws {

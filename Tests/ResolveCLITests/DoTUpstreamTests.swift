@@ -80,6 +80,8 @@ import Glibc
         let cases: [(arguments: [String], codes: Set<String>, message: String)] = [
             (["--dot", "127.0.0.1:\(TestEnvironment.dotPort)#doh-b.test"], ["tls_failed"], "doh-b.test"),
             (["--dot", Self.bindDoT, "--pin", "127.0.0.1=sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="], ["tls_failed"], "pinned"),
+            // Pinned under the TLS name of IP#NAME (red team P2: was ignored, and the lookup answered).
+            (["--dot", Self.bindDoT, "--pin", "doh-a.test=sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="], ["tls_failed"], "pinned"),
             // BIND's plain DNS over TCP reads the ClientHello as a 5,635-byte query and waits for it.
             (["--dot", "127.0.0.1:\(TestEnvironment.dnsPort)#doh-a.test"], ["tls_failed", "timeout"], ""),
             (["--dot", "127.0.0.1:1#doh-a.test"], ["connect_failed"], ""),
@@ -91,6 +93,13 @@ import Glibc
             #expect(Self.addresses(result.lines.first).isEmpty)
             if !message.isEmpty { #expect(result.output.stdout.contains(message), "\(result.output.stdout)") }
         }
+        // A pin that names no resolver is refused before anything is asked, not ignored.
+        let stray = try await CLI.run([
+            "lookup", "--dot", Self.bindDoT, "--pin", "127.0.0.1:\(TestEnvironment.dotPort)=sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+            "--ca-file", TestEnvironment.caFile, "--type", "a", "www.hd.test",
+        ])
+        #expect(stray.status != 0 && stray.stderr.contains("names no configured resolver"), "\(stray.stdout)\(stray.stderr)")
+        #expect(!stray.stdout.contains("198.18.0.10"))
         // Without the test CA the genuine certificate is not trusted either.
         let untrusted = try await CLI.run(["lookup", "--dot", Self.bindDoT, "--json", "--type", "a", "www.hd.test"])
         #expect(Self.errorCode(try untrusted.jsonLines().first) == "tls_failed", "\(untrusted.stdout)")
