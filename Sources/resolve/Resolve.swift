@@ -94,7 +94,10 @@ struct LookupOptions: ParsableArguments {
                 + "(alibaba-cn|hk|sg|de|us, tencent-cn|intl, baidu-cn) for the account in --config; repeatable.", valueName: "NAME"))
     var presets: [String] = []
 
-    @Option(name: .customLong("pin"), help: ArgumentHelp("SPKI pin for resolver NAME (sha256//BASE64); repeatable.", valueName: "NAME=PIN"))
+    @Option(
+        name: .customLong("pin"),
+        help: ArgumentHelp(
+            "SPKI pin for resolver NAME (sha256//BASE64), its host or the TLS name of a DoT IP:PORT#NAME; repeatable.", valueName: "NAME=PIN"))
     var pins: [String] = []
 
     @Option(
