@@ -239,6 +239,7 @@ let package = Package(
             dependencies: [
                 "DNSCore",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ], path: "Tests/TestSupport"),
         .testTarget(name: "HijackDetectionTests", dependencies: ["HijackDetection", "AddressProbing", "HTTPDNS", "DNSCore", "TestSupport"]),

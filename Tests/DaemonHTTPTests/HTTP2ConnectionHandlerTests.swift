@@ -16,51 +16,21 @@ import Testing
     }
 
     /// A connection past the preface: our SETTINGS and the ACK of the client's already read.
-    final class Connection {
-        let channel: NIOAsyncTestingChannel
-        var wire = H2Wire()
-
-        init(_ handling: RecordingHTTPHandler, configuration: HTTP2RequestStateMachine.Configuration = .init()) async throws {
-            let gateway = handling
-            // The handler is made and added on the channel's loop: it is not Sendable.
-            channel = try await NIOAsyncTestingChannel { channel in
-                try channel.pipeline.syncOperations.addHandler(
-                    HTTP2ConnectionHandler(handling: gateway, configuration: configuration, logger: .init(label: "test")))
-            }
-            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443))
-            try await channel.writeInbound(H2Wire.preface())
-            let settings = try await frames(2)
-            #expect(settings.map(\.type) == [H2Wire.Kind.settings, H2Wire.Kind.settings])
-            #expect(settings.map(\.flags) == [0, 1], "our SETTINGS, then the ACK of the client's")
+    static func connect(
+        _ handling: RecordingHTTPHandler, configuration: HTTP2RequestStateMachine.Configuration = .init()
+    ) async throws -> H2TestConnection {
+        let connection = try await H2TestConnection { channel in
+            try channel.pipeline.syncOperations.addHandler(
+                HTTP2ConnectionHandler(handling: handling, configuration: configuration, logger: .init(label: "test")))
         }
-
-        func send(_ bytes: ByteBuffer) async throws { try await channel.writeInbound(bytes) }
-
-        /// What has been flushed so far, one element per write.
-        func writes() async throws -> [ByteBuffer] {
-            var writes: [ByteBuffer] = []
-            while let bytes = try await channel.readOutbound(as: ByteBuffer.self) { writes.append(bytes) }
-            return writes
-        }
-
-        /// The frames of every write so far.
-        func written() async throws -> [H2Wire.Frame] {
-            var frames: [H2Wire.Frame] = []
-            for bytes in try await writes() { frames += wire.frames(bytes) }
-            return frames
-        }
-
-        /// At least `count` frames, waiting for writes as needed.
-        func frames(_ count: Int) async throws -> [H2Wire.Frame] {
-            var frames: [H2Wire.Frame] = []
-            while frames.count < count { frames += wire.frames(try await channel.waitForOutboundWrite(as: ByteBuffer.self)) }
-            return frames
-        }
+        #expect(connection.opening.map(\.type) == [H2Wire.Kind.settings, H2Wire.Kind.settings])
+        #expect(connection.opening.map(\.flags) == [0, 1], "our SETTINGS, then the ACK of the client's")
+        return connection
     }
 
     @Test func answersOfOneReadLeaveInOneFlushEachInItsOwnWrite() async throws {
         let handling = RecordingHTTPHandler()
-        let connection = try await Connection(handling)
+        let connection = try await Self.connect(handling)
         let paths = ["/dns-query?dns=11", "/dns-query?dns=22", "/dns-query?dns=33"]
         for (index, path) in paths.enumerated() {
             let bytes = connection.wire.headers(UInt32(2 * index + 1), Self.get(path), endStream: true)
@@ -87,7 +57,7 @@ import Testing
 
     @Test func aLookupIsAnsweredWhenItFinishes() async throws {
         let handling = RecordingHTTPHandler(delay: .milliseconds(50))
-        let connection = try await Connection(handling)
+        let connection = try await Self.connect(handling)
         try await connection.send(connection.wire.headers(1, Self.get("/dns-query?dns=slow"), endStream: true))
         #expect(try await connection.written().isEmpty, "nothing before the answer")
         let frames = try await connection.frames(2)
@@ -98,7 +68,7 @@ import Testing
 
     @Test func aMalformedRequestIsResetAndAnOversizedOneAnswered413ThenReset() async throws {
         let handling = RecordingHTTPHandler()
-        let connection = try await Connection(handling)
+        let connection = try await Self.connect(handling)
         let malformed = HPACKHeaders([(":method", "GET"), (":path", "/healthz")])
         try await connection.send(connection.wire.headers(1, malformed, endStream: true))
         let reset = try await connection.frames(1)
@@ -120,7 +90,7 @@ import Testing
 
     @Test func bodiesRefillTheirStreamWindowAndSlowOnesGet408() async throws {
         let handling = RecordingHTTPHandler()
-        let connection = try await Connection(handling)
+        let connection = try await Self.connect(handling)
         let post = HPACKHeaders([(":method", "POST"), (":scheme", "https"), (":path", "/dns-query"), ("content-type", "application/dns-message")])
         try await connection.send(connection.wire.headers(1, post, endStream: false))
         // Three frames in one read: the stream's window comes back in full, the connection's once
@@ -145,7 +115,7 @@ import Testing
     /// taken up when the channel drains.
     @Test func aReadIsNotAnsweredPastAFullChannel() async throws {
         let handling = RecordingHTTPHandler()
-        let connection = try await Connection(handling)
+        let connection = try await Self.connect(handling)
         var bytes = ByteBuffer()
         for index in 0..<20 {
             let path = "/dns-query?dns=\(index)"
@@ -171,7 +141,7 @@ import Testing
         let handling = RecordingHTTPHandler()
         var configuration = HTTP2RequestStateMachine.Configuration()
         configuration.idleTimeout = .seconds(5)
-        let connection = try await Connection(handling, configuration: configuration)
+        let connection = try await Self.connect(handling, configuration: configuration)
         // INITIAL_WINDOW_SIZE 0: no DATA can go out.
         var settings = ByteBuffer()
         settings.writeInteger(UInt16(4))
@@ -202,7 +172,7 @@ import Testing
 
     @Test func quiescingSendsGOAWAYAndClosesOnceAnswered() async throws {
         let handling = RecordingHTTPHandler(delay: .milliseconds(50))
-        let connection = try await Connection(handling)
+        let connection = try await Self.connect(handling)
         try await connection.send(connection.wire.headers(1, Self.get("/dns-query?dns=drain"), endStream: true))
         connection.channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
         let goAway = try await connection.frames(1)

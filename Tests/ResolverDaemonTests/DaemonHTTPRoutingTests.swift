@@ -25,52 +25,20 @@ import Testing
     }
 
     /// A connection past the preface: our SETTINGS and the ACK of the client's already read.
-    final class Connection {
-        let channel: NIOAsyncTestingChannel
-        var wire = H2Wire()
-
-        init(_ fixture: DaemonFixture, configuration: HTTP2RequestStateMachine.Configuration = .init()) async throws {
-            let gateway = fixture.gateway
-            // The handler is made and added on the channel's loop: it is not Sendable.
-            channel = try await NIOAsyncTestingChannel { channel in
-                try channel.pipeline.syncOperations.addHandler(
-                    HTTP2ConnectionHandler(handling: gateway, configuration: configuration, logger: .init(label: "test")))
-            }
-            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443))
-            try await channel.writeInbound(H2Wire.preface())
-            let settings = try await frames(2)
-            #expect(settings.map(\.type) == [H2Wire.Kind.settings, H2Wire.Kind.settings])
-            #expect(settings.map(\.flags) == [0, 1], "our SETTINGS, then the ACK of the client's")
+    static func connect(_ fixture: DaemonFixture) async throws -> H2TestConnection {
+        let gateway = fixture.gateway
+        let connection = try await H2TestConnection { channel in
+            try channel.pipeline.syncOperations.addHandler(
+                HTTP2ConnectionHandler(handling: gateway, configuration: .init(), logger: .init(label: "test")))
         }
-
-        func send(_ bytes: ByteBuffer) async throws { try await channel.writeInbound(bytes) }
-
-        /// What has been flushed so far, one element per write.
-        func writes() async throws -> [ByteBuffer] {
-            var writes: [ByteBuffer] = []
-            while let bytes = try await channel.readOutbound(as: ByteBuffer.self) { writes.append(bytes) }
-            return writes
-        }
-
-        /// The frames of every write so far.
-        func written() async throws -> [H2Wire.Frame] {
-            var frames: [H2Wire.Frame] = []
-            for bytes in try await writes() { frames += wire.frames(bytes) }
-            return frames
-        }
-
-        /// At least `count` frames, waiting for writes as needed.
-        func frames(_ count: Int) async throws -> [H2Wire.Frame] {
-            var frames: [H2Wire.Frame] = []
-            while frames.count < count { frames += wire.frames(try await channel.waitForOutboundWrite(as: ByteBuffer.self)) }
-            return frames
-        }
+        #expect(connection.opening.map(\.flags) == [0, 1], "our SETTINGS, then the ACK of the client's")
+        return connection
     }
 
     @Test func cachedAnswersOfOneReadLeaveInOneFlushEachInItsOwnWrite() async throws {
         let fixture = try DaemonFixture()
         _ = try await fixture.resolver.resolve("www.hd.test", type: .a)
-        let connection = try await Connection(fixture)
+        let connection = try await Self.connect(fixture)
         for (index, id) in [UInt16(11), 22, 33].enumerated() {
             let bytes = connection.wire.headers(UInt32(2 * index + 1), Self.get(try Self.dohPath("www.hd.test", id: id)), endStream: true)
             connection.channel.pipeline.fireChannelRead(bytes)
@@ -98,7 +66,7 @@ import Testing
 
     @Test func aLookupIsAnsweredWhenItFinishes() async throws {
         let fixture = try DaemonFixture(upstream: ScriptedUpstream("https://doh.test/dns-query", .slow(.milliseconds(50), ["198.18.0.77"])))
-        let connection = try await Connection(fixture)
+        let connection = try await Self.connect(fixture)
         try await connection.send(connection.wire.headers(1, Self.get(try Self.dohPath("slow.hd.test", id: 5)), endStream: true))
         let frames = try await connection.frames(2)
         #expect(frames.response(1).status == "200")
@@ -108,7 +76,7 @@ import Testing
 
     @Test func otherPathsGoThroughTheRouterWithThePolicy() async throws {
         let fixture = try DaemonFixture(extra: "auth_token: test-token-0123456789abcdef")
-        let connection = try await Connection(fixture)
+        let connection = try await Self.connect(fixture)
         try await connection.send(connection.wire.headers(1, Self.get("/healthz"), endStream: true))
         try await connection.send(connection.wire.headers(3, Self.get("/v1/status"), endStream: true))
         var authorized = Self.get("/nope")
