@@ -67,7 +67,8 @@ package enum Pinning {
     /// `+host:port:host` when the URL's host is an IP literal.
     private static func urlLiteralEntry(_ url: String) -> String? {
         // Called for every transfer (a DoH GET's URL carries the query): a plain scan of the
-        // first bytes, not Foundation's generic search (5 % of the engine thread's time).
+        // first bytes, not Foundation's generic search (a visible share of the engine thread's time
+        // in the profile: docs/benchmarks-history.md).
         let bytes = Array(url.utf8.prefix(300))
         guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), bytes[colon...].starts(with: "://".utf8) else { return nil }
         let defaultPort = colon == 4 ? 80 : 443  // "http" or "https"

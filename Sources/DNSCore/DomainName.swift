@@ -11,9 +11,9 @@ public struct DomainName: Sendable, Hashable, CustomStringConvertible {
     /// Wire form, lower-cased: `[3]api[7]example[4]test[0]`.
     public let wire: [UInt8]
 
-    /// The wire bytes in one call: the synthesized hash feeds the hasher byte by byte, which was
-    /// 4 % of a DoT client's CPU (every lookup hashes its name into the cache, its shard and the
-    /// single flight several times).
+    /// The wire bytes in one call: the synthesized hash feeds the hasher byte by byte, and every
+    /// lookup hashes its name several times (the cache, its shard, the single flight; BENCHMARKS.md,
+    /// "DNS over TLS").
     public func hash(into hasher: inout Hasher) {
         wire.withUnsafeBytes { hasher.combine(bytes: $0) }
     }

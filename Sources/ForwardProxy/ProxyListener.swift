@@ -58,7 +58,7 @@ package struct ProxyListener: Service {
         // One listening socket per event loop (SO_REUSEPORT), each keeping its connections on its own
         // loop: a connection is accepted, served and dialled out on one thread. With one socket for
         // the group, every new tunnel was handed from the accepting thread to another (a wake-up
-        // each: CONNECT to 200 took 262 us against tinyproxy's 119).
+        // each; docs/benchmarks-history.md, the proxy's CONNECT latency against tinyproxy).
         var servers: [any Channel] = []
         var boundPort = port
         for loop in MultiThreadedEventLoopGroup.singleton.makeIterator() {

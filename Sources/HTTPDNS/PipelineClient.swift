@@ -351,7 +351,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
 
     /// Servers write pipelined answers one by one, and those without TCP_NODELAY (BIND 9.18's and
     /// unbound's DoT) hold the second until the first is acknowledged (Nagle), while Linux delays
-    /// that ACK for 40 ms: an A+AAAA pair took 49 ms instead of 7. Quick ACKs (re-armed after each
+    /// that ACK for 40 ms (BENCHMARKS.md, "DNS over TLS"). Quick ACKs (re-armed after each
     /// read, as the kernel clears the flag) release it at once.
     static func acknowledgeAtOnce(_ socket: Int32) {
         var on: Int32 = 1
