@@ -313,6 +313,8 @@ let package = Package(
             dependencies: [
                 "ForwardProxy", "DaemonHTTP", "DNSCore", "ResolverConfig", "TestSupport", .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "DNSStubServerTests",
