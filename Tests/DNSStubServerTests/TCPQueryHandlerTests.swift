@@ -67,7 +67,9 @@ import Testing
             var buffer = try await channel.waitForOutboundWrite(as: ByteBuffer.self)
             while let length = buffer.readInteger(as: UInt16.self), buffer.readBytes(length: Int(length)) != nil { answered += 1 }
         }
-        #expect(answering.lookups == (1...40).map { "n\($0).hd.test" }, "every query looked up once, in order")
+        // Lookups run as tasks: they start in any order, but each query is looked up exactly once.
+        #expect(answering.lookups.count == 40, "no query looked up twice")
+        #expect(Set(answering.lookups) == Set((1...40).map { "n\($0).hd.test" }), "every query looked up")
     }
 
     @Test func garbageFramesGetFORMERRAndAResponseClosesTheConnection() async throws {
