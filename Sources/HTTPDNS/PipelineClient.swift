@@ -179,8 +179,8 @@ struct AbandonedKeys {
     var count: Int { keys.count }
     func contains(_ key: UInt32) -> Bool { keys.contains(key) }
     mutating func insert(_ key: UInt32) { keys.insert(key) }
-    /// The late answer came: the key is free again.
-    mutating func remove(_ key: UInt32) { keys.remove(key) }
+    /// The late answer came: the key is free again. Whether it was reserved.
+    @discardableResult mutating func remove(_ key: UInt32) -> Bool { keys.remove(key) != nil }
 }
 
 /// The thread of one ``PipelineClient``: it connects, writes, polls and reads for a

@@ -48,11 +48,15 @@ struct PipelineState<Framing: PipelineFraming> {
     /// Answers to no query a connection may carry beyond the ones it answered (a server that
     /// answers twice now and then): a server that streams them is cut off, not read forever.
     static var unsolicitedAllowance: Int { 16 }
+    /// Bytes a connection may send past its last answer, for each query in flight and one more: a
+    /// whole answer (64 KiB) with its framing fits with room to spare, while a server that streams
+    /// what answers nothing (PINGs, SETTINGS, padding, answers to no query) is cut off.
+    static var bytesPerAnswerAllowance: Int { 128 * 1024 }
 
     private(set) var isConnected = false
     private(set) var framing: Framing
     /// Taken from the queue, not yet written.
-    private(set) var waiting: [Job] = []
+    private(set) var waiting = JobQueue()
     private(set) var inFlight: [UInt32: Flight] = [:]
     private(set) var abandoned = AbandonedKeys()
     /// No query in flight has a deadline before this (nil: none in flight), so that neither the
@@ -72,6 +76,8 @@ struct PipelineState<Framing: PipelineFraming> {
     /// Answers on the current connection under an ID no query has (never sent, or answered already):
     /// past ``unsolicitedAllowance`` more than it answered, the connection is broken.
     private var unsolicited = 0
+    /// Bytes read on the current connection since its last answer (or since it opened).
+    private var sinceLastAnswer = 0
     private var lastUsed: ContinuousClock.Instant
 
     init(framing: Framing, now: ContinuousClock.Instant) {
@@ -88,7 +94,7 @@ struct PipelineState<Framing: PipelineFraming> {
     var wantsWrite: Bool { written < output.count }
 
     mutating func enqueue(_ jobs: [Job]) {
-        waiting += jobs
+        waiting.append(contentsOf: jobs)
     }
 
     /// The turn's decisions before any I/O: queries whose time is up fail, a drained connection
@@ -96,7 +102,7 @@ struct PipelineState<Framing: PipelineFraming> {
     mutating func tick(_ now: ContinuousClock.Instant, _ actions: inout [Action]) {
         expire(now, &actions)
         if isConnected, framing.isDraining || abandoned.isFull, inFlight.isEmpty { close(&actions) }
-        if !isConnected, let first = waiting.map(\.deadline).min() { actions.append(.connect(deadline: first)) }
+        if !isConnected, let first = waiting.earliestDeadline { actions.append(.connect(deadline: first)) }
     }
 
     /// The connection asked for is open, with a new `framing`.
@@ -106,6 +112,7 @@ struct PipelineState<Framing: PipelineFraming> {
         isConnected = true
         answered = 0
         unsolicited = 0
+        sinceLastAnswer = 0
         lastReceived = now
         lastUsed = now
     }
@@ -121,8 +128,7 @@ struct PipelineState<Framing: PipelineFraming> {
     /// Moves waiting queries onto the connection, as far as the framing and the reserved keys let.
     mutating func send(_ now: ContinuousClock.Instant) {
         guard isConnected else { return }
-        while inFlight.count < framing.capacity, !abandoned.isFull, !waiting.isEmpty {
-            let job = waiting.removeFirst()
+        while inFlight.count < framing.capacity, !abandoned.isFull, let job = waiting.popFirst() {
             let key = framing.send(job.wire, into: &output) { [inFlight, abandoned] in inFlight[$0] != nil || abandoned.contains($0) }
             inFlight[key] = Flight(job: job, sentAt: now)
             earliestDeadline = min(earliestDeadline ?? job.deadline, job.deadline)
@@ -162,7 +168,12 @@ struct PipelineState<Framing: PipelineFraming> {
         guard isConnected else { return }
         lastReceived = now
         input.append(contentsOf: bytes)
+        sinceLastAnswer += bytes.count
         deliver(&actions)
+        let allowance = (inFlight.count + 1) * Self.bytesPerAnswerAllowance
+        if isConnected, sinceLastAnswer > allowance {
+            fail(DNSError(.malformedResponse, "the server sent \(sinceLastAnswer) bytes without an answer"), &actions)
+        }
     }
 
     /// The connection closed or failed (`why`): queries sent on it and not answered go out again on
@@ -190,7 +201,7 @@ struct PipelineState<Framing: PipelineFraming> {
     func wake(_ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
         var wake = lastUsed + Self.idleTimeout
         if let earliestDeadline { wake = min(wake, earliestDeadline) }
-        for job in waiting { wake = min(wake, job.deadline) }
+        if let first = waiting.earliestDeadline { wake = min(wake, first) }
         return max(now, wake)
     }
 
@@ -227,8 +238,7 @@ struct PipelineState<Framing: PipelineFraming> {
     }
 
     private mutating func failWaiting(_ failure: DNSError, _ actions: inout [Action]) {
-        for job in waiting { actions.append(.finish(job.token, .failure(failure))) }
-        waiting = []
+        for job in waiting.takeAll() { actions.append(.finish(job.token, .failure(failure))) }
     }
 
     /// Hands the buffered bytes to the framing and acts on what they carried.
@@ -248,11 +258,13 @@ struct PipelineState<Framing: PipelineFraming> {
                             break delivering
                         }
                     }
-                    abandoned.remove(key)
+                    // A late answer was asked for: it counts as one for the byte allowance.
+                    if abandoned.remove(key) { sinceLastAnswer = 0 }
                     continue
                 }
                 answered += 1
-                guard Self.answers(message, flight.job.wire) else {
+                sinceLastAnswer = 0
+                guard WireQuestion.echoes(message, questionOf: flight.job.wire) else {
                     let error = DNSError(.mismatchedResponse, "the response does not answer the question asked")
                     actions.append(.finish(flight.job.token, .failure(error)))
                     continue
@@ -265,6 +277,7 @@ struct PipelineState<Framing: PipelineFraming> {
             case .failed(let key, let error):
                 guard let flight = inFlight.removeValue(forKey: key) else { continue }
                 answered += 1
+                sinceLastAnswer = 0
                 actions.append(.finish(flight.job.token, .failure(error)))
             case .unprocessed(let key):
                 guard let flight = inFlight.removeValue(forKey: key) else { continue }
@@ -299,34 +312,54 @@ struct PipelineState<Framing: PipelineFraming> {
         input = []
         actions.append(.close)
     }
+}
 
-    /// Whether `answer` echoes the question of `query` (RFC 5452 §9.1: name, case aside, type and
-    /// class): an answer under a query's key that is not to its question is no answer to it, however
-    /// it got there. An answer without a question passes only as an error (RFC 1035 allows a
-    /// FORMERR or NOTIMP to omit it); a query that is not one question, and bytes that are not a
-    /// response with a whole question, are not judged here (the decoder downstream names them).
-    static func answers(_ answer: [UInt8], _ query: [UInt8]) -> Bool {
-        guard query.count > 12, query[4] == 0, query[5] == 1 else { return true }
-        // The query's question: its name (uncompressed: nothing precedes it), type and class.
-        var end = 12
-        while end < query.count, query[end] != 0 {
-            guard query[end] < 64 else { return true }
-            end += Int(query[end]) + 1
+/// The queries waiting for a connection, in the order they go out: taken from the front in
+/// constant time (a burst of thousands is not quadratic), retries appended at the back.
+struct JobQueue: Sequence {
+    private var jobs: [PipelineJob] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == jobs.count }
+    var count: Int { jobs.count - head }
+    /// The first deadline among them (a walk: called once a turn, and only while queries wait).
+    var earliestDeadline: ContinuousClock.Instant? {
+        var first: ContinuousClock.Instant?
+        for job in self { first = Swift.min(first ?? job.deadline, job.deadline) }
+        return first
+    }
+
+    mutating func append(_ job: PipelineJob) { jobs.append(job) }
+    mutating func append(contentsOf more: [PipelineJob]) { jobs += more }
+
+    mutating func popFirst() -> PipelineJob? {
+        guard head < jobs.count else { return nil }
+        let job = jobs[head]
+        head += 1
+        // The taken front is dropped once it is most of the storage: amortised constant time.
+        if head == jobs.count {
+            jobs.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head >= 64, head * 2 >= jobs.count {
+            jobs.removeFirst(head)
+            head = 0
         }
-        let nameEnd = end + 1
-        guard nameEnd + 4 <= query.count else { return true }
-        // What is not a response, or too short to hold the question, is left to the decoder, which
-        // says what is wrong with it.
-        guard answer.count >= 12, answer[2] & 0x80 != 0 else { return true }
-        if answer[4] == 0, answer[5] == 0 { return answer[3] & 0x0f != 0 }
-        guard answer.count >= nameEnd + 4 else { return true }
-        for index in 12..<nameEnd where lowercased(answer[index]) != lowercased(query[index]) { return false }
-        return answer[nameEnd..<nameEnd + 4] == query[nameEnd..<nameEnd + 4]
+        return job
     }
 
-    /// ASCII letters folded; label lengths and other bytes as they are (a length byte is below 64,
-    /// so it is never taken for a letter).
-    private static func lowercased(_ byte: UInt8) -> UInt8 {
-        (0x41...0x5a).contains(byte) ? byte | 0x20 : byte
+    mutating func removeAll(where shouldRemove: (PipelineJob) -> Bool) {
+        jobs.removeFirst(head)
+        head = 0
+        jobs.removeAll(where: shouldRemove)
     }
+
+    mutating func takeAll() -> ArraySlice<PipelineJob> {
+        defer {
+            jobs = []
+            head = 0
+        }
+        return jobs[head...]
+    }
+
+    func makeIterator() -> ArraySlice<PipelineJob>.Iterator { jobs[head...].makeIterator() }
 }

@@ -324,7 +324,7 @@ struct QueryLogFormatter {
         func count(_ section: Int) -> Int { Int(response[4 + 2 * section]) << 8 | Int(response[5 + 2 * section]) }
         var index = 12
         for _ in 0..<count(0) {
-            guard let end = skipName(response, index), end + 4 <= response.count else { return }
+            guard let end = WireQuestion.skipName(response, from: index), end + 4 <= response.count else { return }
             index = end + 4
         }
         out.text(#","answers":["#)
@@ -334,7 +334,7 @@ struct QueryLogFormatter {
         var decoded: [DNSMessage.Record]?
         walk: for section in 1...3 {
             for _ in 0..<count(section) {
-                guard let end = skipName(response, index), end + 10 <= response.count else { break walk }
+                guard let end = WireQuestion.skipName(response, from: index), end + 10 <= response.count else { break walk }
                 let type = Int(response[end]) << 8 | Int(response[end + 1])
                 let length = Int(response[end + 8]) << 8 | Int(response[end + 9])
                 let data = end + 10
@@ -384,18 +384,6 @@ struct QueryLogFormatter {
         }
     }
 
-    /// Where the name at `index` ends (after its root label or its pointer), or nil.
-    static func skipName(_ bytes: UnsafeRawBufferPointer, _ start: Int) -> Int? {
-        var index = start
-        while index < bytes.count {
-            let length = Int(bytes[index])
-            if length == 0 { return index + 1 }
-            if length & 0xc0 == 0xc0 { return index + 2 <= bytes.count ? index + 2 : nil }
-            guard length < 64 else { return nil }
-            index += length + 1
-        }
-        return nil
-    }
 
     /// The client address with the bits past the configured prefix zeroed (none: as it is).
     static func anonymized(_ address: IPAddress, ipv4: Int?, ipv6: Int?) -> IPAddress {

@@ -1,4 +1,5 @@
 import DNSCore
+import TestSupport
 import Testing
 
 @testable import HTTPDNS
@@ -34,6 +35,8 @@ import Testing
                 isDraining = true
                 input.removeFirst(2)
             }
+            // `FE FE`: a frame that answers nothing (a PING, a SETTINGS).
+            while input.starts(with: [0xfe, 0xfe]) { input.removeFirst(2) }
             inner.receive(&input, into: &output, events: &events)
         }
     }
@@ -317,6 +320,61 @@ import Testing
         #expect(Self.code(script.finished[query.token]) == .malformedResponse)
     }
 
+    /// Bytes that answer nothing (PINGs, SETTINGS, padding) are allowed up to 128 KiB for each
+    /// query in flight and one more since the last answer; past that the connection is broken and
+    /// its queries fail at once instead of waiting their deadlines out on a server that talks on.
+    @Test func bytesThatAnswerNothingAreBoundedPerQueryInFlight() throws {
+        var script = Script()
+        let first = try script.ask("one.pipe.test")
+        let second = try script.ask("two.pipe.test")
+        script.turn(at: 0)
+        let sent = script.written()
+        let allowance = PipelineState<ScriptedFraming>.bytesPerAnswerAllowance
+        let noise = { (count: Int) in [UInt8](repeating: 0xfe, count: count) }
+        script.receive(noise(3 * allowance), at: 1)
+        #expect(script.closes == 0, "two in flight: three allowances, to the byte")
+        script.receive(Self.answer(sent[0].message), at: 2)
+        #expect(Self.succeeded(script.finished[first.token]) != nil)
+        script.receive(noise(2 * allowance), at: 3)
+        #expect(script.closes == 0, "an answer starts the count again; one in flight now: two allowances")
+        script.receive(noise(2), at: 4)
+        #expect(script.closes == 1)
+        #expect(Self.code(script.finished[second.token]) == .malformedResponse)
+    }
+
+    /// The queue of waiting queries against a plain array: taken from the front, appended at the
+    /// back, filtered and emptied in any mix, always in order.
+    @Test func theWaitingQueueKeepsItsOrderThroughEveryOperation() {
+        var queue = JobQueue()
+        var model: [UInt64] = []
+        var generator = SplitMix64(state: 49)
+        var token: UInt64 = 0
+        let deadline = ContinuousClock.now
+        for _ in 0..<20_000 {
+            switch generator.next() % 16 {
+            case 0..<7:
+                token += 1
+                queue.append(PipelineJob(token: token, wire: [], deadline: deadline + .milliseconds(Int(token % 97))))
+                model.append(token)
+            case 7..<14:
+                #expect(queue.popFirst()?.token == model.first)
+                if !model.isEmpty { model.removeFirst() }
+            case 14:
+                queue.removeAll { $0.token % 5 == 0 }
+                model.removeAll { $0 % 5 == 0 }
+            default:
+                if generator.next() % 8 == 0 {
+                    #expect(queue.takeAll().map(\.token) == model)
+                    model = []
+                }
+            }
+            #expect(queue.count == model.count)
+        }
+        #expect(queue.map(\.token) == model)
+        let first = model.map { deadline + .milliseconds(Int($0 % 97)) }.min()
+        #expect(queue.earliestDeadline == first)
+    }
+
     /// An answer sent twice is dropped, and the connection goes on.
     @Test func anAnswerSentTwiceIsDroppedAndTheConnectionGoesOn() throws {
         var script = Script()
@@ -418,12 +476,12 @@ import Testing
         https[2] |= 0x80
         var other = https
         other[12 + (try DomainName("t.pipe.test").wire.count) + 1] = 0x61
-        #expect(!PipelineState<ScriptedFraming>.answers(other, https))
-        #expect(PipelineState<ScriptedFraming>.answers(https, https))
+        #expect(!WireQuestion.echoes(other, questionOf: https))
+        #expect(WireQuestion.echoes(https, questionOf: https))
         // Not a response, or cut inside the question: left to the decoder, which names the defect.
         other[2] &= 0x7f
-        #expect(PipelineState<ScriptedFraming>.answers(other, https))
-        #expect(PipelineState<ScriptedFraming>.answers(Array(https[..<20]), https))
+        #expect(WireQuestion.echoes(other, questionOf: https))
+        #expect(WireQuestion.echoes(Array(https[..<20]), questionOf: https))
     }
 
     /// A write the connection could not take comes back with the same range, however much output
