@@ -384,7 +384,6 @@ struct QueryLogFormatter {
         }
     }
 
-
     /// The client address with the bits past the configured prefix zeroed (none: as it is).
     static func anonymized(_ address: IPAddress, ipv4: Int?, ipv6: Int?) -> IPAddress {
         switch address {
