@@ -75,6 +75,8 @@ let package = Package(
         .target(name: "CurlSupport", dependencies: ["CCurl", "IOScheduling"]),
         // The one SCHED_BATCH switch of the I/O threads (the pipelines, libcurl's engine, the relay).
         .target(name: "IOScheduling"),
+        // HTTP/2's frames and HPACK as bytes, no NIO: the DoH client and the daemon's server share it.
+        .target(name: "HTTP2Wire"),
 
         // DNSSEC: RRSIG/DS verification (swift-crypto); the validator builds on it.
         .target(
@@ -92,7 +94,7 @@ let package = Package(
         .target(
             name: "HTTPDNS",
             dependencies: [
-                "DNSCore", "DNSSEC", "CurlSupport", "IOScheduling",
+                "DNSCore", "DNSSEC", "CurlSupport", "IOScheduling", "HTTP2Wire",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -135,7 +137,7 @@ let package = Package(
         .target(
             name: "DaemonHTTP",
             dependencies: [
-                "DaemonListening",
+                "DaemonListening", "HTTP2Wire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -251,6 +253,7 @@ let package = Package(
             ]),
         .testTarget(name: "CurlSupportTests", dependencies: ["CurlSupport", "TestSupport"]),
         .testTarget(name: "IOSchedulingTests", dependencies: ["IOScheduling", "TestSupport"]),
+        .testTarget(name: "HTTP2WireTests", dependencies: ["HTTP2Wire"]),
         .testTarget(
             name: "RedisCacheTests",
             dependencies: [
@@ -268,7 +271,7 @@ let package = Package(
         .testTarget(
             name: "HTTPDNSTests",
             dependencies: [
-                "HTTPDNS", "CurlSupport", "DNSCore", "SystemResolver", "TestSupport",
+                "HTTPDNS", "HTTP2Wire", "CurlSupport", "DNSCore", "SystemResolver", "TestSupport",
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
         .testTarget(
@@ -301,7 +304,7 @@ let package = Package(
         .testTarget(
             name: "DaemonHTTPTests",
             dependencies: [
-                "DaemonHTTP", "DaemonListening", "TestSupport",
+                "DaemonHTTP", "DaemonListening", "HTTP2Wire", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),

@@ -1,10 +1,12 @@
 // libFuzzer entry point: a DoH server's bytes through the client's HTTP/2 session and HPACK decoder
-// (Sources/HTTPDNS/DoHSession.swift, HPACK.swift). The first byte chooses: even, the bytes are a
+// (Sources/HTTPDNS/DoHSession.swift on Sources/HTTP2Wire). The first byte chooses: even, the bytes are a
 // header block for the decoder alone; odd, they are what a server sends after the client's preface
 // and three requests (a SETTINGS frame put first half of the time, so frames past it are reached).
 // Properties: no crash; events name only streams the client opened, each at most once; an answer is
 // never larger than the cap; what stays buffered is less than one frame; and the bytes fed in two
 // pieces, split anywhere, give the same events as fed at once.
+
+import HTTP2Wire
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {

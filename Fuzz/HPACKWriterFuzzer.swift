@@ -1,9 +1,11 @@
-// libFuzzer entry point: the daemon's HPACK literal writer (Sources/DaemonHTTP/HPACKLiteralWriter.swift),
+// libFuzzer entry point: the daemon's HPACK literal writer (Sources/HTTP2Wire/HPACKLiteralWriter.swift),
 // which writes an answer's header block through a raw pointer, given exactly the room its `bound`
 // promises, built with AddressSanitizer (Scripts/fuzz.sh hpack). Any write past that room is ASan's
 // report (or the writer's own precondition). The block must then decode, with the DoH client's HPACK
-// decoder (Sources/HTTPDNS/HPACK.swift), to the fields written: status, each header (names lower-cased),
+// decoder (Sources/HTTP2Wire/HPACK.swift), to the fields written: status, each header (names lower-cased),
 // content-length, date.
+
+import HTTP2Wire
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {

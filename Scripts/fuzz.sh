@@ -12,8 +12,10 @@
 #   dnssec    the DNSKEY, RRSIG, DS, NSEC and NSEC3 decoders (Fuzz/DNSSECRecordFuzzer.swift)
 #   connect   the proxy relay's CONNECT head scan (Fuzz/ConnectHeadFuzzer.swift)
 #   h2client  a DoH server's HTTP/2 frames and HPACK blocks to the client (Fuzz/H2ClientFuzzer.swift)
+#   h2frames  a peer's frames through the shared HTTP/2 wire code both sides read with: frame
+#             headers, padding, the HPACK decoder (Fuzz/H2FramesFuzzer.swift)
 #   hpack     the daemon's HPACK literal writer in exactly the room its bound promises, decoded back by
-#             the client's decoder (Fuzz/HPACKWriterFuzzer.swift)
+#             the shared decoder (Fuzz/HPACKWriterFuzzer.swift)
 #   querylog  the query log's line formatter on any relayed response, into a nearly full buffer
 #             (Fuzz/QueryLogFuzzer.swift; seeds: compressed-CNAME answers of F19)
 #   threadhits  the per-thread hit table's unaligned host loads, in-place slots and their release
@@ -26,18 +28,24 @@ cd "$root"
 runs=${1:-1000000}
 seconds=${2:-600}
 shift $(( $# < 2 ? $# : 2 ))
-targets=("${@:-decoder stub doh vendor dnssec connect h2client querylog hpack threadhits}")
+targets=("${@:-decoder stub doh vendor dnssec connect h2client h2frames querylog hpack threadhits}")
 # shellcheck disable=SC2206
 targets=(${targets[*]})
 out=.build-fuzz
 codec="Sources/DNSCore/DoHWire.swift Sources/DNSCore/AddressAnswer.swift Sources/DNSCore/DNSError.swift Sources/DNSCore/DomainName.swift
        Sources/DNSCore/IPAddress.swift Sources/DNSCore/Message.swift Sources/DNSCore/RecordType.swift Sources/DNSCore/Resolution.swift
        Sources/DNSCore/ResolverClock.swift Sources/DNSCore/ServiceBinding.swift Sources/DNSCore/DNSSECStatus.swift
-       Sources/DNSCore/LocalZone.swift Sources/DNSCore/NameSet.swift Sources/DNSCore/HostPattern.swift"
+       Sources/DNSCore/LocalZone.swift Sources/DNSCore/NameSet.swift Sources/DNSCore/HostPattern.swift Sources/DNSCore/WireQuestion.swift"
 daemon="Sources/DNSStubServer/DNSQuery.swift Sources/DNSStubServer/DNSResponseWriter.swift
         Sources/DNSStubServer/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
 vendor="Sources/HTTPDNS/CommercialAPIs/VendorWire.swift Sources/HTTPDNS/CommercialAPIs/AlibabaWire.swift Sources/HTTPDNS/CommercialAPIs/TencentWire.swift
         Sources/HTTPDNS/CommercialAPIs/VendorCipherText.swift Fuzz/VendorCryptoStub.swift"
+# The HTTP/2 wire code is a module of its own (its users import it), built once, instrumented the
+# same way, and linked into the targets that use it.
+wire="-I $out/modules $out/modules/HTTP2Wire.o"
+mkdir -p "$out/modules"
+swiftc -sanitize=fuzzer,address -parse-as-library -O -package-name swift_httpdns -module-name HTTP2Wire -wmo -c Sources/HTTP2Wire/*.swift \
+    -emit-module -emit-module-path "$out/modules/HTTP2Wire.swiftmodule" -o "$out/modules/HTTP2Wire.o"
 status=0
 for target in "${targets[@]}"; do
     case "$target" in
@@ -47,11 +55,12 @@ for target in "${targets[@]}"; do
         vendor) sources="$codec $vendor Fuzz/VendorAnswerFuzzer.swift"; seeds=Fuzz/corpus-vendor; crashers=Fuzz/crashers/vendor; max_len=2048 ;;
         dnssec) sources="$codec Sources/DNSSEC/DNSSECRecords.swift Sources/DNSSEC/DenialRecords.swift Sources/DNSSEC/NameLabels.swift Fuzz/DNSSECRecordFuzzer.swift"; seeds=Fuzz/corpus-dnssec; crashers=Fuzz/crashers/dnssec; max_len=1024 ;;
         connect) sources="Sources/ForwardProxy/ConnectHead.swift Sources/DaemonHTTP/HTTPSyntax.swift Fuzz/ConnectHeadFuzzer.swift"; seeds=Fuzz/corpus-connect; crashers=Fuzz/crashers/connect; max_len=2048 ;;
-        h2client) sources="$codec Sources/HTTPDNS/PipelineFraming.swift Sources/HTTPDNS/HPACK.swift Sources/HTTPDNS/DoHSession.swift Fuzz/H2ClientFuzzer.swift"; seeds=Fuzz/corpus-h2client; crashers=Fuzz/crashers/h2client; max_len=4096 ;;
+        h2client) sources="$codec Sources/HTTPDNS/PipelineFraming.swift Sources/HTTPDNS/DoHSession.swift Fuzz/H2ClientFuzzer.swift $wire"; seeds=Fuzz/corpus-h2client; crashers=Fuzz/crashers/h2client; max_len=4096 ;;
+        h2frames) sources="Fuzz/H2FramesFuzzer.swift $wire"; seeds=Fuzz/corpus-h2frames; crashers=Fuzz/crashers/h2frames; max_len=4096 ;;
         querylog) sources="$codec Sources/ResolverDaemon/QueryLogFormat.swift Fuzz/QueryLogFuzzer.swift"; seeds=Fuzz/corpus-querylog; crashers=Fuzz/crashers/querylog; max_len=1300 ;;
-        hpack) sources="Sources/DaemonHTTP/HPACKLiteralWriter.swift Sources/HTTPDNS/HPACK.swift Fuzz/HPACKWriterFuzzer.swift"; seeds=Fuzz/corpus-hpack; crashers=Fuzz/crashers/hpack; max_len=4096 ;;
+        hpack) sources="Fuzz/HPACKWriterFuzzer.swift $wire"; seeds=Fuzz/corpus-hpack; crashers=Fuzz/crashers/hpack; max_len=4096 ;;
         threadhits) sources="$codec Sources/DNSCore/ThreadHits.swift Fuzz/ThreadHitsFuzzer.swift"; seeds=Fuzz/corpus-threadhits; crashers=Fuzz/crashers/threadhits; max_len=2048 ;;
-        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client, querylog, hpack, threadhits)" >&2; exit 2 ;;
+        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client, h2frames, querylog, hpack, threadhits)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"
     # One module named after what the files import (DNSCore; DaemonHTTP for the CONNECT scan), so

@@ -1,8 +1,10 @@
 import DaemonListening
+import HTTP2Wire
 import Logging
 import NIOCore
 import NIOHPACK
-import NIOHTTP2
+
+import struct NIOHTTP2.HTTP2StreamID
 
 /// The I/O of one HTTP/2 connection: bytes from TLS go through ``HTTP2FrameLayer`` (the frame layer)
 /// into ``HTTP2RequestStateMachine`` (the requests), whose actions come out as frames written by the

@@ -1,6 +1,8 @@
+import HTTP2Wire
 import NIOCore
 import NIOHPACK
-import NIOHTTP2
+
+import struct NIOHTTP2.HTTP2StreamID
 
 /// The server side of the HTTP/2 framing layer (RFC 9113 §3-§6): the preface, frames in and out,
 /// SETTINGS, PING, flow control in both directions, stream identifiers and states, header blocks
@@ -65,22 +67,10 @@ struct HTTP2FrameLayer {
         var reason: String
     }
 
-    static let preface: [UInt8] = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
-    static let defaultWindow = 65_535
-    static let maxWindow = Int(Int32.max)
-    static let ourMaxFrameSize = 16_384
-
-    private enum FrameType: UInt8 {
-        case data = 0, headers, priority, rstStream, settings, pushPromise, ping, goAway, windowUpdate, continuation
-    }
-
-    private enum Flag {
-        static let endStream: UInt8 = 0x1
-        static let ack: UInt8 = 0x1
-        static let endHeaders: UInt8 = 0x4
-        static let padded: UInt8 = 0x8
-        static let priority: UInt8 = 0x20
-    }
+    static let preface = HTTP2Limits.preface
+    static let defaultWindow = HTTP2Limits.defaultWindow
+    static let maxWindow = HTTP2Limits.maxWindow
+    static let ourMaxFrameSize = HTTP2Limits.defaultMaxFrameSize
 
     private struct Stream {
         var phase: StreamPhase
@@ -98,7 +88,7 @@ struct HTTP2FrameLayer {
     let limits: Limits
     /// Frames to write; the handler takes them at each flush.
     private(set) var output: ByteBuffer
-    private var decoder: HPACKDecoder
+    private var decoder: NIOHPACK.HPACKDecoder
     private var sawPreface = false
     private var sawSettings = false
     private var streams: [UInt32: Stream] = [:]
@@ -133,13 +123,13 @@ struct HTTP2FrameLayer {
     init(limits: Limits = Limits(), allocator: ByteBufferAllocator = ByteBufferAllocator()) {
         self.limits = limits
         output = allocator.buffer(capacity: 4_096)
-        decoder = HPACKDecoder(
-            allocator: allocator, maxDynamicTableSize: HPACKDecoder.maxDynamicTableSize, maxHeaderListSize: limits.maxHeaderListSize)
+        decoder = NIOHPACK.HPACKDecoder(
+            allocator: allocator, maxDynamicTableSize: NIOHPACK.HPACKDecoder.maxDynamicTableSize, maxHeaderListSize: limits.maxHeaderListSize)
         // Our SETTINGS: MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE (ENABLE_PUSH is the client's).
-        writeFrameHeader(length: 12, type: .settings, flags: 0, stream: 0)
-        output.writeInteger(UInt16(3))
+        writeFrameHeader(length: 12, type: .settings, stream: 0)
+        output.writeInteger(HTTP2SettingID.maxConcurrentStreams.rawValue)
         output.writeInteger(UInt32(limits.maxConcurrentStreams))
-        output.writeInteger(UInt16(6))
+        output.writeInteger(HTTP2SettingID.maxHeaderListSize.rawValue)
         output.writeInteger(UInt32(limits.maxHeaderListSize))
     }
 
@@ -183,21 +173,17 @@ struct HTTP2FrameLayer {
             buffer.moveReaderIndex(forwardBy: Self.preface.count)
             sawPreface = true
         }
-        while buffer.readableBytes >= 9 {
-            let start = buffer.readerIndex
-            let length = Int(buffer.getInteger(at: start, as: UInt32.self)! >> 8)
-            let rawType = buffer.getInteger(at: start + 3, as: UInt8.self)!
-            let flags = buffer.getInteger(at: start + 4, as: UInt8.self)!
-            let stream = buffer.getInteger(at: start + 5, as: UInt32.self)! & 0x7FFF_FFFF
+        while let header = HTTP2FrameHeader(parsing: buffer.readableBytesView) {
+            let (length, type, flags, stream) = (header.length, header.type, header.flags, header.stream)
             guard length <= Self.ourMaxFrameSize else {
                 throw ConnectionError(code: .frameSizeError, reason: "a frame of \(length) bytes (the limit is \(Self.ourMaxFrameSize))")
             }
-            guard buffer.readableBytes >= 9 + length else { return nil }
-            var payload = buffer.getSlice(at: start + 9, length: length)!
-            buffer.moveReaderIndex(forwardBy: 9 + length)
-            let type = FrameType(rawValue: rawType)
+            let size = HTTP2Limits.frameHeaderSize
+            guard buffer.readableBytes >= size + length else { return nil }
+            var payload = buffer.getSlice(at: buffer.readerIndex + size, length: length)!
+            buffer.moveReaderIndex(forwardBy: size + length)
             if !sawSettings {
-                guard type == .settings, flags & Flag.ack == 0 else {
+                guard type == .settings, !flags.contains(.ack) else {
                     throw ConnectionError(code: .protocolError, reason: "the first frame is not SETTINGS")
                 }
                 sawSettings = true
@@ -205,7 +191,7 @@ struct HTTP2FrameLayer {
             if block != nil, type != .continuation || stream != block!.stream {
                 throw ConnectionError(code: .protocolError, reason: "a header block interrupted by another frame")
             }
-            if let event = try frame(type, rawType: rawType, flags: flags, stream: stream, payload: &payload, now: now()) {
+            if let event = try frame(type, flags: flags, stream: stream, payload: &payload, now: now()) {
                 return event
             }
         }
@@ -213,7 +199,7 @@ struct HTTP2FrameLayer {
     }
 
     private mutating func frame(
-        _ type: FrameType?, rawType: UInt8, flags: UInt8, stream: UInt32, payload: inout ByteBuffer, now: NIODeadline
+        _ type: HTTP2FrameType?, flags: HTTP2FrameFlags, stream: UInt32, payload: inout ByteBuffer, now: NIODeadline
     ) throws(ConnectionError) -> Event? {
         guard let type else {
             try cost(now)  // unknown frame types are ignored (RFC 9113 §4.1)
@@ -224,12 +210,12 @@ struct HTTP2FrameLayer {
         case .headers:
             guard stream != 0, stream & 1 == 1 else { throw ConnectionError(code: .protocolError, reason: "HEADERS on stream \(stream)") }
             try removePadding(flags: flags, payload: &payload)
-            if flags & Flag.priority != 0 {
+            if flags.contains(.priority) {
                 guard payload.readableBytes >= 5 else { throw ConnectionError(code: .frameSizeError, reason: "HEADERS too short for its priority") }
                 payload.moveReaderIndex(forwardBy: 5)
             }
-            block = HeaderBlock(stream: stream, endStream: flags & Flag.endStream != 0, bytes: payload, frames: 1)
-            return flags & Flag.endHeaders != 0 ? try headerBlockEnded(now: now) : nil
+            block = HeaderBlock(stream: stream, endStream: flags.contains(.endStream), bytes: payload, frames: 1)
+            return flags.contains(.endHeaders) ? try headerBlockEnded(now: now) : nil
         case .continuation:
             guard var current = block else { throw ConnectionError(code: .protocolError, reason: "CONTINUATION without HEADERS") }
             current.frames += 1
@@ -241,7 +227,7 @@ struct HTTP2FrameLayer {
             }
             current.bytes.writeBuffer(&payload)
             block = current
-            return flags & Flag.endHeaders != 0 ? try headerBlockEnded(now: now) : nil
+            return flags.contains(.endHeaders) ? try headerBlockEnded(now: now) : nil
         case .priority:
             guard stream != 0 else { throw ConnectionError(code: .protocolError, reason: "PRIORITY on stream 0") }
             guard payload.readableBytes == 5 else {
@@ -270,8 +256,8 @@ struct HTTP2FrameLayer {
             guard stream == 0 else { throw ConnectionError(code: .protocolError, reason: "PING on stream \(stream)") }
             guard payload.readableBytes == 8 else { throw ConnectionError(code: .frameSizeError, reason: "PING of \(payload.readableBytes) bytes") }
             try cost(now)
-            if flags & Flag.ack == 0 {
-                writeFrameHeader(length: 8, type: .ping, flags: Flag.ack, stream: 0)
+            if !flags.contains(.ack) {
+                writeFrameHeader(length: 8, type: .ping, flags: .ack, stream: 0)
                 output.writeBuffer(&payload)
             }
             return nil
@@ -284,13 +270,14 @@ struct HTTP2FrameLayer {
         }
     }
 
-    private mutating func data(flags: UInt8, stream: UInt32, payload: inout ByteBuffer, now: NIODeadline) throws(ConnectionError) -> Event? {
+    private mutating func data(flags: HTTP2FrameFlags, stream: UInt32, payload: inout ByteBuffer, now: NIODeadline) throws(ConnectionError) -> Event?
+    {
         guard stream != 0 else { throw ConnectionError(code: .protocolError, reason: "DATA on stream 0") }
         guard stream <= highestStreamID else { throw ConnectionError(code: .protocolError, reason: "DATA on idle stream \(stream)") }
         let length = payload.readableBytes
         inboundWindow -= length
         guard inboundWindow >= 0 else { throw ConnectionError(code: .flowControlError, reason: "DATA beyond the connection window") }
-        let endStream = flags & Flag.endStream != 0
+        let endStream = flags.contains(.endStream)
         guard var state = streams[stream] else {
             // In flight when our reset left: ignored, at a cost (counted in the connection window above).
             guard resetByUs.contains(stream) else { throw closedStreamError(stream, "DATA") }
@@ -382,9 +369,9 @@ struct HTTP2FrameLayer {
         return .headers(streamID, headers, endStream: current.endStream)
     }
 
-    private mutating func settings(flags: UInt8, stream: UInt32, payload: inout ByteBuffer, now: NIODeadline) throws(ConnectionError) {
+    private mutating func settings(flags: HTTP2FrameFlags, stream: UInt32, payload: inout ByteBuffer, now: NIODeadline) throws(ConnectionError) {
         guard stream == 0 else { throw ConnectionError(code: .protocolError, reason: "SETTINGS on stream \(stream)") }
-        if flags & Flag.ack != 0 {
+        if flags.contains(.ack) {
             guard payload.readableBytes == 0 else { throw ConnectionError(code: .frameSizeError, reason: "a SETTINGS ACK with a payload") }
             settingsAcknowledged = true
             return
@@ -394,12 +381,12 @@ struct HTTP2FrameLayer {
         }
         try cost(now)
         while let identifier = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
-            switch identifier {
-            case 1:  // HEADER_TABLE_SIZE
+            switch HTTP2SettingID(rawValue: identifier) {
+            case .headerTableSize:
                 if value < 4_096 { tableSizeUpdatePending = true }
-            case 2:  // ENABLE_PUSH
+            case .enablePush:
                 guard value <= 1 else { throw ConnectionError(code: .protocolError, reason: "ENABLE_PUSH \(value)") }
-            case 4:  // INITIAL_WINDOW_SIZE
+            case .initialWindowSize:
                 guard value <= UInt32(Self.maxWindow) else { throw ConnectionError(code: .flowControlError, reason: "INITIAL_WINDOW_SIZE \(value)") }
                 let delta = Int(value) - peerInitialWindow
                 peerInitialWindow = Int(value)
@@ -409,14 +396,16 @@ struct HTTP2FrameLayer {
                         throw ConnectionError(code: .flowControlError, reason: "a stream window over 2^31-1")
                     }
                 }
-            case 5:  // MAX_FRAME_SIZE
-                guard (16_384...16_777_215).contains(value) else { throw ConnectionError(code: .protocolError, reason: "MAX_FRAME_SIZE \(value)") }
+            case .maxFrameSize:
+                guard HTTP2Limits.maxFrameSizeRange.contains(value) else {
+                    throw ConnectionError(code: .protocolError, reason: "MAX_FRAME_SIZE \(value)")
+                }
                 peerMaxFrameSize = Int(value)
-            default:
-                break  // MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE and unknown settings change nothing here
+            case .maxConcurrentStreams, .maxHeaderListSize, nil:
+                break  // they change nothing here, nor do unknown settings
             }
         }
-        writeFrameHeader(length: 0, type: .settings, flags: Flag.ack, stream: 0)
+        writeFrameHeader(length: 0, type: .settings, flags: .ack, stream: 0)
         if !blocked.isEmpty { sendQueued() }
     }
 
@@ -444,12 +433,12 @@ struct HTTP2FrameLayer {
         return nil
     }
 
-    private func removePadding(flags: UInt8, payload: inout ByteBuffer) throws(ConnectionError) {
-        guard flags & Flag.padded != 0 else { return }
-        guard let padding = payload.readInteger(as: UInt8.self), Int(padding) <= payload.readableBytes else {
+    private func removePadding(flags: HTTP2FrameFlags, payload: inout ByteBuffer) throws(ConnectionError) {
+        let first = payload.getInteger(at: payload.readerIndex, as: UInt8.self)
+        guard let content = HTTP2Padding.content(count: payload.readableBytes, first: first, flags: flags) else {
             throw ConnectionError(code: .protocolError, reason: "padding longer than the frame")
         }
-        payload.moveWriterIndex(to: payload.writerIndex - Int(padding))
+        payload = payload.getSlice(at: payload.readerIndex + content.lowerBound, length: content.count)!
     }
 
     /// One more stream reset, by the client or provoked by it: past ``Limits/maxResets`` within the
@@ -552,9 +541,9 @@ struct HTTP2FrameLayer {
     /// after it will be), with `reason` as debug data.
     mutating func goAway(_ code: HTTP2ErrorCode, reason: String = "") {
         let debug = Array(reason.utf8.prefix(256))
-        writeFrameHeader(length: 8 + debug.count, type: .goAway, flags: 0, stream: 0)
+        writeFrameHeader(length: 8 + debug.count, type: .goAway, stream: 0)
         output.writeInteger(highestStreamID)
-        output.writeInteger(UInt32(code.networkCode))
+        output.writeInteger(code.rawValue)
         output.writeBytes(debug)
     }
 
@@ -574,7 +563,7 @@ struct HTTP2FrameLayer {
             var chunk = unsent.readSlice(length: count)!
             sendWindow -= count
             state.sendWindow -= count
-            writeFrameHeader(length: count, type: .data, flags: unsent.readableBytes == 0 ? Flag.endStream : 0, stream: stream)
+            writeFrameHeader(length: count, type: .data, flags: unsent.readableBytes == 0 ? .endStream : [], stream: stream)
             output.writeBuffer(&chunk)
         }
         unblock(stream)
@@ -607,7 +596,7 @@ struct HTTP2FrameLayer {
         _ stream: UInt32, status: Int, headers: [(String, String)], contentLength: Int, date: String?, endStream: Bool
     ) {
         let frameStart = output.writerIndex
-        writeFrameHeader(length: 0, type: .headers, flags: 0, stream: stream)
+        writeFrameHeader(length: 0, type: .headers, stream: stream)
         let blockStart = output.writerIndex
         let tableSizeUpdate = tableSizeUpdatePending
         tableSizeUpdatePending = false
@@ -625,9 +614,9 @@ struct HTTP2FrameLayer {
         }
         let length = output.writerIndex - blockStart
         if length <= peerMaxFrameSize {
-            let flags = Flag.endHeaders | (endStream ? Flag.endStream : 0)
-            output.setInteger(UInt32(length) << 8 | UInt32(FrameType.headers.rawValue), at: frameStart)
-            output.setInteger(flags, at: frameStart + 4)
+            let flags: HTTP2FrameFlags = endStream ? [.endHeaders, .endStream] : .endHeaders
+            output.setInteger(UInt32(length) << 8 | UInt32(HTTP2FrameType.headers.rawValue), at: frameStart)
+            output.setInteger(flags.rawValue, at: frameStart + 4)
             return
         }
         var block = output.getSlice(at: blockStart, length: length)!
@@ -637,7 +626,8 @@ struct HTTP2FrameLayer {
             let count = min(block.readableBytes, peerMaxFrameSize)
             var piece = block.readSlice(length: count)!
             let last = block.readableBytes == 0
-            let flags = (last ? Flag.endHeaders : 0) | (first && endStream ? Flag.endStream : 0)
+            var flags: HTTP2FrameFlags = last ? .endHeaders : []
+            if first, endStream { flags.insert(.endStream) }
             writeFrameHeader(length: count, type: first ? .headers : .continuation, flags: flags, stream: stream)
             output.writeBuffer(&piece)
             first = false
@@ -650,18 +640,18 @@ struct HTTP2FrameLayer {
     }
 
     private mutating func writeResetFrame(_ stream: UInt32, _ code: HTTP2ErrorCode) {
-        writeFrameHeader(length: 4, type: .rstStream, flags: 0, stream: stream)
-        output.writeInteger(UInt32(code.networkCode))
+        writeFrameHeader(length: 4, type: .rstStream, stream: stream)
+        output.writeInteger(code.rawValue)
     }
 
     private mutating func writeWindowUpdate(_ stream: UInt32, _ increment: Int) {
-        writeFrameHeader(length: 4, type: .windowUpdate, flags: 0, stream: stream)
+        writeFrameHeader(length: 4, type: .windowUpdate, stream: stream)
         output.writeInteger(UInt32(increment))
     }
 
-    private mutating func writeFrameHeader(length: Int, type: FrameType, flags: UInt8, stream: UInt32) {
+    private mutating func writeFrameHeader(length: Int, type: HTTP2FrameType, flags: HTTP2FrameFlags = [], stream: UInt32) {
         output.writeInteger(UInt32(length) << 8 | UInt32(type.rawValue))
-        output.writeInteger(flags)
+        output.writeInteger(flags.rawValue)
         output.writeInteger(stream)
     }
 }

@@ -1,6 +1,8 @@
+import HTTP2Wire
 import NIOCore
 import NIOHPACK
-import NIOHTTP2
+
+import struct NIOHTTP2.HTTP2StreamID
 
 /// One HTTP/2 server connection as a state machine: frames and timer ticks in, actions out, no I/O.
 /// ``HTTP2ConnectionHandler`` feeds it and carries out what it says; unit tests drive it directly.

@@ -1,4 +1,5 @@
 import DNSCore
+import HTTP2Wire
 
 /// The client side of one HTTP/2 connection (RFC 9113) carrying DoH requests (RFC 8484): each query
 /// a stream, its answer that stream's response. Pure — bytes in, bytes and events out — and driven
@@ -18,12 +19,6 @@ struct DoHSession: PipelineFraming {
         var method: Method
     }
 
-    /// HTTP/2's error codes this side sends or reads (RFC 9113 §7).
-    enum ErrorCode: UInt32 {
-        case noError = 0x0, protocolError = 0x1, flowControlError = 0x3, frameSizeError = 0x6
-        case refusedStream = 0x7, cancel = 0x8, compressionError = 0x9
-    }
-
     struct Stream {
         var status: Int?
         var contentType: String?
@@ -38,7 +33,7 @@ struct DoHSession: PipelineFraming {
     /// Streams this client opens at once at most, whatever the server allows.
     static let maxStreams = 128
     /// The frame size this side reads (SETTINGS_MAX_FRAME_SIZE's default, never raised).
-    static let maxFrameSize = 16_384
+    static let maxFrameSize = HTTP2Limits.defaultMaxFrameSize
     /// The stream window this side advertises: a whole DNS message and its frames' padding.
     static let streamWindow = 262_144
     /// The connection window, opened once at the start and topped up as answers are read.
@@ -56,9 +51,9 @@ struct DoHSession: PipelineFraming {
     var settingsSeen = false
     var nextStreamID: UInt32 = 1
     var peerMaxStreams = 100
-    var peerInitialWindow = 65_535
-    var peerMaxFrameSize = 16_384
-    var connectionSendWindow = 65_535
+    var peerInitialWindow = HTTP2Limits.defaultWindow
+    var peerMaxFrameSize = HTTP2Limits.defaultMaxFrameSize
+    var connectionSendWindow = HTTP2Limits.defaultWindow
     var streams: [UInt32: Stream] = [:]
     /// A header block being continued: its stream, its bytes so far, and whether it ends the stream.
     var continuation: (stream: UInt32, block: [UInt8], endStream: Bool)?
@@ -75,15 +70,16 @@ struct DoHSession: PipelineFraming {
     var isDraining: Bool { goingAway || nextStreamID >= 0x7fff_fff0 }
 
     func start(into output: inout [UInt8]) {
-        output.append(contentsOf: Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8))
-        // ENABLE_PUSH 0, INITIAL_WINDOW_SIZE, MAX_HEADER_LIST_SIZE.
-        let settings: [(UInt16, UInt32)] = [(0x2, 0), (0x4, UInt32(Self.streamWindow)), (0x6, UInt32(Self.maxHeaderBlock))]
-        Self.appendFrameHeader(length: settings.count * 6, type: 0x4, flags: 0, stream: 0, to: &output)
+        output.append(contentsOf: HTTP2Limits.preface)
+        let settings: [(HTTP2SettingID, UInt32)] = [
+            (.enablePush, 0), (.initialWindowSize, UInt32(Self.streamWindow)), (.maxHeaderListSize, UInt32(Self.maxHeaderBlock)),
+        ]
+        output.appendFrameHeader(length: settings.count * 6, type: .settings, stream: 0)
         for (identifier, value) in settings {
-            Self.append16(identifier, to: &output)
-            Self.append32(value, to: &output)
+            output.appendHTTP2UInt16(identifier.rawValue)
+            output.appendHTTP2UInt32(value)
         }
-        Self.appendWindowUpdate(stream: 0, increment: UInt32(Self.connectionWindow - 65_535), to: &output)
+        Self.appendWindowUpdate(stream: 0, increment: UInt32(Self.connectionWindow - HTTP2Limits.defaultWindow), to: &output)
     }
 
     mutating func send(_ query: [UInt8], into output: inout [UInt8], isTaken: (UInt32) -> Bool) -> UInt32 {
@@ -130,9 +126,9 @@ struct DoHSession: PipelineFraming {
         var start = 0
         repeat {
             let end = min(block.count, start + peerMaxFrameSize)
-            var flags: UInt8 = end == block.count ? 0x4 : 0
-            if start == 0, endStream { flags |= 0x1 }
-            Self.appendFrameHeader(length: end - start, type: start == 0 ? 0x1 : 0x9, flags: flags, stream: stream, to: &output)
+            var flags: HTTP2FrameFlags = end == block.count ? .endHeaders : []
+            if start == 0, endStream { flags.insert(.endStream) }
+            output.appendFrameHeader(length: end - start, type: start == 0 ? .headers : .continuation, flags: flags, stream: stream)
             output.append(contentsOf: block[start..<end])
             start = end
         } while start < block.count
@@ -145,7 +141,7 @@ struct DoHSession: PipelineFraming {
             let length = min(body.count, stream.sendWindow, connectionSendWindow, peerMaxFrameSize)
             guard length > 0 else { break }
             let last = length == body.count
-            Self.appendFrameHeader(length: length, type: 0x0, flags: last ? 0x1 : 0, stream: id, to: &output)
+            output.appendFrameHeader(length: length, type: .data, flags: last ? .endStream : [], stream: id)
             output.append(contentsOf: body.prefix(length))
             body = body.dropFirst(length)
             stream.sendWindow -= length
@@ -158,15 +154,10 @@ struct DoHSession: PipelineFraming {
     mutating func receive(_ input: inout [UInt8], into output: inout [UInt8], events: inout [PipelineEvent]) {
         var offset = 0
         defer { input.removeFirst(min(offset, input.count)) }
-        while input.count - offset >= 9 {
-            let length = Int(input[offset]) << 16 | Int(input[offset + 1]) << 8 | Int(input[offset + 2])
-            let type = input[offset + 3]
-            let flags = input[offset + 4]
-            let stream =
-                (UInt32(input[offset + 5]) << 24 | UInt32(input[offset + 6]) << 16 | UInt32(input[offset + 7]) << 8 | UInt32(input[offset + 8]))
-                & 0x7fff_ffff
+        while let header = HTTP2FrameHeader(parsing: input[offset...]) {
+            let (length, type, flags, stream) = (header.length, header.type, header.flags, header.stream)
             if !settingsSeen {
-                guard type == 0x4, flags & 0x1 == 0, stream == 0, length % 6 == 0 else {
+                guard type == .settings, !flags.contains(.ack), stream == 0, length % 6 == 0 else {
                     events.append(
                         .refused(
                             DNSError(
@@ -181,10 +172,11 @@ struct DoHSession: PipelineFraming {
                 return breakConnection(
                     .frameSizeError, "a \(length)-byte frame is larger than the \(Self.maxFrameSize) allowed", &output, &events, &offset, input.count)
             }
-            guard input.count - offset - 9 >= length else { return }
-            let payload = input[offset + 9..<offset + 9 + length]
-            offset += 9 + length
-            if let continuation, type != 0x9 || stream != continuation.stream {
+            let size = HTTP2Limits.frameHeaderSize
+            guard input.count - offset - size >= length else { return }
+            let payload = input[offset + size..<offset + size + length]
+            offset += size + length
+            if let continuation, type != .continuation || stream != continuation.stream {
                 return breakConnection(.protocolError, "a header block was interrupted by another frame", &output, &events, &offset, input.count)
             }
             if let failure = frame(type: type, flags: flags, stream: stream, payload: payload, into: &output, events: &events) {
@@ -199,23 +191,24 @@ struct DoHSession: PipelineFraming {
     }
 
     struct ConnectionError: Error {
-        var code: ErrorCode
+        var code: HTTP2ErrorCode
         var reason: String
     }
 
     /// Handles one whole frame; a connection error is returned.
     mutating func frame(
-        type: UInt8, flags: UInt8, stream: UInt32, payload: ArraySlice<UInt8>, into output: inout [UInt8], events: inout [PipelineEvent]
+        type: HTTP2FrameType?, flags: HTTP2FrameFlags, stream: UInt32, payload: ArraySlice<UInt8>, into output: inout [UInt8],
+        events: inout [PipelineEvent]
     ) -> ConnectionError? {
         switch type {
-        case 0x0:  // DATA
+        case .data:
             guard stream != 0 else { return ConnectionError(code: .protocolError, reason: "DATA on stream 0") }
             unacknowledged += payload.count
             if unacknowledged >= Self.connectionWindow / 2 {
                 Self.appendWindowUpdate(stream: 0, increment: UInt32(unacknowledged), to: &output)
                 unacknowledged = 0
             }
-            guard let data = Self.unpadded(payload, flags: flags, priority: false) else {
+            guard let data = Self.unpadded(payload, flags: flags) else {
                 return ConnectionError(code: .protocolError, reason: "DATA padding longer than the frame")
             }
             guard var state = streams[stream] else { return closedStreamFrame(stream, "DATA") }
@@ -228,21 +221,25 @@ struct DoHSession: PipelineFraming {
             }
             state.body.append(contentsOf: data)
             streams[stream] = state
-            if flags & 0x1 != 0 { complete(stream, events: &events) }
-        case 0x1:  // HEADERS
+            if flags.contains(.endStream) { complete(stream, events: &events) }
+        case .headers:
             guard stream != 0 else { return ConnectionError(code: .protocolError, reason: "HEADERS on stream 0") }
-            guard let fragment = Self.unpadded(payload, flags: flags, priority: flags & 0x20 != 0) else {
+            guard var fragment = Self.unpadded(payload, flags: flags) else {
                 return ConnectionError(code: .protocolError, reason: "HEADERS padding longer than the frame")
+            }
+            if flags.contains(.priority) {
+                guard fragment.count >= 5 else { return ConnectionError(code: .frameSizeError, reason: "HEADERS too short for its priority") }
+                fragment = fragment.dropFirst(5)
             }
             guard stream < nextStreamID, stream & 1 == 1 else {
                 return ConnectionError(code: .protocolError, reason: "HEADERS on stream \(stream), which this client did not open")
             }
-            if flags & 0x4 == 0 {
-                continuation = (stream, Array(fragment), flags & 0x1 != 0)
+            if !flags.contains(.endHeaders) {
+                continuation = (stream, Array(fragment), flags.contains(.endStream))
                 return nil
             }
-            return headers(Array(fragment), stream: stream, endStream: flags & 0x1 != 0, events: &events)
-        case 0x9:  // CONTINUATION
+            return headers(Array(fragment), stream: stream, endStream: flags.contains(.endStream), events: &events)
+        case .continuation:
             guard var pending = continuation, pending.stream == stream else {
                 return ConnectionError(code: .protocolError, reason: "CONTINUATION without a header block to continue")
             }
@@ -250,24 +247,24 @@ struct DoHSession: PipelineFraming {
             guard pending.block.count <= Self.maxHeaderBlock else {
                 return ConnectionError(code: .protocolError, reason: "a header block larger than \(Self.maxHeaderBlock) bytes")
             }
-            if flags & 0x4 == 0 {
+            if !flags.contains(.endHeaders) {
                 continuation = pending
                 return nil
             }
             continuation = nil
             return headers(pending.block, stream: stream, endStream: pending.endStream, events: &events)
-        case 0x3:  // RST_STREAM
+        case .rstStream:
             guard stream != 0, payload.count == 4 else { return ConnectionError(code: .protocolError, reason: "a malformed RST_STREAM") }
             guard streams.removeValue(forKey: stream) != nil else { return nil }
             let code = Self.read32(payload, at: payload.startIndex)
-            if code == ErrorCode.refusedStream.rawValue {
+            if code == HTTP2ErrorCode.refusedStream.rawValue {
                 events.append(.unprocessed(stream))
             } else {
                 events.append(.failed(stream, DNSError(.malformedResponse, "the server reset the request (HTTP/2 error code \(code))")))
             }
-        case 0x4:  // SETTINGS
+        case .settings:
             guard stream == 0 else { return ConnectionError(code: .protocolError, reason: "SETTINGS on a stream") }
-            if flags & 0x1 != 0 {
+            if flags.contains(.ack) {
                 guard payload.isEmpty else { return ConnectionError(code: .frameSizeError, reason: "a SETTINGS acknowledgement with a payload") }
                 return nil
             }
@@ -277,32 +274,34 @@ struct DoHSession: PipelineFraming {
                 let identifier = UInt16(payload[index]) << 8 | UInt16(payload[index + 1])
                 let value = Self.read32(payload, at: index + 2)
                 index += 6
-                switch identifier {
-                case 0x3: peerMaxStreams = Int(value)
-                case 0x4:
-                    guard value <= 0x7fff_ffff else { return ConnectionError(code: .flowControlError, reason: "an initial window above 2^31-1") }
+                switch HTTP2SettingID(rawValue: identifier) {
+                case .maxConcurrentStreams: peerMaxStreams = Int(value)
+                case .initialWindowSize:
+                    guard value <= HTTP2Limits.maxWindow else {
+                        return ConnectionError(code: .flowControlError, reason: "an initial window above 2^31-1")
+                    }
                     let delta = Int(value) - peerInitialWindow
                     peerInitialWindow = Int(value)
                     for id in streams.keys { streams[id]?.sendWindow += delta }
-                case 0x5:
-                    guard (16_384...16_777_215).contains(value) else {
+                case .maxFrameSize:
+                    guard HTTP2Limits.maxFrameSizeRange.contains(value) else {
                         return ConnectionError(code: .protocolError, reason: "a maximum frame size of \(value)")
                     }
                     peerMaxFrameSize = Int(value)
                 default: break
                 }
             }
-            Self.appendFrameHeader(length: 0, type: 0x4, flags: 0x1, stream: 0, to: &output)
+            output.appendFrameHeader(length: 0, type: .settings, flags: .ack, stream: 0)
             flushBodies(into: &output)
-        case 0x5:  // PUSH_PROMISE: refused in SETTINGS
+        case .pushPromise:  // refused in SETTINGS
             return ConnectionError(code: .protocolError, reason: "PUSH_PROMISE after push was disabled")
-        case 0x6:  // PING
+        case .ping:
             guard stream == 0, payload.count == 8 else { return ConnectionError(code: .protocolError, reason: "a malformed PING") }
-            if flags & 0x1 == 0 {
-                Self.appendFrameHeader(length: 8, type: 0x6, flags: 0x1, stream: 0, to: &output)
+            if !flags.contains(.ack) {
+                output.appendFrameHeader(length: 8, type: .ping, flags: .ack, stream: 0)
                 output.append(contentsOf: payload)
             }
-        case 0x7:  // GOAWAY
+        case .goAway:
             guard stream == 0, payload.count >= 8 else { return ConnectionError(code: .protocolError, reason: "a malformed GOAWAY") }
             let last = Self.read32(payload, at: payload.startIndex) & 0x7fff_ffff
             goingAway = true
@@ -310,18 +309,18 @@ struct DoHSession: PipelineFraming {
                 streams[id] = nil
                 events.append(.unprocessed(id))
             }
-        case 0x8:  // WINDOW_UPDATE
+        case .windowUpdate:
             guard payload.count == 4 else { return ConnectionError(code: .frameSizeError, reason: "a WINDOW_UPDATE of \(payload.count) bytes") }
             let increment = Int(Self.read32(payload, at: payload.startIndex) & 0x7fff_ffff)
             if stream == 0 {
                 guard increment > 0 else { return ConnectionError(code: .protocolError, reason: "a connection WINDOW_UPDATE of 0") }
                 connectionSendWindow += increment
-                guard connectionSendWindow <= 0x7fff_ffff else {
+                guard connectionSendWindow <= HTTP2Limits.maxWindow else {
                     return ConnectionError(code: .flowControlError, reason: "the connection window above 2^31-1")
                 }
             } else if var state = streams[stream] {
                 state.sendWindow += increment
-                guard increment > 0, state.sendWindow <= 0x7fff_ffff else {
+                guard increment > 0, state.sendWindow <= HTTP2Limits.maxWindow else {
                     streams[stream] = nil
                     Self.appendReset(stream: stream, code: increment > 0 ? .flowControlError : .protocolError, to: &output)
                     events.append(.failed(stream, DNSError(.malformedResponse, "the server sent an invalid stream WINDOW_UPDATE")))
@@ -330,7 +329,7 @@ struct DoHSession: PipelineFraming {
                 streams[stream] = state
             }
             flushBodies(into: &output)
-        default:  // PRIORITY and unknown types are ignored (RFC 9113 §4.1, §5.5).
+        case .priority, nil:  // ignored, as unknown types are (RFC 9113 §4.1, §5.5)
             break
         }
         return nil
@@ -385,62 +384,30 @@ struct DoHSession: PipelineFraming {
 
     /// Ends the connection: GOAWAY with the code, the reason to every query on it.
     func breakConnection(
-        _ code: ErrorCode, _ reason: String, _ output: inout [UInt8], _ events: inout [PipelineEvent], _ offset: inout Int, _ end: Int
+        _ code: HTTP2ErrorCode, _ reason: String, _ output: inout [UInt8], _ events: inout [PipelineEvent], _ offset: inout Int, _ end: Int
     ) {
-        Self.appendFrameHeader(length: 8, type: 0x7, flags: 0, stream: 0, to: &output)
-        Self.append32(0, to: &output)  // no server-initiated stream was processed
-        Self.append32(code.rawValue, to: &output)
+        output.appendFrameHeader(length: 8, type: .goAway, stream: 0)
+        output.appendHTTP2UInt32(0)  // no server-initiated stream was processed
+        output.appendHTTP2UInt32(code.rawValue)
         events.append(.broken(DNSError(.malformedResponse, "HTTP/2: \(reason)")))
         offset = end
     }
 
-    /// A padded frame's content (and a HEADERS frame's without its priority fields); nil when the
+    /// A padded frame's content (a HEADERS frame's still with its priority fields); nil when the
     /// padding does not fit (§6.1, §6.2).
-    static func unpadded(_ payload: ArraySlice<UInt8>, flags: UInt8, priority: Bool) -> ArraySlice<UInt8>? {
-        var content = payload
-        var padding = 0
-        if flags & 0x8 != 0 {
-            guard let first = content.first else { return nil }
-            padding = Int(first)
-            content = content.dropFirst()
-        }
-        if priority {
-            guard content.count >= 5 else { return nil }
-            content = content.dropFirst(5)
-        }
-        guard padding <= content.count else { return nil }
-        return content.dropLast(padding)
-    }
-
-    static func appendFrameHeader(length: Int, type: UInt8, flags: UInt8, stream: UInt32, to output: inout [UInt8]) {
-        output.append(UInt8(truncatingIfNeeded: length >> 16))
-        output.append(UInt8(truncatingIfNeeded: length >> 8))
-        output.append(UInt8(truncatingIfNeeded: length))
-        output.append(type)
-        output.append(flags)
-        append32(stream, to: &output)
+    static func unpadded(_ payload: ArraySlice<UInt8>, flags: HTTP2FrameFlags) -> ArraySlice<UInt8>? {
+        guard let range = HTTP2Padding.content(count: payload.count, first: payload.first, flags: flags) else { return nil }
+        return payload[payload.startIndex + range.lowerBound..<payload.startIndex + range.upperBound]
     }
 
     static func appendWindowUpdate(stream: UInt32, increment: UInt32, to output: inout [UInt8]) {
-        appendFrameHeader(length: 4, type: 0x8, flags: 0, stream: stream, to: &output)
-        append32(increment, to: &output)
+        output.appendFrameHeader(length: 4, type: .windowUpdate, stream: stream)
+        output.appendHTTP2UInt32(increment)
     }
 
-    static func appendReset(stream: UInt32, code: ErrorCode, to output: inout [UInt8]) {
-        appendFrameHeader(length: 4, type: 0x3, flags: 0, stream: stream, to: &output)
-        append32(code.rawValue, to: &output)
-    }
-
-    static func append16(_ value: UInt16, to output: inout [UInt8]) {
-        output.append(UInt8(value >> 8))
-        output.append(UInt8(value & 0xff))
-    }
-
-    static func append32(_ value: UInt32, to output: inout [UInt8]) {
-        output.append(UInt8(value >> 24))
-        output.append(UInt8(value >> 16 & 0xff))
-        output.append(UInt8(value >> 8 & 0xff))
-        output.append(UInt8(value & 0xff))
+    static func appendReset(stream: UInt32, code: HTTP2ErrorCode, to output: inout [UInt8]) {
+        output.appendFrameHeader(length: 4, type: .rstStream, stream: stream)
+        output.appendHTTP2UInt32(code.rawValue)
     }
 
     static func read32(_ bytes: ArraySlice<UInt8>, at index: Int) -> UInt32 {

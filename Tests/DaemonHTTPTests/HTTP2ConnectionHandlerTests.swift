@@ -1,9 +1,10 @@
 import NIOCore
 import NIOEmbedded
 import NIOHPACK
-import NIOHTTP2
 import TestSupport
 import Testing
+
+import struct NIOHTTP2.HTTP2StreamID
 
 @testable import DaemonHTTP
 

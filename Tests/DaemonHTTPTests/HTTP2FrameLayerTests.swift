@@ -1,8 +1,10 @@
+import HTTP2Wire
 import NIOCore
 import NIOHPACK
-import NIOHTTP2
 import TestSupport
 import Testing
+
+import struct NIOHTTP2.HTTP2StreamID
 
 @testable import DaemonHTTP
 
@@ -483,7 +485,7 @@ import Testing
         let frames = harness.output()
         let blocks = frames.filter { $0.type == H2Wire.Kind.headers }
         #expect(blocks.count == 2)
-        var decoder = HPACKDecoder(allocator: .init())
+        var decoder = NIOHPACK.HPACKDecoder(allocator: .init())
         var first = blocks[0].payload
         let answer = try decoder.decodeHeaders(from: &first)
         #expect(
@@ -511,7 +513,7 @@ import Testing
             var payload = frame.payload
             block.writeBuffer(&payload)
         }
-        var decoder = HPACKDecoder(allocator: .init(), maxDynamicTableSize: 4096, maxHeaderListSize: 65_536)
+        var decoder = NIOHPACK.HPACKDecoder(allocator: .init(), maxDynamicTableSize: 4096, maxHeaderListSize: 65_536)
         let headers = try decoder.decodeHeaders(from: &block)
         #expect(headers.first(name: "link") == long)
         #expect(headers.first(name: "content-length") == "2")
@@ -524,7 +526,7 @@ import Testing
         var frame = harness.output().first!
         #expect(frame.payload.readInteger(as: UInt8.self) == 0x20, "a dynamic table size update to 0 first")
         // And the block still decodes for a client whose table is 0.
-        var decoder = HPACKDecoder(allocator: .init(), maxDynamicTableSize: 0)
+        var decoder = NIOHPACK.HPACKDecoder(allocator: .init(), maxDynamicTableSize: 0)
         var block = frame.payload
         block.moveReaderIndex(to: frame.payload.readerIndex - 1)
         let headers = try decoder.decodeHeaders(from: &block)

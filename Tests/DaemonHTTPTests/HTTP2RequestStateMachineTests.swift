@@ -1,7 +1,8 @@
 import NIOCore
 import NIOHPACK
-import NIOHTTP2
 import Testing
+
+import struct NIOHTTP2.HTTP2StreamID
 
 @testable import DaemonHTTP
 

@@ -1,5 +1,6 @@
 import DNSCore
 import Foundation
+import HTTP2Wire
 import TestSupport
 import Testing
 
@@ -92,7 +93,7 @@ import Testing
 
     static func frame(_ type: UInt8, flags: UInt8 = 0, stream: UInt32 = 0, _ payload: [UInt8] = []) -> [UInt8] {
         var bytes: [UInt8] = []
-        DoHSession.appendFrameHeader(length: payload.count, type: type, flags: flags, stream: stream, to: &bytes)
+        HTTP2FrameHeader(length: payload.count, rawType: type, flags: HTTP2FrameFlags(rawValue: flags), stream: stream).append(to: &bytes)
         return bytes + payload
     }
 
@@ -178,7 +179,7 @@ import Testing
         #expect(Self.frames(held.output).map(\.0) == [0x1])
         held.output = []
         var increment: [UInt8] = []
-        DoHSession.append32(UInt32(Self.query.count), to: &increment)
+        increment.appendHTTP2UInt32(UInt32(Self.query.count))
         held.feed(Self.frame(0x8, stream: stream, increment))
         #expect(Self.frames(held.output).map(\.0) == [0x0])
     }
@@ -233,8 +234,8 @@ import Testing
         #expect(run.events == [.unprocessed(id)])
         run.events = []
         var goaway: [UInt8] = []
-        DoHSession.append32(id, to: &goaway)
-        DoHSession.append32(0, to: &goaway)
+        goaway.appendHTTP2UInt32(id)
+        goaway.appendHTTP2UInt32(0)
         run.feed(Self.frame(0x7, goaway))
         #expect(run.events == [.unprocessed(second)])
         #expect(run.session.isDraining && run.session.capacity == 0)

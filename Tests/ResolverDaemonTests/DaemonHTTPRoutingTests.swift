@@ -2,9 +2,10 @@ import DNSCore
 import NIOCore
 import NIOEmbedded
 import NIOHPACK
-import NIOHTTP2
 import TestSupport
 import Testing
+
+import struct NIOHTTP2.HTTP2StreamID
 
 @testable import DaemonHTTP
 @testable import ResolverDaemon

@@ -1,27 +1,33 @@
-/// HPACK (RFC 7541) as the DoH client needs it: a whole decoder for the server's header blocks, whose
-/// dynamic table and Huffman strings a server uses freely, and the few literal fields a request is
-/// written with (never indexed, so the client keeps no encoder table).
-struct HPACKDecoder {
-    struct Field: Equatable {
-        var name: String
-        var value: String
+/// HPACK (RFC 7541) as this project's HTTP/2 needs it: a whole decoder for a peer's header blocks,
+/// whose dynamic table and Huffman strings a peer uses freely, and the few literal fields a DoH
+/// request is written with (never indexed, so no encoder table is kept; the server's answers are
+/// written by ``HPACKLiteralWriter``).
+package struct HPACKDecoder {
+    package struct Field: Equatable, Sendable {
+        package var name: String
+        package var value: String
+
+        package init(name: String, value: String) {
+            self.name = name
+            self.value = value
+        }
     }
 
     /// Why a header block cannot be read: a connection error (COMPRESSION_ERROR, RFC 9113 §4.3).
-    struct Failure: Error, Equatable {
-        var reason: String
+    package struct Failure: Error, Equatable {
+        package var reason: String
     }
 
     /// The table size the client allows (SETTINGS_HEADER_TABLE_SIZE, the default 4,096): a size
     /// update above it is an error.
-    let sizeLimit: Int
+    package let sizeLimit: Int
     /// The size the server last chose (RFC 7541 §4.2), at most sizeLimit.
-    private(set) var maxSize: Int
+    package private(set) var maxSize: Int
     /// Newest last; dynamic index 1 is the last element.
     private var entries: [Field] = []
     private var size = 0
 
-    init(sizeLimit: Int = 4096) {
+    package init(sizeLimit: Int = 4096) {
         self.sizeLimit = sizeLimit
         self.maxSize = sizeLimit
     }
@@ -33,7 +39,7 @@ struct HPACKDecoder {
     ///     past it the block is refused rather than held.
     /// - Returns: the fields in order.
     /// - Throws: ``Failure`` for a block that breaks RFC 7541 (the connection cannot go on).
-    mutating func decode(_ block: ArraySlice<UInt8>, maxListSize: Int = 65_536) throws(Failure) -> [Field] {
+    package mutating func decode(_ block: ArraySlice<UInt8>, maxListSize: Int = 65_536) throws(Failure) -> [Field] {
         var reader = Reader(bytes: block)
         var fields: [Field] = []
         var listSize = 0
@@ -164,26 +170,26 @@ struct HPACKDecoder {
 
 /// The request side: fields written as literals without indexing, their names from the static
 /// table (RFC 7541 §6.2.2), so a request needs no encoder state.
-enum HPACKRequestFields {
+package enum HPACKRequestFields {
     /// `:method GET`, `:method POST`, `:scheme https` as indexed fields (§6.1).
-    static let methodGET: UInt8 = 0x82
-    static let methodPOST: UInt8 = 0x83
-    static let schemeHTTPS: UInt8 = 0x87
+    package static let methodGET: UInt8 = 0x82
+    package static let methodPOST: UInt8 = 0x83
+    package static let schemeHTTPS: UInt8 = 0x87
     /// Static-table indexes of the names written as literals.
-    static let authority = 1
-    static let path = 4
-    static let accept = 19
-    static let contentLength = 28
-    static let contentType = 31
+    package static let authority = 1
+    package static let path = 4
+    package static let accept = 19
+    package static let contentLength = 28
+    package static let contentType = 31
 
     /// A literal field without indexing whose name is the static entry `nameIndex`, raw value.
-    static func append(nameIndex: Int, value: some Collection<UInt8>, to output: inout [UInt8]) {
+    package static func append(nameIndex: Int, value: some Collection<UInt8>, to output: inout [UInt8]) {
         appendInteger(nameIndex, prefix: 4, flags: 0x00, to: &output)
         appendInteger(value.count, prefix: 7, flags: 0x00, to: &output)
         output.append(contentsOf: value)
     }
 
-    static func appendInteger(_ value: Int, prefix: Int, flags: UInt8, to output: inout [UInt8]) {
+    package static func appendInteger(_ value: Int, prefix: Int, flags: UInt8, to output: inout [UInt8]) {
         let mask = (1 << prefix) - 1
         guard value >= mask else {
             output.append(flags | UInt8(value))
@@ -200,7 +206,7 @@ enum HPACKRequestFields {
 }
 
 /// The canonical Huffman code of RFC 7541 Appendix B, rebuilt from its code lengths.
-enum HPACKHuffman {
+package enum HPACKHuffman {
     /// Code lengths of symbols 0-255 and EOS (256), in symbol order: codes of one length are
     /// consecutive and ordered by symbol, so the lengths alone define the code.
     static let lengths: [UInt8] = [
@@ -242,7 +248,7 @@ enum HPACKHuffman {
         return table
     }()
 
-    static func decode(_ bytes: ArraySlice<UInt8>) throws(HPACKDecoder.Failure) -> [UInt8] {
+    package static func decode(_ bytes: ArraySlice<UInt8>) throws(HPACKDecoder.Failure) -> [UInt8] {
         let table = canonical
         var output: [UInt8] = []
         output.reserveCapacity(bytes.count * 8 / 5)

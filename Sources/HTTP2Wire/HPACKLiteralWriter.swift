@@ -2,17 +2,17 @@
 /// names where the table has them, no Huffman coding, no dynamic table (so nothing to keep in step
 /// with the peer's). Written through a raw pointer into room reserved once per block: written field
 /// by field into a `ByteBuffer`, a DoH answer's four fields cost more than parsing its query.
-struct HPACKLiteralWriter {
+package struct HPACKLiteralWriter {
     private let bytes: UnsafeMutableRawBufferPointer
-    private(set) var count = 0
+    package private(set) var count = 0
 
-    init(_ bytes: UnsafeMutableRawBufferPointer) {
+    package init(_ bytes: UnsafeMutableRawBufferPointer) {
         self.bytes = bytes
     }
 
     /// Room enough for a block of `status`, `headers`, `content-length` and `date` (and a table size
     /// update): every length prefix counted at its largest.
-    static func bound(headers: [(String, String)], date: String?) -> Int {
+    package static func bound(headers: [(String, String)], date: String?) -> Int {
         var bound = 1 + statusBound + contentLengthBound + fieldBound(name: "date", value: date ?? "")
         for (name, value) in headers { bound += fieldBound(name: name, value: value) }
         return bound
@@ -28,14 +28,14 @@ struct HPACKLiteralWriter {
         1 + 2 * integerBound + 3 * name.utf8.count + value.utf8.count
     }
 
-    mutating func byte(_ value: UInt8) {
+    package mutating func byte(_ value: UInt8) {
         precondition(count < bytes.count, "HPACK block over its bound")
         bytes[count] = value
         count += 1
     }
 
     /// `:status`, from the static table when it holds the code (RFC 7541 Appendix A).
-    mutating func status(_ status: Int) {
+    package mutating func status(_ status: Int) {
         let index: UInt8? =
             switch status {
             case 200: 8
@@ -55,7 +55,7 @@ struct HPACKLiteralWriter {
         }
     }
 
-    mutating func field(name: String, value: String) {
+    package mutating func field(name: String, value: String) {
         if let index = Self.nameIndex(name) {
             integer(index, prefix: 4, flags: 0)
         } else {
@@ -66,7 +66,7 @@ struct HPACKLiteralWriter {
     }
 
     /// `content-length` (static index 28) with its digits written in place, no string made.
-    mutating func contentLength(_ length: Int) {
+    package mutating func contentLength(_ length: Int) {
         integer(28, prefix: 4, flags: 0)
         var digits = 1, rest = length / 10
         while rest > 0 {
@@ -111,7 +111,7 @@ struct HPACKLiteralWriter {
 
     /// The static table index of a name an answer uses (RFC 7541 Appendix A), or nil: a switch, not
     /// a dictionary, as every answer writes four or five of them.
-    static func nameIndex(_ name: String) -> Int? {
+    package static func nameIndex(_ name: String) -> Int? {
         switch name {
         case "content-type": 31
         case "cache-control": 24
