@@ -8,7 +8,7 @@
 # Per round: every host at once (wall time; the slowest probe inside that run; connections opened),
 # the peer: the same comparisons one host after another, and one probe alone on an idle machine.
 # Goal: concurrent wall time < 2x the slowest single probe (fully concurrent).
-# Only loopback traffic, to servers Scripts/testenv.sh starts (and stops again if it started them).
+# Only loopback traffic, to servers Scripts/env/testenv.sh starts (and stops again if it started them).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

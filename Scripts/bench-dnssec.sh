@@ -3,7 +3,7 @@
 #
 #   Scripts/bench-dnssec.sh [RUNS] [SAMPLES]      defaults 3 and 20
 #
-# Over the signed tree under sig.test that Scripts/testenv.sh serves from BIND (one DS anchor):
+# Over the signed tree under sig.test that Scripts/env/testenv.sh serves from BIND (one DS anchor):
 #   cold, chain not cached   ours (library: a fresh resolver, its DoH connection already up; and the
 #                            `resolve lookup --dnssec report` process) vs `delv` (a process, plain DNS
 #                            to the same BIND) vs unbound (freshly started, its first query), all for

@@ -12,7 +12,7 @@
 #     and over HTTPS (a) vs (c) (plain URLSession cannot trust the test CA for a name without DNS).
 # (2) Peak RSS growth (VmHWM) while a 64 MiB body arrives, each in a fresh process: to a file
 #     (HTTPDNSClient.download), streamed (HTTPDNSClient.stream), through a URLSession data delegate.
-# Only loopback traffic, to servers Scripts/testenv.sh starts (and stops again if it started them).
+# Only loopback traffic, to servers Scripts/env/testenv.sh starts (and stops again if it started them).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

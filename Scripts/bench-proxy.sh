@@ -53,11 +53,11 @@ cleanup() {
     [ -n "${ours:-}" ] && kill "$ours" 2>/dev/null || true
     [ -n "${peer:-}" ] && kill "$peer" 2>/dev/null || true
     [ -n "${hop:-}" ] && kill "$hop" 2>/dev/null || true
-    bash Scripts/testenv.sh stop >/dev/null 2>&1 || true
+    bash Scripts/env/testenv.sh stop >/dev/null 2>&1 || true
     rm -rf "$work"
 }
 trap cleanup EXIT
-bash Scripts/testenv.sh start >/dev/null
+bash Scripts/env/testenv.sh start >/dev/null
 ca=.testenv/ca/ca.pem
 origin="origin.hd.test:$ORIGIN_PORT"
 
