@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the resolver features cost on the daemon's cached path (BENCHMARKS.md):
 #
-#   Scripts/bench-features.sh [ROUNDS] [SECONDS]     defaults 3 and 10
+#   Scripts/bench/bench-features.sh [ROUNDS] [SECONDS]     defaults 3 and 10
 #
 # Three daemons from one release build, each with the same upstream and 1,000 cached names:
 #   base      no local data, no query log
@@ -15,7 +15,7 @@
 # dnsperf over the UDP stub (64 in flight). Servers on CPU 0, clients on CPU 1. Prints q/s min /
 # median / max per daemon and the ratio of medians to base.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 rounds=${1:-3}

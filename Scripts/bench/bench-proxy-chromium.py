@@ -1,5 +1,5 @@
 """The forward-proxy benchmark's third client: headless Chromium (Debian's), the same workloads as
-curl's and requests' in Scripts/bench-proxy.sh, over the same four paths.
+curl's and requests' in Scripts/bench/bench-proxy.sh, over the same four paths.
 
 One browser per path, driven over --remote-debugging-pipe (the DevTools protocol on fds 3 and 4, no
 port): the direct one resolves the origin's name to its trusted address by --host-resolver-rules (as

@@ -1,5 +1,5 @@
 """The forward-proxy benchmark's second client: Python `requests` (urllib3), the same workloads as
-curl's in Scripts/bench-proxy.sh, interleaved over the same four paths.
+curl's in Scripts/bench/bench-proxy.sh, interleaved over the same four paths.
 
 Run by bench-proxy.sh inside a mount namespace whose /etc/hosts maps the origin's name to its
 trusted address, so the direct path resolves it there (as curl's --resolve does) and the proxy

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interceptor benchmarks against named peers, in one run (Benchmarks/InterceptorBenchmark):
 #
-#   Scripts/bench-interceptor.sh [COUNT] [ROUNDS]     defaults 1000 and 3
+#   Scripts/bench/bench-interceptor.sh [COUNT] [ROUNDS]     defaults 1000 and 3
 #
 # (1) COUNT sequential small GETs to the local nginx origin, per stack, ROUNDS rounds in rotating
 #     order (medians of the rounds' means are compared):
@@ -14,7 +14,7 @@
 #     (HTTPDNSClient.download), streamed (HTTPDNSClient.stream), through a URLSession data delegate.
 # Only loopback traffic, to servers Scripts/env/testenv.sh starts (and stops again if it started them).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 count=${1:-1000}

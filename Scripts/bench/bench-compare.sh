@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hijack detection at scale (Benchmarks/CompareBenchmark): `resolve compare`'s engine over many hosts.
 #
-#   Scripts/bench-compare.sh [HOSTS] [ROUNDS]     defaults 100 and 5
+#   Scripts/bench/bench-compare.sh [HOSTS] [ROUNDS]     defaults 100 and 5
 #
 # Each host (hN.cmp.hd.test) is answered differently by the trusted DoH server (127.0.0.4) and the
 # system DNS (dnsmasq: 127.0.0.10), both genuine nginx nodes, so each costs two TLS probes.
@@ -10,7 +10,7 @@
 # Goal: concurrent wall time < 2x the slowest single probe (fully concurrent).
 # Only loopback traffic, to servers Scripts/env/testenv.sh starts (and stops again if it started them).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 hosts=${1:-100}

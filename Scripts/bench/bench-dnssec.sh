@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DNSSEC validation benchmarks, against named peers in the same run:
 #
-#   Scripts/bench-dnssec.sh [RUNS] [SAMPLES]      defaults 3 and 20
+#   Scripts/bench/bench-dnssec.sh [RUNS] [SAMPLES]      defaults 3 and 20
 #
 # Over the signed tree under sig.test that Scripts/env/testenv.sh serves from BIND (one DS anchor):
 #   cold, chain not cached   ours (library: a fresh resolver, its DoH connection already up; and the
@@ -14,7 +14,7 @@
 # Each figure is the median of SAMPLES; the table gives min / median / max of those over RUNS runs.
 # Only loopback traffic: BIND and unbound are the test environment's (unbound iterates to BIND only).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 runs=${1:-3}

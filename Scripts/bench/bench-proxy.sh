@@ -5,8 +5,8 @@
 # a splicing TCP forwarder with no proxy protocol (HAProxy 2.6, mode tcp, splice both ways) that
 # the clients dial for the origin's name (path "hop"). All on loopback, against the nginx HTTPS origin.
 #
-#   Scripts/bench-proxy.sh [REPEATS]     default 5; min / median / max of the repeats are reported
-#   RESOLVE_BIN=/path/to/resolve Scripts/bench-proxy.sh   the same with another build (no build step)
+#   Scripts/bench/bench-proxy.sh [REPEATS]     default 5; min / median / max of the repeats are reported
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench/bench-proxy.sh   the same with another build (no build step)
 #   DOWNLOADS=N   64 MiB downloads per path in a run (default 25)
 #
 # Each run measures every path interleaved (direct, ours, tinyproxy, hop, direct, ...), so a slow
@@ -21,15 +21,15 @@
 #     blocks of 100 per path: requests/s, and the median time to first byte;
 # (c) CONNECT to `200`: 500 sequential CONNECTs from a Python client, the median in microseconds;
 # (d) RSS per idle tunnel: 200 CONNECTs held open, the proxy's RSS before and after;
-# (e) a second client, Python `requests` (Scripts/bench-proxy-requests.py): (a) and (b) again, the
+# (e) a second client, Python `requests` (Scripts/bench/bench-proxy-requests.py): (a) and (b) again, the
 #     same counts, in a mount namespace whose /etc/hosts gives the direct path the trusted address;
-# (f) a third client, headless Chromium (Scripts/bench-proxy-chromium.py): (a) and (b) again, the
+# (f) a third client, headless Chromium (Scripts/bench/bench-proxy-chromium.py): (a) and (b) again, the
 #     same counts, from a page of the origin (fetch), the direct path by --host-resolver-rules.
 #     A goal counts only if it holds with every client. The hop carries no goal: "hop / direct" is
 #     what one relayed loopback hop costs each client here when a mature relay does nothing else,
 #     and "resolve proxy / hop" sets our whole proxy (hop, CONNECT, resolution) against it.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 repeats=${1:-5}
@@ -171,10 +171,10 @@ for run in $(seq 1 "$repeats"); do
         done
     done
     # The second client, the same workloads (its own interleaving of the four paths).
-    hosts_only /usr/bin/python3 Scripts/bench-proxy-requests.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 \
+    hosts_only /usr/bin/python3 Scripts/bench/bench-proxy-requests.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 \
         "$hop_address" | sed "s/^/$run /" >>"$out.requests"
     # The third client, a browser: the direct path by its own resolver rules, no namespace needed.
-    /usr/bin/python3 Scripts/bench-proxy-chromium.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 "$hop_address" |
+    /usr/bin/python3 Scripts/bench/bench-proxy-chromium.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 "$hop_address" |
         sed "s/^/$run /" >>"$out.chromium"
     declare -A connects=([ours]=$(connect_us "$proxy_port") [peer]=$(connect_us "$peer_port") [direct]=0 [hop]=0)
     for path in "${paths[@]}"; do

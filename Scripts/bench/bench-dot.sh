@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # DNS over TLS serving: `resolve daemon`'s dot_listen against the peers' DoT listeners (BENCHMARKS.md).
 #
-#   Scripts/bench-dot.sh [ROUNDS] [SECONDS]     defaults 3 and 10
-#   RESOLVE_BIN=/path/to/resolve Scripts/bench-dot.sh …   measures that build
+#   Scripts/bench/bench-dot.sh [ROUNDS] [SECONDS]     defaults 3 and 10
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench/bench-dot.sh …   measures that build
 #
 # One client, dnsperf -m dot (one TLS connection, 64 queries in flight), over 1,000 cached names, against:
 #   daemon   resolve daemon (upstream: BIND's DoH), answering from its cache
@@ -18,7 +18,7 @@
 # CA) against dnsperf -m dot as clients of BIND's DoT listener, ROUNDS times each: latency with one
 # query in flight (1,000 names) and throughput with 64 in flight (5,000 names).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 rounds=${1:-3}

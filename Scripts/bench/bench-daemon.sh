@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `resolve daemon` under load against named peers in the same run (BENCHMARKS.md).
 #
-#   Scripts/bench-daemon.sh [SOAK_SECONDS] [ROUNDS] [SECONDS]   defaults 600, 3, 10; SOAK 0 skips the soak
-#   RESOLVE_BIN=/path/to/resolve Scripts/bench-daemon.sh …        measures that build instead of building one
+#   Scripts/bench/bench-daemon.sh [SOAK_SECONDS] [ROUNDS] [SECONDS]   defaults 600, 3, 10; SOAK 0 skips the soak
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench/bench-daemon.sh …        measures that build instead of building one
 #
 # DoH, cached names (1,000 names the servers have answered before), one HTTP/2 connection with 64
 # queries in flight, against five servers in turn: the daemon, BIND 9.18's own DoH endpoint (the
@@ -20,7 +20,7 @@
 # dnsperf and h2load do not verify certificates (they are load generators); they talk only to the
 # loopback servers started here. The daemon verifies its upstream with the test CA.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 soak=${1:-600}

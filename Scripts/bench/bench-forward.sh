@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The daemon as a forwarder on misses, against dnsdist 1.7 in the same role (BENCHMARKS.md).
 #
-#   Scripts/bench-forward.sh [ROUNDS] [NAMES]     defaults 3 and 20000 (names per round and transport)
-#   RESOLVE_BIN=/path/to/resolve Scripts/bench-forward.sh …   measures that build
+#   Scripts/bench/bench-forward.sh [ROUNDS] [NAMES]     defaults 3 and 20000 (names per round and transport)
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench/bench-forward.sh …   measures that build
 #
 # Every query is a miss: each round asks NAMES names never asked before (rN-i.bench.hd.test, a
 # wildcard in BIND's zone), once each, dnsperf with 64 in flight, over each of the servers' client
@@ -15,7 +15,7 @@
 # Both verify BIND's certificate with the test CA; dnsdist's security polling is off. Servers (and
 # BIND) on CPU 0, dnsperf on CPU 1. Reports q/s and lost queries per round, min/median/max.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 rounds=${1:-3}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DoH client benchmark against the named peer dnsperf 2.10 (`-m doh`), same server, same run.
 #
-#   Scripts/bench-doh.sh [REPEATS]      default 3; the median of the repeats is reported
+#   Scripts/bench/bench-doh.sh [REPEATS]      default 3; the median of the repeats is reported
 #
 # (a) latency: 1,000 distinct names, one query in flight, warm HTTP/2 connection.
 #     Latency: the average per lookup, ours (HTTPDNSResolver.resolve(type: .a)) and dnsperf's.
@@ -9,7 +9,7 @@
 # Target: doh-a.test (BIND 9.18 named) on loopback, started here, on CPU 0; both clients on CPU 1.
 # Prints a Markdown table: medians, with the lowest and highest run in brackets.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 repeats=${1:-3}

@@ -2,7 +2,7 @@
 # Vendor HTTPDNS benchmark: the loopback fakes of the Alibaba, Tencent and Baidu APIs, with BIND 9.18's
 # DoH (doh-a.test) as the peer in the same run.
 #
-#   Scripts/bench-vendor.sh [REPEATS]     default 5; min / median / max of the repeats are reported
+#   Scripts/bench/bench-vendor.sh [REPEATS]     default 5; min / median / max of the repeats are reported
 #
 # Per vendor mode (Benchmarks/VendorBenchmark, release build):
 #   pre-resolve 100 distinct names (A and AAAA) with the batch API vs one request per name (batch_size 1):
@@ -11,7 +11,7 @@
 # The fakes are Python and ask BIND for every name, so their latency is the fake's, not a vendor's:
 # the ratio to BIND says what this client adds on top of a slower server, not how fast a vendor is.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 repeats=${1:-5}
