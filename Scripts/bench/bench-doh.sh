@@ -54,20 +54,17 @@ for _ in $(seq 1 "$repeats"); do
 done
 rm -rf "$work"
 
-python3 - "$repeats" "${ours_lat[*]}" "${peer_lat[*]}" "${ours_qps[*]}" "${peer_qps[*]}" <<'PY'
-import statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$repeats" "${ours_lat[*]}" "${peer_lat[*]}" "${ours_qps[*]}" "${peer_qps[*]}" <<'PY'
+import sys
+from stats import median_range, ratio_range
 n = int(sys.argv[1])
 ol, pl, oq, pq = ([float(v) for v in arg.split()] for arg in sys.argv[2:6])
-def spread(values, scale, unit):
-    return f"{statistics.median(values) * scale:,.3f} ({min(values) * scale:,.3f}-{max(values) * scale:,.3f}){unit}"
-def rate(values):
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f}) q/s"
 print(f"| measure ({n} runs: median (min-max)) | swift-httpdns | dnsperf 2.10 | ratio of medians (worst-best pairing) | goal |")
 print("|---|---|---|---|---|")
-lat = statistics.median(ol) / statistics.median(pl)
-print(f"| (a) latency, 1 in flight, 1,000 names | {spread(ol, 1e3, ' ms')} average | {spread(pl, 1e3, ' ms')} average "
-      f"| {lat:.2f}x ({min(ol) / max(pl):.2f}-{max(ol) / min(pl):.2f}) | <= 1.2x |")
-thr = statistics.median(oq) / statistics.median(pq)
-print(f"| (b) throughput, 64 in flight, 5,000 names | {rate(oq)} | {rate(pq)} "
-      f"| {thr * 100:.0f} % ({min(oq) / max(pq) * 100:.0f}-{max(oq) / min(pq) * 100:.0f} %) | >= 60 % |")
+lat, worst, best = ratio_range(ol, pl)
+print(f"| (a) latency, 1 in flight, 1,000 names | {median_range(ol, '{:,.3f}', 1e3)} ms average | {median_range(pl, '{:,.3f}', 1e3)} ms average "
+      f"| {lat:.2f}x ({worst:.2f}-{best:.2f}) | <= 1.2x |")
+thr, worst, best = ratio_range(oq, pq)
+print(f"| (b) throughput, 64 in flight, 5,000 names | {median_range(oq)} q/s | {median_range(pq)} q/s "
+      f"| {thr * 100:.0f} % ({worst * 100:.0f}-{best * 100:.0f} %) | >= 60 % |")
 PY
