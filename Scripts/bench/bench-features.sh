@@ -110,21 +110,22 @@ for _ in $(seq 1 "$rounds"); do
     done
 done
 lines=$(wc -l <"$work/querylog.jsonl" 2>/dev/null || echo 0)
-python3 - "$results" "$rounds" "$seconds" "$lines" <<'PY'
-import statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$results" "$rounds" "$seconds" "$lines" <<'PY'
+import sys
+from stats import median, spread
 rows = [line.split() for line in open(sys.argv[1])]
 print(f"cached path, {sys.argv[2]} x {sys.argv[3]} s per client and daemon, rounds interleaved; query log lines written: {sys.argv[4]}")
 print("\n| client | daemon | q/s min | median | max | median / base | CPU ns/query median | CPU / base |")
 print("|---|---|---|---|---|---|---|---|")
 for client in ("h2load-doh", "dnsperf-udp"):
     for name in ("base", "querylog", "blocklist", "ratelimit", "old-base", "old-querylog", "old-ratelimit"):
-        values = sorted(float(r[2]) for r in rows if r[0] == client and r[1] == name)
+        values = [float(r[2]) for r in rows if r[0] == client and r[1] == name]
         if not values:
             continue
         reference = "old-base" if name.startswith("old-") else "base"
-        base = statistics.median(float(r[2]) for r in rows if r[0] == client and r[1] == reference)
-        base_cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == reference)
-        cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == name)
-        median = statistics.median(values)
-        print(f"| {client} | {name} | {values[0]:,.0f} | {median:,.0f} | {values[-1]:,.0f} | {median / base:.3f} | {cpu:,.0f} | {cpu / base_cpu:.3f} |")
+        base = median(float(r[2]) for r in rows if r[0] == client and r[1] == reference)
+        base_cpu = median(float(r[3]) for r in rows if r[0] == client and r[1] == reference)
+        cpu = median(float(r[3]) for r in rows if r[0] == client and r[1] == name)
+        low, mid, high = spread(values)
+        print(f"| {client} | {name} | {low:,.0f} | {mid:,.0f} | {high:,.0f} | {mid / base:.3f} | {cpu:,.0f} | {cpu / base_cpu:.3f} |")
 PY
