@@ -80,13 +80,7 @@ on_exit "kill ${pids[*]} 2>/dev/null || true; rm -rf '$work'"
 for name in "${daemons[@]}"; do wait_for_port 127.0.0.1 "${port[$name]}" || { cat "$work/$name.log" >&2; exit 1; }; done
 
 for i in $(seq 0 999); do echo "w$i.bench.hd.test A"; done >"$work/cached.txt"
-python3 - "$work/cached.txt" >"$work/paths.txt" <<'PY'
-import base64, struct, sys
-for line in open(sys.argv[1]):
-    name = line.split()[0]
-    wire = struct.pack(">HHHHHH", 0, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0\0\1\0\1"
-    print("/dns-query?dns=" + base64.urlsafe_b64encode(wire).rstrip(b"=").decode())
-PY
+doh_get_targets "$work/cached.txt" "" >"$work/paths.txt"
 for name in "${daemons[@]}"; do
     dnsperf -s 127.0.0.1 -p "$((${port[$name]} + 1))" -c 1 -q 64 -d "$work/cached.txt" -n 2 >/dev/null 2>&1
 done
