@@ -27,12 +27,12 @@ out=$(mktemp)
 "$bench" "https://doh-a.test:$DOH_PORT/dns-query" "$root/.testenv/ca/ca.pem" "127.0.0.1:$SYSTEM_DNS_PORT" \
     "$ORIGIN_PORT" "$hosts" "$rounds" | tee "$out"
 
-python3 - "$out" <<'PY'
-import json, statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$out" <<'PY'
+import json, sys
+from stats import median as med
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 def pick(mode): return [r for r in rows if r["mode"] == mode]
 conc, seq, alone = pick("concurrent"), pick("sequential"), pick("isolated")
-med = statistics.median
 wall = med(r["wall_s"] for r in conc)
 slowest = med(r["slowest_probe_s"] for r in conc)
 ratios = [r["wall_s"] / r["slowest_probe_s"] for r in conc]

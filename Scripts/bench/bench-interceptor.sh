@@ -35,14 +35,15 @@ for how in download stream delegate; do
     "$bench" memory "$doh" "$ca" "$how" | tee -a "$out"
 done
 
-python3 - "$out" "$count" <<'PY'
-import json, statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$out" "$count" <<'PY'
+import json, sys
+from stats import median
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 gets = {}
 for row in rows:
     if row["mode"] == "gets":
         gets.setdefault(row["stack"], []).append(row)
-def med(stack, key): return statistics.median(r[key] for r in gets[stack])
+def med(stack, key): return median(r[key] for r in gets[stack])
 print()
 print(f"| {sys.argv[2]} sequential GETs | mean | p50 | p99 |")
 print("|---|---|---|---|")
