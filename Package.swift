@@ -220,7 +220,7 @@ let package = Package(
             ]
         ),
 
-        // Benchmarks live apart from tests; Scripts/bench-*.sh run them against named peers.
+        // Benchmarks live apart from tests; Scripts/bench/bench-*.sh run them against named peers.
         .executableTarget(name: "DoHBenchmark", dependencies: ["HTTPDNS"], path: "Benchmarks/DoHBenchmark"),
         .executableTarget(name: "VendorBenchmark", dependencies: ["HTTPDNS", "DNSCore", "CurlSupport"], path: "Benchmarks/VendorBenchmark"),
         .executableTarget(name: "CacheBenchmark", dependencies: ["DNSCore", "HTTPDNS", "CCares"], path: "Benchmarks/CacheBenchmark"),

@@ -11,11 +11,11 @@ need_build_packages
 need_packages bind9-dnsutils knot-dnsutils curl   # the real clients that query the daemon below
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+trap 'bash Scripts/env/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 # The servers start while resolve builds: their set-up (a CA, signed zones) overlaps the compile.
 echo "== starting the local trusted resolvers (loopback only), in the background"
 mkdir -p .testenv
-bash Scripts/testenv.sh start >.testenv/demo-start.log 2>&1 &
+bash Scripts/env/testenv.sh start >.testenv/demo-start.log 2>&1 &
 testenv_pid=$!
 # A debug build of the one product the demo runs, with the tests' flags (Scripts/lib.sh), so the test
 # command reuses it. The first build compiles SwiftNIO and two copies of BoringSSL: about four
@@ -69,7 +69,7 @@ echo; echo "# daemon: examples/daemon.yaml serves the trusted cache over HTTPS w
 echo "# JSON API, bearer token), as a plain-DNS stub, and watches origin.hd.test and bank.hd.test."
 "$bin" daemon --config examples/daemon.yaml --log-level notice 2>.testenv/demo-daemon.log &
 daemon=$!
-trap 'kill $daemon 2>/dev/null || true; bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+trap 'kill $daemon 2>/dev/null || true; bash Scripts/env/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 for _ in $(seq 1 100); do curl -sf --cacert $ca https://127.0.0.1:8053/healthz >/dev/null 2>&1 && break; sleep 0.1; done
 sleep 2   # the first watch round
 token="Authorization: Bearer example-token-change-me"

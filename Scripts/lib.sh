@@ -5,7 +5,7 @@
 # doh-b.test on DOH_PORT_B/DNS_PORT_B, dnsmasq (the "system" DNS) on SYSTEM_DNS_PORT, the nginx
 # origins on ORIGIN_PORT (HTTPS, 127.0.0.4-6), ORIGIN_PLAIN_PORT (plain) and ORIGIN_H1_PORT (HTTP/1.1).
 set -a
-. "$(dirname "${BASH_SOURCE[0]}")/ports.env"
+. "$(dirname "${BASH_SOURCE[0]}")/env/ports.env"
 set +a
 
 # The debug build's flags, one set for the demo and the tests, so whichever runs first builds for the
@@ -36,7 +36,7 @@ need_build_packages() {
 }
 
 # The test environment's packages. Scripts that isolate the network install them first, while the
-# package registries can still be reached (Scripts/testenv.sh start installs them too).
+# package registries can still be reached (Scripts/env/testenv.sh start installs them too).
 need_testenv_packages() {
     need_packages bind9 bind9-dnsutils unbound dnsmasq-base nginx-light openssl python3 python3-cryptography python3-dnspython \
         iproute2 util-linux
@@ -97,9 +97,9 @@ stop_pidfile() { # pidfile
 use_testenv() {
     # Running means answering here: inside a network namespace, an environment started outside it
     # (its pidfiles say running) is on another loopback.
-    if bash "$root/Scripts/testenv.sh" status >/dev/null 2>&1 && (exec 3<>"/dev/tcp/127.0.0.1/$DOH_PORT") 2>/dev/null; then return; fi
-    bash "$root/Scripts/testenv.sh" start >/dev/null
-    on_exit 'bash "$root/Scripts/testenv.sh" stop >/dev/null 2>&1 || true'
+    if bash "$root/Scripts/env/testenv.sh" status >/dev/null 2>&1 && (exec 3<>"/dev/tcp/127.0.0.1/$DOH_PORT") 2>/dev/null; then return; fi
+    bash "$root/Scripts/env/testenv.sh" start >/dev/null
+    on_exit 'bash "$root/Scripts/env/testenv.sh" stop >/dev/null 2>&1 || true'
 }
 
 # Adds a command to run when the script exits (after the ones added before it).

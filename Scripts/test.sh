@@ -134,8 +134,8 @@ stage_fuzz() {
     bash Scripts/fuzz.sh 10000 15
 }
 
-trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
-bash Scripts/testenv.sh start
+trap 'bash Scripts/env/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+bash Scripts/env/testenv.sh start
 for stage in "${stages_all[@]}"; do
     if wants "$stage"; then
         echo "test.sh: stage $stage" >&2

@@ -7,7 +7,7 @@
 //   cache-benchmark zipf SECONDS NAMES          Zipf(1.0) lookups over NAMES names, TTLs 2-300 s
 //
 // Upstreams are in-process fakes (no network) except c-ares, which asks the loopback dnsmasq that
-// Scripts/bench-cache.sh starts. Output: one JSON object per line.
+// Scripts/bench/bench-cache.sh starts. Output: one JSON object per line.
 import CCares
 import DNSCore
 import Foundation

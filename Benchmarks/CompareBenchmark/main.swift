@@ -9,7 +9,7 @@
 //               own time inside that run, connections opened
 //   sequential  the peer: the same comparisons one host after another
 //   isolated    one probe alone (the floor of a single probe on an idle machine)
-// Only loopback traffic, to servers Scripts/testenv.sh starts.
+// Only loopback traffic, to servers Scripts/env/testenv.sh starts.
 import AddressProbing
 import CurlSupport
 import DNSCore

@@ -23,7 +23,7 @@ guard arguments.count == 4, let count = Double(arguments[2]) else {
 let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 let anchors = try TrustAnchors(presentation: String(contentsOfFile: arguments[3], encoding: .utf8))
 let dohPort =
-    (try? String(contentsOfFile: root + "/Scripts/ports.env", encoding: .utf8))?
+    (try? String(contentsOfFile: root + "/Scripts/env/ports.env", encoding: .utf8))?
     .split(separator: "\n").first { $0.hasPrefix("DOH_PORT=") }.map { String($0.dropFirst("DOH_PORT=".count)) } ?? "18443"
 
 func resolver(_ policy: DNSSECPolicy) throws -> HTTPDNSResolver {

@@ -6,7 +6,7 @@
 // URL `tls://HOST:PORT#NAME` measures a DoT upstream instead (the certificate checked against NAME).
 //
 // Names are nNNN.bench.hd.test (a wildcard in the test zone). Prints one JSON object.
-// Run by Scripts/bench-doh.sh, which also runs dnsperf against the same server and compares.
+// Run by Scripts/bench/bench-doh.sh, which also runs dnsperf against the same server and compares.
 import DNSCore
 import Foundation
 import HTTPDNS

@@ -9,7 +9,7 @@ import CCurl
 //   interceptor-benchmark memory DOH_URL CA MODE          MODE: download | stream | delegate
 //
 // Every request goes to loopback: the origin (127.0.0.4) and the DoH server the script started.
-// Prints JSON lines. Run by Scripts/bench-interceptor.sh.
+// Prints JSON lines. Run by Scripts/bench/bench-interceptor.sh.
 import DNSCore
 import DNSInterceptor
 import Foundation

@@ -1,5 +1,5 @@
 // A structure-aware fuzzer for the DNSSEC validator: it mutates genuine signed responses of the
-// test tree (Scripts/testenv.sh `sign_tree`) the way a forger without keys can — moving RRsets,
+// test tree (Scripts/env/testenv.sh `sign_tree`) the way a forger without keys can — moving RRsets,
 // NSEC/NSEC3 records and RRSIGs between names, zones and sections, renaming owners, changing the
 // RCODE, flipping bytes, lying in RRSIG fields — and checks one property on every input:
 //

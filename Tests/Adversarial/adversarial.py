@@ -7,7 +7,7 @@ that the daemon's memory and descriptors stayed bounded.
 
     /usr/bin/python3 Tests/Adversarial/adversarial.py RESOLVE_BINARY [unittest arguments]
 
-Needs Scripts/testenv.sh running (BIND on 127.0.0.1:18053/18443, the test CA). Every socket goes
+Needs Scripts/env/testenv.sh running (BIND on 127.0.0.1:18053/18443, the test CA). Every socket goes
 to 127.0.0.1; every load is bounded in count and time.
 """
 import json

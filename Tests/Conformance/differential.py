@@ -13,7 +13,7 @@ dig and kdig with their default options ask a few names of each length class as 
 
     /usr/bin/python3 Tests/Conformance/differential.py RESOLVE_BINARY
 
-Needs Scripts/testenv.sh running. Every socket is on 127.0.0.1; the corpus is bounded.
+Needs Scripts/env/testenv.sh running. Every socket is on 127.0.0.1; the corpus is bounded.
 """
 import base64
 import http.client

@@ -6,7 +6,7 @@ import TestSupport
 import Testing
 
 /// Interoperability with BIND 9.18's signer: the test environment's zones signed by `dnssec-policy`
-/// (ECDSA P-256, RSA/SHA-256 2048, Ed25519; Scripts/testenv.sh), fetched with DO through the trusted
+/// (ECDSA P-256, RSA/SHA-256 2048, Ed25519; Scripts/env/testenv.sh), fetched with DO through the trusted
 /// DoH path, verified by ``DNSSECVerifier``.
 @Suite struct BINDSignedZoneTests {
     typealias Env = TestEnvironment

@@ -7,7 +7,7 @@ import Testing
 @testable import HTTPDNS
 
 /// Forged but well-formed DNSSEC answers, each built from genuine signed data of the test tree
-/// (Scripts/testenv.sh `sign_tree`, asked of BIND with DO and CD): what an upstream that lies, or an
+/// (Scripts/env/testenv.sh `sign_tree`, asked of BIND with DO and CD): what an upstream that lies, or an
 /// on-path forger of the system's DNS, holds without any zone's key. None may validate `secure`.
 ///
 /// Every case here was `secure` before the fix it names (docs/threat-model.md F7, F13): the wrap-around NSEC

@@ -5,7 +5,7 @@ import HTTPDNS
 import TestSupport
 import Testing
 
-/// The validator over the signed tree under sig.test (Scripts/testenv.sh `sign_tree`): secure and
+/// The validator over the signed tree under sig.test (Scripts/env/testenv.sh `sign_tree`): secure and
 /// insecure delegations, NSEC and NSEC3 (opt-out) denial, wildcards, CNAME and DNAME across zones,
 /// and zones broken on purpose — asked through BIND directly (authoritative: one zone per answer)
 /// and through unbound (recursive: whole chains), with DO and CD, from the tree's one DS anchor.

@@ -22,7 +22,7 @@ again, and answer, within seconds.
 
     /usr/bin/python3 Tests/Forgery/forgery.py RESOLVE_BINARY [ROW...]
 
-Needs Scripts/testenv.sh running (BIND on 127.0.0.1:18053, the vendor fakes on 18701, the test CA),
+Needs Scripts/env/testenv.sh running (BIND on 127.0.0.1:18053, the vendor fakes on 18701, the test CA),
 `openssl` (the stamp rows' second CA) and python3-h2 (their HTTP/2 DoH servers).
 Every socket is on 127.0.0.0/8; every wait is bounded.
 """

@@ -5,7 +5,7 @@ import Testing
 
 @testable import HTTPDNS
 
-/// Against the real servers of Scripts/testenv.sh: BIND 9.18 DoH (doh-a, doh-b), nginx as a broken
+/// Against the real servers of Scripts/env/testenv.sh: BIND 9.18 DoH (doh-a, doh-b), nginx as a broken
 /// resolver and as the JSON API. Everything is on loopback; TLS is verified with the test CA.
 @Suite(.serialized) struct DoHIntegrationTests {
     typealias Env = TestEnvironment

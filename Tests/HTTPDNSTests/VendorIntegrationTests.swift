@@ -6,7 +6,7 @@ import Testing
 
 @testable import HTTPDNS
 
-/// Every vendor API mode against the loopback fakes of Scripts/testenv.sh (Python, written from the
+/// Every vendor API mode against the loopback fakes of Scripts/env/testenv.sh (Python, written from the
 /// wire notes of docs/commercial-apis.md, independently of this client): signatures and expiries checked, requests decrypted,
 /// answers from BIND's zone, encrypted back. TLS verified with the test CA.
 @Suite(.serialized) struct VendorIntegrationTests {

@@ -4,7 +4,7 @@
 #
 #   bash Scripts/package-root.sh && bash Scripts/package.sh && bash Tests/Package/package-test.sh
 #
-# Needs the test environment (Scripts/testenv.sh start) and root (chroot, mount).
+# Needs the test environment (Scripts/env/testenv.sh start) and root (chroot, mount).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"

@@ -12,7 +12,7 @@ Every query is for a name under *.bench.hd.test (one A record, 198.18.2.1); a ch
 2. kill -9 of another under load: the loss is reported (what dnsdist's check interval and UDP timeout
    imply), no wrong answer, and the pool answers everything again within a few seconds.
 
-Needs the test environment (bash Scripts/testenv.sh start), dnsdist and dnsperf. Loopback only.
+Needs the test environment (bash Scripts/env/testenv.sh start), dnsdist and dnsperf. Loopback only.
 """
 
 import json
@@ -32,7 +32,7 @@ import dns.query
 import dns.rcode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PORTS = dict(line.strip().split("=", 1) for line in open(os.path.join(ROOT, "Scripts/ports.env")) if re.match(r"^[A-Z_]+=\d+$", line.strip()))
+PORTS = dict(line.strip().split("=", 1) for line in open(os.path.join(ROOT, "Scripts/env/ports.env")) if re.match(r"^[A-Z_]+=\d+$", line.strip()))
 FRONT = 18610
 MEMBERS = [18611, 18612, 18613]
 HTTP = [18621, 18622, 18623]

@@ -2,7 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 
-/// `resolve lookup --type https|svcb` against BIND's signed-off test zone (Scripts/testenv.sh):
+/// `resolve lookup --type https|svcb` against BIND's signed-off test zone (Scripts/env/testenv.sh):
 /// every SvcParam decoded, alias mode, CNAMEs, SVCB, and the errors.
 @Suite struct ServiceBindingLookupTests {
     @Test func httpsRecordsAreDecodedInJSON() async throws {

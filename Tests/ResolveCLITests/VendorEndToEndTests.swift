@@ -4,7 +4,7 @@ import TestSupport
 import Testing
 
 /// `resolve lookup`, `compare`, `fetch` and the daemon (watch, `/dns-query`, the stub) with each
-/// vendor upstream from a config file, against the fakes of Scripts/testenv.sh.
+/// vendor upstream from a config file, against the fakes of Scripts/env/testenv.sh.
 struct VendorEndToEndTests {
     typealias Env = TestEnvironment
 

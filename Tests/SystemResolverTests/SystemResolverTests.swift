@@ -4,7 +4,7 @@ import Testing
 
 @testable import SystemResolver
 
-/// c-ares against the loopback dnsmasq of Scripts/testenv.sh, never the machine's resolv.conf.
+/// c-ares against the loopback dnsmasq of Scripts/env/testenv.sh, never the machine's resolv.conf.
 @Suite struct SystemResolverTests {
     static let server = "127.0.0.1:\(TestEnvironment.systemDNSPort)"
 

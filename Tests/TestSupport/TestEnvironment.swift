@@ -4,7 +4,7 @@ import Foundation
 import Glibc
 #endif
 
-/// The loopback servers that Scripts/testenv.sh starts, and helpers to reach them.
+/// The loopback servers that Scripts/env/testenv.sh starts, and helpers to reach them.
 public enum TestEnvironment {
     /// The package root, found from this file's path.
     public static let root: String = URL(fileURLWithPath: #filePath)
@@ -13,9 +13,9 @@ public enum TestEnvironment {
     public static let caFile = root + "/.testenv/ca/ca.pem"
     public static let otherCAFile = root + "/.testenv/ca/other-ca.pem"
 
-    /// Scripts/ports.env, the one list of the environment's ports (Scripts/lib.sh sources it).
+    /// Scripts/env/ports.env, the one list of the environment's ports (Scripts/lib.sh sources it).
     static let ports: [String: Int] = {
-        let text = (try? String(contentsOfFile: root + "/Scripts/ports.env", encoding: .utf8)) ?? ""
+        let text = (try? String(contentsOfFile: root + "/Scripts/env/ports.env", encoding: .utf8)) ?? ""
         var ports: [String: Int] = [:]
         for line in text.split(separator: "\n") where !line.hasPrefix("#") {
             let parts = line.split(separator: "=", maxSplits: 1)
@@ -25,7 +25,7 @@ public enum TestEnvironment {
     }()
 
     static func port(_ name: String) -> Int {
-        guard let port = ports[name] else { fatalError("Scripts/ports.env has no \(name)") }
+        guard let port = ports[name] else { fatalError("Scripts/env/ports.env has no \(name)") }
         return port
     }
 
@@ -91,7 +91,7 @@ public enum TestEnvironment {
 
     public struct EnvironmentMissing: Error, CustomStringConvertible {
         public var description: String {
-            "the integration environment is not running: start it with `bash Scripts/testenv.sh start` (Scripts/test.sh does)"
+            "the integration environment is not running: start it with `bash Scripts/env/testenv.sh start` (Scripts/test.sh does)"
         }
     }
 }

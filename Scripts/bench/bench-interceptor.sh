@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interceptor benchmarks against named peers, in one run (Benchmarks/InterceptorBenchmark):
 #
-#   Scripts/bench-interceptor.sh [COUNT] [ROUNDS]     defaults 1000 and 3
+#   Scripts/bench/bench-interceptor.sh [COUNT] [ROUNDS]     defaults 1000 and 3
 #
 # (1) COUNT sequential small GETs to the local nginx origin, per stack, ROUNDS rounds in rotating
 #     order (medians of the rounds' means are compared):
@@ -12,9 +12,9 @@
 #     and over HTTPS (a) vs (c) (plain URLSession cannot trust the test CA for a name without DNS).
 # (2) Peak RSS growth (VmHWM) while a 64 MiB body arrives, each in a fresh process: to a file
 #     (HTTPDNSClient.download), streamed (HTTPDNSClient.stream), through a URLSession data delegate.
-# Only loopback traffic, to servers Scripts/testenv.sh starts (and stops again if it started them).
+# Only loopback traffic, to servers Scripts/env/testenv.sh starts (and stops again if it started them).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 count=${1:-1000}
@@ -35,14 +35,15 @@ for how in download stream delegate; do
     "$bench" memory "$doh" "$ca" "$how" | tee -a "$out"
 done
 
-python3 - "$out" "$count" <<'PY'
-import json, statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$out" "$count" <<'PY'
+import json, sys
+from stats import median
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 gets = {}
 for row in rows:
     if row["mode"] == "gets":
         gets.setdefault(row["stack"], []).append(row)
-def med(stack, key): return statistics.median(r[key] for r in gets[stack])
+def med(stack, key): return median(r[key] for r in gets[stack])
 print()
 print(f"| {sys.argv[2]} sequential GETs | mean | p50 | p99 |")
 print("|---|---|---|---|")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The daemon as a forwarder on misses, against dnsdist 1.7 in the same role (BENCHMARKS.md).
 #
-#   Scripts/bench-forward.sh [ROUNDS] [NAMES]     defaults 3 and 20000 (names per round and transport)
-#   RESOLVE_BIN=/path/to/resolve Scripts/bench-forward.sh …   measures that build
+#   Scripts/bench/bench-forward.sh [ROUNDS] [NAMES]     defaults 3 and 20000 (names per round and transport)
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench/bench-forward.sh …   measures that build
 #
 # Every query is a miss: each round asks NAMES names never asked before (rN-i.bench.hd.test, a
 # wildcard in BIND's zone), once each, dnsperf with 64 in flight, over each of the servers' client
@@ -15,7 +15,7 @@
 # Both verify BIND's certificate with the test CA; dnsdist's security polling is off. Servers (and
 # BIND) on CPU 0, dnsperf on CPU 1. Reports q/s and lost queries per round, min/median/max.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 rounds=${1:-3}
@@ -113,8 +113,9 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 
-python3 - "$results" "$rounds" "$names" <<'PY'
-import statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$results" "$rounds" "$names" <<'PY'
+import sys
+from stats import median, median_range, ratio_range
 rows = [line.split() for line in open(sys.argv[1])]
 print(f"Misses, {sys.argv[3]} new names per round and client transport, dnsperf 64 in flight, {sys.argv[2]} rounds.\n")
 print("| client transport | server | q/s median (min-max) | lost (all rounds) | avg latency ms |")
@@ -123,17 +124,18 @@ q = {}
 for mode in ("udp", "tcp", "doh"):
     for server in ("daemon-doh", "dnsdist-doh", "daemon-dot", "dnsdist-dot"):
         mine = [r for r in rows if r[0] == mode and r[1] == server]
-        values = sorted(float(r[2]) for r in mine)
+        values = [float(r[2]) for r in mine]
         q[mode, server] = values
         lost = sum(int(r[3]) for r in mine)
-        lat = statistics.median(float(r[4]) for r in mine)
-        print(f"| {mode} | {server} | {statistics.median(values):,.0f} ({values[0]:,.0f}-{values[-1]:,.0f}) | {lost} | {lat:.2f} |")
+        lat = median(float(r[4]) for r in mine)
+        print(f"| {mode} | {server} | {median_range(values)} | {lost} | {lat:.2f} |")
 print()
 for mode in ("udp", "tcp", "doh"):
     for ours, peer in (("daemon-doh", "dnsdist-doh"), ("daemon-dot", "dnsdist-dot")):
         a, b = q[mode, ours], q[mode, peer]
-        if min(a[0], b[0]) <= 0:
+        if min(a + b) <= 0:
             print(f"{mode}: {ours} / {peer}: no ratio (a round answered nothing)")
             continue
-        print(f"{mode}: {ours} / {peer}: **{statistics.median(a) / statistics.median(b):.2f}x** ({a[0] / b[-1]:.2f}-{a[-1] / b[0]:.2f})")
+        ratio, worst, best = ratio_range(a, b)
+        print(f"{mode}: {ours} / {peer}: **{ratio:.2f}x** ({worst:.2f}-{best:.2f})")
 PY

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Hijack detection at scale (Benchmarks/CompareBenchmark): `resolve compare`'s engine over many hosts.
 #
-#   Scripts/bench-compare.sh [HOSTS] [ROUNDS]     defaults 100 and 5
+#   Scripts/bench/bench-compare.sh [HOSTS] [ROUNDS]     defaults 100 and 5
 #
 # Each host (hN.cmp.hd.test) is answered differently by the trusted DoH server (127.0.0.4) and the
 # system DNS (dnsmasq: 127.0.0.10), both genuine nginx nodes, so each costs two TLS probes.
 # Per round: every host at once (wall time; the slowest probe inside that run; connections opened),
 # the peer: the same comparisons one host after another, and one probe alone on an idle machine.
 # Goal: concurrent wall time < 2x the slowest single probe (fully concurrent).
-# Only loopback traffic, to servers Scripts/testenv.sh starts (and stops again if it started them).
+# Only loopback traffic, to servers Scripts/env/testenv.sh starts (and stops again if it started them).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 hosts=${1:-100}
@@ -27,12 +27,12 @@ out=$(mktemp)
 "$bench" "https://doh-a.test:$DOH_PORT/dns-query" "$root/.testenv/ca/ca.pem" "127.0.0.1:$SYSTEM_DNS_PORT" \
     "$ORIGIN_PORT" "$hosts" "$rounds" | tee "$out"
 
-python3 - "$out" <<'PY'
-import json, statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$out" <<'PY'
+import json, sys
+from stats import median as med
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 def pick(mode): return [r for r in rows if r["mode"] == mode]
 conc, seq, alone = pick("concurrent"), pick("sequential"), pick("isolated")
-med = statistics.median
 wall = med(r["wall_s"] for r in conc)
 slowest = med(r["slowest_probe_s"] for r in conc)
 ratios = [r["wall_s"] / r["slowest_probe_s"] for r in conc]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `resolve daemon` under load against named peers in the same run (BENCHMARKS.md).
 #
-#   Scripts/bench-daemon.sh [SOAK_SECONDS] [ROUNDS] [SECONDS]   defaults 600, 3, 10; SOAK 0 skips the soak
-#   RESOLVE_BIN=/path/to/resolve Scripts/bench-daemon.sh …        measures that build instead of building one
+#   Scripts/bench/bench-daemon.sh [SOAK_SECONDS] [ROUNDS] [SECONDS]   defaults 600, 3, 10; SOAK 0 skips the soak
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench/bench-daemon.sh …        measures that build instead of building one
 #
 # DoH, cached names (1,000 names the servers have answered before), one HTTP/2 connection with 64
 # queries in flight, against five servers in turn: the daemon, BIND 9.18's own DoH endpoint (the
@@ -20,7 +20,7 @@
 # dnsperf and h2load do not verify certificates (they are load generators); they talk only to the
 # loopback servers started here. The daemon verifies its upstream with the test CA.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 soak=${1:-600}
@@ -195,17 +195,12 @@ PY
 fi
 alive=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' --cacert "$ca" "https://127.0.0.1:$port/healthz")
 
-python3 - "$results" "$stub_results" "$idle_rss" "$loaded_rss" "$soak_line" "$alive" "$rounds" "$seconds" <<'PY'
-import statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$results" "$stub_results" "$idle_rss" "$loaded_rss" "$soak_line" "$alive" "$rounds" "$seconds" <<'PY'
+import sys
+from stats import median, median_range, ratio_range
 rows = [line.split() for line in open(sys.argv[1])]
 stub = [line.split() for line in open(sys.argv[2])]
 idle, loaded, soak, alive, rounds, seconds = sys.argv[3:]
-def mmm(values):
-    values = sorted(values)
-    return values[0], statistics.median(values), values[-1]
-def fmt(values, unit=""):
-    low, mid, high = mmm(values)
-    return f"{mid:,.0f}{unit} ({low:,.0f}-{high:,.0f})"
 print(f"DoH, cached names, 1 connection, 64 in flight, {rounds} x {seconds} s per client and server, rounds interleaved; "
       "median (min-max). Ratio: the daemon's median over the faster peer's median (its min over the peer's max, max over min).\n")
 servers = ("daemon", "bind", "unbound", "dnsdist", "kresd")
@@ -214,13 +209,12 @@ print("|---|---|---|---|---|---|---|---|---|---|")
 for client in ("dnsperf-get", "dnsperf-post", "h2load-get"):
     by = {s: [r for r in rows if r[0] == client and r[1] == s] for s in servers}
     q = {s: [float(r[2]) for r in by[s]] for s in by}
-    lat = {s: statistics.median(float(r[3]) for r in by[s]) for s in by}
-    cpu = {s: statistics.median(float(r[4]) for r in by[s]) for s in by}
+    lat = {s: median(float(r[3]) for r in by[s]) for s in by}
+    cpu = {s: median(float(r[4]) for r in by[s]) for s in by}
     lost = {s: sum(int(r[5]) for r in by[s]) for s in by}
-    peer = max(servers[1:], key=lambda s: statistics.median(q[s]))
-    ratio = statistics.median(q["daemon"]) / statistics.median(q[peer])
-    worst, best = min(q["daemon"]) / max(q[peer]), max(q["daemon"]) / min(q[peer])
-    print(f"| {client} | " + " | ".join(fmt(q[s]) for s in servers) + f" | **{ratio:.2f}x** vs {peer} ({worst:.2f}-{best:.2f}) "
+    peer = max(servers[1:], key=lambda s: median(q[s]))
+    ratio, worst, best = ratio_range(q["daemon"], q[peer])
+    print(f"| {client} | " + " | ".join(median_range(q[s]) for s in servers) + f" | **{ratio:.2f}x** vs {peer} ({worst:.2f}-{best:.2f}) "
           f"| {' / '.join(f'{lat[s]:.2f}' for s in servers)} | {' / '.join(f'{cpu[s]:.1f}' for s in servers)} | {' / '.join(str(lost[s]) for s in servers)} |")
 print()
 print("| DNS stub (dnsperf, 64 in flight) | resolve daemon q/s | BIND 9.18 q/s | ratio |")
@@ -228,8 +222,8 @@ print("|---|---|---|---|")
 for mode in ("udp", "tcp"):
     ours = [float(r[2]) for r in stub if r[0] == mode and r[1] == "stub"]
     bind = [float(r[2]) for r in stub if r[0] == mode and r[1] == "bind"]
-    print(f"| {mode.upper()} | {fmt(ours)} | {fmt(bind)} | **{statistics.median(ours) / statistics.median(bind):.2f}x** "
-          f"({min(ours) / max(bind):.2f}-{max(ours) / min(bind):.2f}) |")
+    ratio, worst, best = ratio_range(ours, bind)
+    print(f"| {mode.upper()} | {median_range(ours)} | {median_range(bind)} | **{ratio:.2f}x** ({worst:.2f}-{best:.2f}) |")
 print()
 print(f"| soak, DoH 300 q/s + UDP stub 100 q/s | {soak} |")
 print(f"|---|---|")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the resolver features cost on the daemon's cached path (BENCHMARKS.md):
 #
-#   Scripts/bench-features.sh [ROUNDS] [SECONDS]     defaults 3 and 10
+#   Scripts/bench/bench-features.sh [ROUNDS] [SECONDS]     defaults 3 and 10
 #
 # Three daemons from one release build, each with the same upstream and 1,000 cached names:
 #   base      no local data, no query log
@@ -15,7 +15,7 @@
 # dnsperf over the UDP stub (64 in flight). Servers on CPU 0, clients on CPU 1. Prints q/s min /
 # median / max per daemon and the ratio of medians to base.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 rounds=${1:-3}
@@ -80,13 +80,7 @@ on_exit "kill ${pids[*]} 2>/dev/null || true; rm -rf '$work'"
 for name in "${daemons[@]}"; do wait_for_port 127.0.0.1 "${port[$name]}" || { cat "$work/$name.log" >&2; exit 1; }; done
 
 for i in $(seq 0 999); do echo "w$i.bench.hd.test A"; done >"$work/cached.txt"
-python3 - "$work/cached.txt" >"$work/paths.txt" <<'PY'
-import base64, struct, sys
-for line in open(sys.argv[1]):
-    name = line.split()[0]
-    wire = struct.pack(">HHHHHH", 0, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0\0\1\0\1"
-    print("/dns-query?dns=" + base64.urlsafe_b64encode(wire).rstrip(b"=").decode())
-PY
+doh_get_targets "$work/cached.txt" "" >"$work/paths.txt"
 for name in "${daemons[@]}"; do
     dnsperf -s 127.0.0.1 -p "$((${port[$name]} + 1))" -c 1 -q 64 -d "$work/cached.txt" -n 2 >/dev/null 2>&1
 done
@@ -110,21 +104,22 @@ for _ in $(seq 1 "$rounds"); do
     done
 done
 lines=$(wc -l <"$work/querylog.jsonl" 2>/dev/null || echo 0)
-python3 - "$results" "$rounds" "$seconds" "$lines" <<'PY'
-import statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$results" "$rounds" "$seconds" "$lines" <<'PY'
+import sys
+from stats import median, spread
 rows = [line.split() for line in open(sys.argv[1])]
 print(f"cached path, {sys.argv[2]} x {sys.argv[3]} s per client and daemon, rounds interleaved; query log lines written: {sys.argv[4]}")
 print("\n| client | daemon | q/s min | median | max | median / base | CPU ns/query median | CPU / base |")
 print("|---|---|---|---|---|---|---|---|")
 for client in ("h2load-doh", "dnsperf-udp"):
     for name in ("base", "querylog", "blocklist", "ratelimit", "old-base", "old-querylog", "old-ratelimit"):
-        values = sorted(float(r[2]) for r in rows if r[0] == client and r[1] == name)
+        values = [float(r[2]) for r in rows if r[0] == client and r[1] == name]
         if not values:
             continue
         reference = "old-base" if name.startswith("old-") else "base"
-        base = statistics.median(float(r[2]) for r in rows if r[0] == client and r[1] == reference)
-        base_cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == reference)
-        cpu = statistics.median(float(r[3]) for r in rows if r[0] == client and r[1] == name)
-        median = statistics.median(values)
-        print(f"| {client} | {name} | {values[0]:,.0f} | {median:,.0f} | {values[-1]:,.0f} | {median / base:.3f} | {cpu:,.0f} | {cpu / base_cpu:.3f} |")
+        base = median(float(r[2]) for r in rows if r[0] == client and r[1] == reference)
+        base_cpu = median(float(r[3]) for r in rows if r[0] == client and r[1] == reference)
+        cpu = median(float(r[3]) for r in rows if r[0] == client and r[1] == name)
+        low, mid, high = spread(values)
+        print(f"| {client} | {name} | {low:,.0f} | {mid:,.0f} | {high:,.0f} | {mid / base:.3f} | {cpu:,.0f} | {cpu / base_cpu:.3f} |")
 PY

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # DNSSEC validation benchmarks, against named peers in the same run:
 #
-#   Scripts/bench-dnssec.sh [RUNS] [SAMPLES]      defaults 3 and 20
+#   Scripts/bench/bench-dnssec.sh [RUNS] [SAMPLES]      defaults 3 and 20
 #
-# Over the signed tree under sig.test that Scripts/testenv.sh serves from BIND (one DS anchor):
+# Over the signed tree under sig.test that Scripts/env/testenv.sh serves from BIND (one DS anchor):
 #   cold, chain not cached   ours (library: a fresh resolver, its DoH connection already up; and the
 #                            `resolve lookup --dnssec report` process) vs `delv` (a process, plain DNS
 #                            to the same BIND) vs unbound (freshly started, its first query), all for
@@ -14,7 +14,7 @@
 # Each figure is the median of SAMPLES; the table gives min / median / max of those over RUNS runs.
 # Only loopback traffic: BIND and unbound are the test environment's (unbound iterates to BIND only).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 runs=${1:-3}
@@ -37,9 +37,10 @@ for run in $(seq 1 "$runs"); do
     "$bin/DNSSECBenchmark" cold "$samples" "$anchors" | sed "s/^{/{\"run\":$run,/" >>"$out"
     "$bin/DNSSECBenchmark" warm "$((samples * 10))" "$anchors" | sed "s/^{/{\"run\":$run,/" >>"$out"
     "$bin/DNSSECBenchmark" hits 10 "$anchors" | sed "s/^{/{\"run\":$run,/" >>"$out"
-    /usr/bin/python3 - "$run" "$samples" "$anchors" "$bin/resolve" "$work" "$DNS_PORT" "$DOH_PORT" "$VALIDATOR_DNS_PORT" >>"$out" <<'PY'
-import json, os, signal, statistics, subprocess, sys, time
+    PYTHONPATH="$root/Scripts/bench" /usr/bin/python3 - "$run" "$samples" "$anchors" "$bin/resolve" "$work" "$DNS_PORT" "$DOH_PORT" "$VALIDATOR_DNS_PORT" >>"$out" <<'PY'
+import json, os, signal, subprocess, sys, time
 import dns.message, dns.query
+from stats import spread
 
 run, samples, anchors, resolve, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 dns_port, doh_port, unbound_port = int(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8])
@@ -50,9 +51,9 @@ with open(delv_anchors, "w") as f:
     f.write('trust-anchors { %s static-ds %s %s %s "%s"; };\n' % (ds[0], ds[3], ds[4], ds[5], "".join(ds[6:])))
 
 def emit(what, values, unit="ms"):
-    values = sorted(values)
-    print(json.dumps({"run": run, "what": what, "n": len(values), "min_" + unit: values[0],
-                      "median_" + unit: statistics.median(values), "max_" + unit: values[-1]}))
+    low, mid, high = spread(values)
+    print(json.dumps({"run": run, "what": what, "n": len(values), "min_" + unit: low,
+                      "median_" + unit: mid, "max_" + unit: high}))
 
 def wall(command, check):
     start = time.perf_counter()
@@ -112,15 +113,14 @@ emit("unbound chain cached, new name (validated)",
 PY
 done
 
-/usr/bin/python3 - "$out" <<'PY'
-import json, statistics, sys
+PYTHONPATH="$root/Scripts/bench" /usr/bin/python3 - "$out" <<'PY'
+import json, sys
+from stats import median, median_range
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-def spread(what, unit):
-    values = sorted(r["median_" + unit] for r in rows if r["what"] == what)
-    return values[0], statistics.median(values), values[-1]
+def medians(what, unit):
+    return [r["median_" + unit] for r in rows if r["what"] == what]
 def cell(what, unit="ms"):
-    lo, mid, hi = spread(what, unit)
-    return ("%.3f (%.3f–%.3f)" if unit == "ms" else "%.0f (%.0f–%.0f)") % (mid, lo, hi)
+    return median_range(medians(what, unit), "{:.3f}" if unit == "ms" else "{:.0f}", dash="–")
 print("\n| measure | ours | peer | ratio ours/peer (median) |")
 print("|---|---|---|---|")
 pairs = [
@@ -129,12 +129,12 @@ pairs = [
     ("chain cached, new name (ms)", "ours chain cached, new name (validated)", "unbound chain cached, new name (validated)", "unbound, warm"),
 ]
 for title, ours, peer, name in pairs:
-    ratio = spread(ours, "ms")[1] / spread(peer, "ms")[1]
+    ratio = median(medians(ours, "ms")) / median(medians(peer, "ms"))
     print("| %s | %s | %s: %s | %.2f |" % (title, cell(ours), name, cell(peer), ratio))
 print("\n| reference | ours |\n|---|---|")
 for what in ["ours cold, unvalidated", "ours new name, unvalidated", "ours CLI process, unvalidated"]:
     print("| %s (ms) | %s |" % (what, cell(what)))
-off, on = spread("cache hit, dnssec off", "ns"), spread("cache hit, dnssec report", "ns")
+off, on = median(medians("cache hit, dnssec off", "ns")), median(medians("cache hit, dnssec report", "ns"))
 print("\n| cache hit (ns/lookup) | dnssec off | dnssec report | report/off (median) |\n|---|---|---|---|")
-print("| resolve() | %s | %s | %.3f |" % (cell("cache hit, dnssec off", "ns"), cell("cache hit, dnssec report", "ns"), on[1] / off[1]))
+print("| resolve() | %s | %s | %.3f |" % (cell("cache hit, dnssec off", "ns"), cell("cache hit, dnssec report", "ns"), on / off))
 PY

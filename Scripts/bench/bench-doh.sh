@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DoH client benchmark against the named peer dnsperf 2.10 (`-m doh`), same server, same run.
 #
-#   Scripts/bench-doh.sh [REPEATS]      default 3; the median of the repeats is reported
+#   Scripts/bench/bench-doh.sh [REPEATS]      default 3; the median of the repeats is reported
 #
 # (a) latency: 1,000 distinct names, one query in flight, warm HTTP/2 connection.
 #     Latency: the average per lookup, ours (HTTPDNSResolver.resolve(type: .a)) and dnsperf's.
@@ -9,7 +9,7 @@
 # Target: doh-a.test (BIND 9.18 named) on loopback, started here, on CPU 0; both clients on CPU 1.
 # Prints a Markdown table: medians, with the lowest and highest run in brackets.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 repeats=${1:-3}
@@ -20,8 +20,8 @@ need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 swift build -c release --product DoHBenchmark 2>&1 | grep -E "error|warning: " || true
 bench="$(swift build -c release --show-bin-path)/DoHBenchmark"
-trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
-bash Scripts/testenv.sh start >/dev/null
+trap 'bash Scripts/env/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+bash Scripts/env/testenv.sh start >/dev/null
 
 url="https://doh-a.test:$DOH_PORT/dns-query"
 ca=.testenv/ca/ca.pem
@@ -54,20 +54,17 @@ for _ in $(seq 1 "$repeats"); do
 done
 rm -rf "$work"
 
-python3 - "$repeats" "${ours_lat[*]}" "${peer_lat[*]}" "${ours_qps[*]}" "${peer_qps[*]}" <<'PY'
-import statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$repeats" "${ours_lat[*]}" "${peer_lat[*]}" "${ours_qps[*]}" "${peer_qps[*]}" <<'PY'
+import sys
+from stats import median_range, ratio_range
 n = int(sys.argv[1])
 ol, pl, oq, pq = ([float(v) for v in arg.split()] for arg in sys.argv[2:6])
-def spread(values, scale, unit):
-    return f"{statistics.median(values) * scale:,.3f} ({min(values) * scale:,.3f}-{max(values) * scale:,.3f}){unit}"
-def rate(values):
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f}) q/s"
 print(f"| measure ({n} runs: median (min-max)) | swift-httpdns | dnsperf 2.10 | ratio of medians (worst-best pairing) | goal |")
 print("|---|---|---|---|---|")
-lat = statistics.median(ol) / statistics.median(pl)
-print(f"| (a) latency, 1 in flight, 1,000 names | {spread(ol, 1e3, ' ms')} average | {spread(pl, 1e3, ' ms')} average "
-      f"| {lat:.2f}x ({min(ol) / max(pl):.2f}-{max(ol) / min(pl):.2f}) | <= 1.2x |")
-thr = statistics.median(oq) / statistics.median(pq)
-print(f"| (b) throughput, 64 in flight, 5,000 names | {rate(oq)} | {rate(pq)} "
-      f"| {thr * 100:.0f} % ({min(oq) / max(pq) * 100:.0f}-{max(oq) / min(pq) * 100:.0f} %) | >= 60 % |")
+lat, worst, best = ratio_range(ol, pl)
+print(f"| (a) latency, 1 in flight, 1,000 names | {median_range(ol, '{:,.3f}', 1e3)} ms average | {median_range(pl, '{:,.3f}', 1e3)} ms average "
+      f"| {lat:.2f}x ({worst:.2f}-{best:.2f}) | <= 1.2x |")
+thr, worst, best = ratio_range(oq, pq)
+print(f"| (b) throughput, 64 in flight, 5,000 names | {median_range(oq)} q/s | {median_range(pq)} q/s "
+      f"| {thr * 100:.0f} % ({worst * 100:.0f}-{best * 100:.0f} %) | >= 60 % |")
 PY

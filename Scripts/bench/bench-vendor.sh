@@ -2,7 +2,7 @@
 # Vendor HTTPDNS benchmark: the loopback fakes of the Alibaba, Tencent and Baidu APIs, with BIND 9.18's
 # DoH (doh-a.test) as the peer in the same run.
 #
-#   Scripts/bench-vendor.sh [REPEATS]     default 5; min / median / max of the repeats are reported
+#   Scripts/bench/bench-vendor.sh [REPEATS]     default 5; min / median / max of the repeats are reported
 #
 # Per vendor mode (Benchmarks/VendorBenchmark, release build):
 #   pre-resolve 100 distinct names (A and AAAA) with the batch API vs one request per name (batch_size 1):
@@ -11,7 +11,7 @@
 # The fakes are Python and ask BIND for every name, so their latency is the fake's, not a vendor's:
 # the ratio to BIND says what this client adds on top of a slower server, not how fast a vendor is.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 repeats=${1:-5}
@@ -21,8 +21,8 @@ need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
 swift build -c release --product VendorBenchmark 2>&1 | grep -E "error|warning: " || true
 bench="$(swift build -c release --show-bin-path)/VendorBenchmark"
-trap 'bash Scripts/testenv.sh stop >/dev/null 2>&1 || true' EXIT
-bash Scripts/testenv.sh start >/dev/null
+trap 'bash Scripts/env/testenv.sh stop >/dev/null 2>&1 || true' EXIT
+bash Scripts/env/testenv.sh start >/dev/null
 
 out=$(mktemp) curlcfg=$(mktemp)
 chmod 600 "$curlcfg"
@@ -35,7 +35,7 @@ curl_run() { # run-number -> median seconds per request
         printf 'url = "https://127.0.0.1:%s/d?dn=c%s-%s.bench.hd.test&token=%s&ttl=1&clientip=1&query=1"\noutput = "/dev/null"\n' \
             "$VENDOR_PORT" "$1" "$i" "$token"
     done >"$curlcfg"
-    curl -s --max-time 30 --cacert .testenv/ca/ca.pem -K "$curlcfg" -w '%{time_total}\n' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+    curl -s --max-time 30 --cacert .testenv/ca/ca.pem -K "$curlcfg" -w '%{time_total}\n' | python3 Scripts/bench/stats.py lower-median
 }
 for run in $(seq 1 "$repeats"); do
     "$bench" .testenv/vendor .testenv/ca/ca.pem "https://127.0.0.1:$VENDOR_PORT" "http://127.0.0.1:$VENDOR_PLAIN_PORT" \
@@ -43,15 +43,15 @@ for run in $(seq 1 "$repeats"); do
     printf '{"mode":"curl-tencent-token","latency":{"median_s":%s}}\n' "$(curl_run "$run")" >>"$out"
 done
 rm -f "$curlcfg"
-python3 - "$out" "$repeats" <<'PY'
-import json, statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$out" "$repeats" <<'PY'
+import json, sys
+from stats import min_median_max, run_ratios
 rows = [json.loads(line) for line in open(sys.argv[1])]
 n = int(sys.argv[2])
 curl = [r["latency"]["median_s"] for r in rows if r["mode"] == "curl-tencent-token"]
 rows = [r for r in rows if r["mode"] != "curl-tencent-token"]
-def spread(values, scale=1.0, fmt="{:.2f}"):
-    values = sorted(v * scale for v in values)
-    return "/".join(fmt.format(v) for v in (values[0], statistics.median(values), values[-1]))
+def spread(values, scale=1.0, fmt="{:.2f}"):  # scaled before the median is taken, as this table always was
+    return min_median_max([v * scale for v in values], fmt)
 bind = [r["latency"]["median_s"] for r in rows if r["mode"] == "bind-doh"]
 print(f"min/median/max of {n} runs; 100 names pre-resolved (A+AAAA); latency = median of 500 sequential A lookups")
 print()
@@ -64,7 +64,7 @@ for mode in dict.fromkeys(r["mode"] for r in rows):
     b = [r["batch"] for r in mine]; s = [r["single"] for r in mine]
     assert all(x["failures"] == 0 for x in b + s), f"{mode}: failures"
     lat = [r["latency"]["median_s"] for r in mine]
-    ratios = [l / d for l, d in zip(lat, bind)]
+    ratios = run_ratios(lat, bind)
     print(f"| {mode} | {spread([x['requests'] for x in b], fmt='{:.0f}')} | {spread([x['wall_s'] for x in b], 1e3, '{:.0f}')} "
           f"| {spread([x['requests'] for x in s], fmt='{:.0f}')} | {spread([x['wall_s'] for x in s], 1e3, '{:.0f}')} "
           f"| {spread(lat, 1e3, '{:.3f}')} | {spread(ratios, fmt='{:.2f}')}x |")
@@ -73,6 +73,6 @@ token = [r["latency"]["median_s"] for r in rows if r["mode"] == "tencent-token"]
 print()
 print(f"Same fake, same requests (tencent-token, one connection, sequential): swift-httpdns lookup "
       f"{spread(token, 1e3, '{:.3f}')} ms vs curl 7.88 request {spread(curl, 1e3, '{:.3f}')} ms: "
-      f"{spread([a / b for a, b in zip(token, curl)])}x")
+      f"{spread(run_ratios(token, curl))}x")
 PY
 rm -f "$out"

@@ -1,5 +1,5 @@
 """The forward-proxy benchmark's third client: headless Chromium (Debian's), the same workloads as
-curl's and requests' in Scripts/bench-proxy.sh, over the same four paths.
+curl's and requests' in Scripts/bench/bench-proxy.sh, over the same four paths.
 
 One browser per path, driven over --remote-debugging-pipe (the DevTools protocol on fds 3 and 4, no
 port): the direct one resolves the origin's name to its trusted address by --host-resolver-rules (as
@@ -25,11 +25,12 @@ import json
 import os
 import select
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from stats import median  # Scripts/bench/stats.py, next to this file
 
 origin, ca, ours_port, peer_port = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 downloads, blocks, hop = int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
@@ -179,7 +180,7 @@ try:
             assert fresh == 100, f"{path}: {fresh} of 100 requests opened a new connection"
             seconds[path] += ms / 1e3
     for path in paths:
-        print(path, f"{statistics.median(speeds[path]):.1f}", f"{blocks * 100 / seconds[path]:.1f}")
+        print(path, f"{median(speeds[path]):.1f}", f"{blocks * 100 / seconds[path]:.1f}")
 finally:
     for browser in browsers.values():
         browser.close()

@@ -1,5 +1,5 @@
 """The forward-proxy benchmark's second client: Python `requests` (urllib3), the same workloads as
-curl's in Scripts/bench-proxy.sh, interleaved over the same four paths.
+curl's in Scripts/bench/bench-proxy.sh, interleaved over the same four paths.
 
 Run by bench-proxy.sh inside a mount namespace whose /etc/hosts maps the origin's name to its
 trusted address, so the direct path resolves it there (as curl's --resolve does) and the proxy
@@ -13,12 +13,13 @@ Prints one line per path: `path MB/s-median requests-per-second` (MB/s: the medi
 64 MiB downloads; requests/s: BLOCKS blocks of 100 requests, each on a new connection or tunnel).
 """
 
-import statistics
 import sys
 import time
 
 import requests
 import urllib3.util.connection
+
+from stats import median  # Scripts/bench/stats.py, next to this file
 
 origin, ca, ours_port, peer_port = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 downloads, blocks, hop = int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
@@ -84,4 +85,4 @@ for _ in range(blocks):
     for path in proxies:
         seconds[path] += block(path)
 for path in proxies:
-    print(path, f"{statistics.median(speeds[path]):.1f}", f"{blocks * 100 / seconds[path]:.1f}")
+    print(path, f"{median(speeds[path]):.1f}", f"{blocks * 100 / seconds[path]:.1f}")

@@ -3,13 +3,13 @@
 # forwarding to BIND's DoT or DoH, 5 s of unique-name misses over the UDP stub (dnsperf, 64 in flight),
 # per-thread CPU ticks and voluntary context switches from /proc, and a perf profile of the daemon.
 #
-#   Scripts/prof-forward.sh [dot|doh]      PERF_OUT=file (default .build/prof-forward.data)
+#   Scripts/bench/prof-forward.sh [dot|doh]      PERF_OUT=file (default .build/prof-forward.data)
 #   BIN=/path/to/resolve                   that build (default: the release build, built first)
 #   PREFIX="chrt -b 0"                     start the daemon under a command (the SCHED_BATCH experiment)
 #   BATCH_THREADS=REGEX                    switch the daemon's threads whose name matches to SCHED_BATCH
 # Daemon and BIND on CPU 0, dnsperf on CPU 1. Needs perf (linux-perf) for the profile.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 isolate_network "${BASH_SOURCE[0]}" "$@"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # DNS over TLS serving: `resolve daemon`'s dot_listen against the peers' DoT listeners (BENCHMARKS.md).
 #
-#   Scripts/bench-dot.sh [ROUNDS] [SECONDS]     defaults 3 and 10
-#   RESOLVE_BIN=/path/to/resolve Scripts/bench-dot.sh …   measures that build
+#   Scripts/bench/bench-dot.sh [ROUNDS] [SECONDS]     defaults 3 and 10
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench/bench-dot.sh …   measures that build
 #
 # One client, dnsperf -m dot (one TLS connection, 64 queries in flight), over 1,000 cached names, against:
 #   daemon   resolve daemon (upstream: BIND's DoH), answering from its cache
@@ -18,7 +18,7 @@
 # CA) against dnsperf -m dot as clients of BIND's DoT listener, ROUNDS times each: latency with one
 # query in flight (1,000 names) and throughput with 64 in flight (5,000 names).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 rounds=${1:-3}
@@ -120,37 +120,37 @@ for _ in $(seq 1 "$rounds"); do
         | awk '/Queries per second/ {q=$4} /Queries lost/ {l=$3} END {print "peer-qps", q, l}' >>"$client_results"
 done
 
-python3 - "$results" "$rounds" "$seconds" "$client_results" <<'PY'
-import statistics, sys
+PYTHONPATH="$root/Scripts/bench" python3 - "$results" "$rounds" "$seconds" "$client_results" <<'PY'
+import sys
+from stats import median, median_range, ratio_range
 rows = [line.split() for line in open(sys.argv[1])]
 rounds, seconds, client_file = sys.argv[2:]
 servers = ("daemon", "bind", "unbound", "dnsdist", "kresd")
 names = {"daemon": "resolve daemon", "bind": "BIND 9.18", "unbound": "unbound 1.17", "dnsdist": "dnsdist 1.7", "kresd": "kresd 5.6"}
-q = {s: sorted(float(r[1]) for r in rows if r[0] == s) for s in servers}
+q = {s: [float(r[1]) for r in rows if r[0] == s] for s in servers}
 print(f"DNS over TLS, cached names, dnsperf -m dot, 1 connection, 64 in flight, {rounds} x {seconds} s per server, rounds interleaved.\n")
 print("| server | q/s median (min-max) | avg latency ms | server CPU µs/query | lost |")
 print("|---|---|---|---|---|")
 for s in servers:
-    lat = statistics.median(float(r[2]) for r in rows if r[0] == s)
-    cpu = statistics.median(float(r[3]) for r in rows if r[0] == s)
+    lat = median(float(r[2]) for r in rows if r[0] == s)
+    cpu = median(float(r[3]) for r in rows if r[0] == s)
     lost = sum(int(r[4]) for r in rows if r[0] == s)
-    print(f"| {names[s]} | {statistics.median(q[s]):,.0f} ({q[s][0]:,.0f}-{q[s][-1]:,.0f}) | {lat:.2f} | {cpu:.1f} | {lost} |")
+    print(f"| {names[s]} | {median_range(q[s])} | {lat:.2f} | {cpu:.1f} | {lost} |")
 print()
 for peer in servers[1:]:
-    ratio = statistics.median(q["daemon"]) / statistics.median(q[peer])
-    print(f"daemon / {names[peer]}: **{ratio:.2f}x** ({q['daemon'][0] / q[peer][-1]:.2f}-{q['daemon'][-1] / q[peer][0]:.2f})")
+    ratio, worst, best = ratio_range(q["daemon"], q[peer])
+    print(f"daemon / {names[peer]}: **{ratio:.2f}x** ({worst:.2f}-{best:.2f})")
 print()
 client = [line.split() for line in open(client_file)]
 def values(key, index=1):
-    return sorted(float(r[index]) for r in client if r[0] == key)
+    return [float(r[index]) for r in client if r[0] == key]
 ol, pl, oq, pq = values("ours-latency"), values("peer-latency"), values("ours-qps"), values("peer-qps")
 failures = sum(int(r[2]) for r in client if r[0] == "ours-qps")
 lost = sum(int(float(r[2])) for r in client if r[0] == "peer-qps" and len(r) > 2)
-mid = statistics.median
 print(f"The library's DoT upstream vs dnsperf -m dot, both clients of BIND's DoT listener, {rounds} runs each.\n")
 print("| measure | swift-httpdns median (min-max) | dnsperf 2.10 median (min-max) | ratio of medians |")
 print("|---|---|---|---|")
-print(f"| latency, 1 in flight, 1,000 names | {mid(ol)*1e3:.3f} ms ({ol[0]*1e3:.3f}-{ol[-1]*1e3:.3f}) | {mid(pl)*1e3:.3f} ms ({pl[0]*1e3:.3f}-{pl[-1]*1e3:.3f}) | {mid(ol)/mid(pl):.2f}x |")
-print(f"| throughput, 64 in flight, 5,000 names | {mid(oq):,.0f} q/s ({oq[0]:,.0f}-{oq[-1]:,.0f}) | {mid(pq):,.0f} q/s ({pq[0]:,.0f}-{pq[-1]:,.0f}) | {mid(oq)/mid(pq)*100:.0f} % |")
+print(f"| latency, 1 in flight, 1,000 names | {median_range(ol, '{:.3f}', 1e3, ' ms')} | {median_range(pl, '{:.3f}', 1e3, ' ms')} | {median(ol)/median(pl):.2f}x |")
+print(f"| throughput, 64 in flight, 5,000 names | {median_range(oq, unit=' q/s')} | {median_range(pq, unit=' q/s')} | {median(oq)/median(pq)*100:.0f} % |")
 print(f"\nfailed lookups (ours): {failures}; lost (dnsperf): {lost}")
 PY

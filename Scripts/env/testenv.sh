@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The integration environment: real servers on loopback only, started and stopped by PID.
 #
-#   Scripts/testenv.sh start    generate the test CA and certificates (once), write configs, start servers
-#   Scripts/testenv.sh stop     stop every server this script started
-#   Scripts/testenv.sh status   show what is running
+#   Scripts/env/testenv.sh start    generate the test CA and certificates (once), write configs, start servers
+#   Scripts/env/testenv.sh stop     stop every server this script started
+#   Scripts/env/testenv.sh status   show what is running
 #
 # Everything lives in .testenv/ (git-ignored). Idempotent: start on a running environment restarts it.
 #
@@ -34,7 +34,7 @@
 #               runs two hours ahead; account secrets in .testenv/vendor/
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 env_dir="$root/.testenv"
 ca_dir="$env_dir/ca"
 
@@ -334,7 +334,7 @@ EOF
 write_hostile() {
     local dir="$env_dir/nginx"
     mkdir -p "$dir/www/json" "$dir/logs"
-    python3 "$root/Scripts/make_fixtures.py" "$dir/www" <(zone_names)
+    python3 "$root/Scripts/env/make_fixtures.py" "$dir/www" <(zone_names)
     write_upload_location "$dir"
     cat >"$dir/nginx.conf" <<EOF
 worker_processes 1;

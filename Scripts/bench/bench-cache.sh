@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Engine benchmarks against named peers, in one run (Benchmarks/CacheBenchmark):
 #
-#   Scripts/bench-cache.sh [SECONDS] [ZIPF_SECONDS]     defaults 3 and 60
+#   Scripts/bench/bench-cache.sh [SECONDS] [ZIPF_SECONDS]     defaults 3 and 60
 #
 # (a) cache-hit lookup, 1 and 2 threads, p50/p99 and throughput: HTTPDNSResolver's engine
 #     (cachedResolution, and resolve() from a task) vs glibc getaddrinfo("localhost") answered from
@@ -11,7 +11,7 @@
 # Prints JSON lines and a Markdown table. Only loopback traffic: the script refuses to run when
 # glibc would ask DNS for "localhost" (nsswitch must list files first and /etc/hosts must have it).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 seconds=${1:-3}

@@ -5,8 +5,8 @@
 # a splicing TCP forwarder with no proxy protocol (HAProxy 2.6, mode tcp, splice both ways) that
 # the clients dial for the origin's name (path "hop"). All on loopback, against the nginx HTTPS origin.
 #
-#   Scripts/bench-proxy.sh [REPEATS]     default 5; min / median / max of the repeats are reported
-#   RESOLVE_BIN=/path/to/resolve Scripts/bench-proxy.sh   the same with another build (no build step)
+#   Scripts/bench/bench-proxy.sh [REPEATS]     default 5; min / median / max of the repeats are reported
+#   RESOLVE_BIN=/path/to/resolve Scripts/bench/bench-proxy.sh   the same with another build (no build step)
 #   DOWNLOADS=N   64 MiB downloads per path in a run (default 25)
 #
 # Each run measures every path interleaved (direct, ours, tinyproxy, hop, direct, ...), so a slow
@@ -21,15 +21,15 @@
 #     blocks of 100 per path: requests/s, and the median time to first byte;
 # (c) CONNECT to `200`: 500 sequential CONNECTs from a Python client, the median in microseconds;
 # (d) RSS per idle tunnel: 200 CONNECTs held open, the proxy's RSS before and after;
-# (e) a second client, Python `requests` (Scripts/bench-proxy-requests.py): (a) and (b) again, the
+# (e) a second client, Python `requests` (Scripts/bench/bench-proxy-requests.py): (a) and (b) again, the
 #     same counts, in a mount namespace whose /etc/hosts gives the direct path the trusted address;
-# (f) a third client, headless Chromium (Scripts/bench-proxy-chromium.py): (a) and (b) again, the
+# (f) a third client, headless Chromium (Scripts/bench/bench-proxy-chromium.py): (a) and (b) again, the
 #     same counts, from a page of the origin (fetch), the direct path by --host-resolver-rules.
 #     A goal counts only if it holds with every client. The hop carries no goal: "hop / direct" is
 #     what one relayed loopback hop costs each client here when a mature relay does nothing else,
 #     and "resolve proxy / hop" sets our whole proxy (hop, CONNECT, resolution) against it.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 . Scripts/lib.sh
 repeats=${1:-5}
@@ -53,11 +53,11 @@ cleanup() {
     [ -n "${ours:-}" ] && kill "$ours" 2>/dev/null || true
     [ -n "${peer:-}" ] && kill "$peer" 2>/dev/null || true
     [ -n "${hop:-}" ] && kill "$hop" 2>/dev/null || true
-    bash Scripts/testenv.sh stop >/dev/null 2>&1 || true
+    bash Scripts/env/testenv.sh stop >/dev/null 2>&1 || true
     rm -rf "$work"
 }
 trap cleanup EXIT
-bash Scripts/testenv.sh start >/dev/null
+bash Scripts/env/testenv.sh start >/dev/null
 ca=.testenv/ca/ca.pem
 origin="origin.hd.test:$ORIGIN_PORT"
 
@@ -134,8 +134,9 @@ for i in $(seq 1 100); do printf 'url = "https://%s/echo?n=%s"\noutput = "/dev/n
 
 out="$work/results"
 connect_us() { # proxy-port -> median microseconds from sending CONNECT to reading the 200
-    /usr/bin/python3 - "$1" "$origin" <<'PY'
-import socket, statistics, sys, time
+    PYTHONPATH="$root/Scripts/bench" /usr/bin/python3 - "$1" "$origin" <<'PY'
+import socket, sys, time
+from stats import median
 port, target = int(sys.argv[1]), sys.argv[2]
 request = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
 samples = []
@@ -147,7 +148,7 @@ for _ in range(500):
     assert s.recv(100).split(b" ")[1] == b"200", "no tunnel"
     samples.append(time.perf_counter() - started)
     s.close()
-print(f"{statistics.median(samples) * 1e6:.0f}")
+print(f"{median(samples) * 1e6:.0f}")
 PY
 }
 
@@ -171,17 +172,17 @@ for run in $(seq 1 "$repeats"); do
         done
     done
     # The second client, the same workloads (its own interleaving of the four paths).
-    hosts_only /usr/bin/python3 Scripts/bench-proxy-requests.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 \
+    hosts_only /usr/bin/python3 Scripts/bench/bench-proxy-requests.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 \
         "$hop_address" | sed "s/^/$run /" >>"$out.requests"
     # The third client, a browser: the direct path by its own resolver rules, no namespace needed.
-    /usr/bin/python3 Scripts/bench-proxy-chromium.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 "$hop_address" |
+    /usr/bin/python3 Scripts/bench/bench-proxy-chromium.py "$origin" "$ca" $proxy_port $peer_port "$downloads" 10 "$hop_address" |
         sed "s/^/$run /" >>"$out.chromium"
     declare -A connects=([ours]=$(connect_us "$proxy_port") [peer]=$(connect_us "$peer_port") [direct]=0 [hop]=0)
     for path in "${paths[@]}"; do
-        speed=$(echo "${speeds[$path]}" | tr ' ' '\n' | grep . | sort -g | sed -n "$(((downloads + 1) / 2))p")
+        speed=$(echo "${speeds[$path]}" | /usr/bin/python3 Scripts/bench/stats.py lower-median)
         echo "run $run $path downloads MB/s: $(for s in ${speeds[$path]}; do printf '%.0f ' "$(echo "$s / 1000000" | bc -l)"; done)"
         wall=$(echo "${seconds[$path]}" | tr ' ' '\n' | grep . | paste -sd+ | bc)
-        ttfb=$(echo "${ttfbs[$path]}" | tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+        ttfb=$(echo "${ttfbs[$path]}" | /usr/bin/python3 Scripts/bench/stats.py lower-median)
         echo "$run $path $speed $wall $ttfb ${connects[$path]}" >>"$out"
     done
 done
@@ -211,29 +212,27 @@ peer_pid=$(pgrep -n -f "tinyproxy -d -c $work/tinyproxy.conf")
 ours_rss=$(idle_rss "$proxy_port" "$ours")
 peer_rss=$(idle_rss "$peer_port" "$peer_pid")
 
-/usr/bin/python3 - "$out" "$repeats" "$ours_rss" "$peer_rss" "$downloads" <<'PY'
-import statistics, sys
+PYTHONPATH="$root/Scripts/bench" /usr/bin/python3 - "$out" "$repeats" "$ours_rss" "$peer_rss" "$downloads" <<'PY'
+import sys
+from stats import min_median_max, run_ratios
 rows = [line.split() for line in open(sys.argv[1])]
 n = int(sys.argv[2])
 data = {}
 for run, path, speed, wall, ttfb, connect in rows:
     data.setdefault(path, []).append((float(speed), 1000 / float(wall), float(ttfb), float(connect)))
-def spread(values, fmt):
-    values = sorted(values)
-    return "/".join(fmt.format(v) for v in (values[0], statistics.median(values), values[-1]))
 def ratios(a, b, index, rows=None):
     """Run by run, path a's figure over path b's (curl's rows unless others are given)."""
     rows = rows or data
-    return [x[index] / y[index] for x, y in zip(rows[a], rows[b])]
+    return run_ratios([x[index] for x in rows[a]], [y[index] for y in rows[b]])
 def goals(rows):
     """The two goal lines of one client's rows."""
-    print(f"- download: resolve proxy / direct {spread(ratios('ours', 'direct', 0, rows), '{:.2f}')}x (goal >= 0.9), "
-          f"/ tinyproxy {spread(ratios('ours', 'peer', 0, rows), '{:.2f}')}x (goal >= 1.0)")
-    print(f"- new tunnels: resolve proxy / direct {spread(ratios('ours', 'direct', 1, rows), '{:.2f}')}x, "
-          f"/ tinyproxy {spread(ratios('ours', 'peer', 1, rows), '{:.2f}')}x (goal >= 1.0)")
-    print(f"- the bare hop (HAProxy splicing, no proxy protocol): download / direct {spread(ratios('hop', 'direct', 0, rows), '{:.2f}')}x; "
-          f"resolve proxy / hop: download {spread(ratios('ours', 'hop', 0, rows), '{:.2f}')}x, "
-          f"new tunnels {spread(ratios('ours', 'hop', 1, rows), '{:.2f}')}x")
+    print(f"- download: resolve proxy / direct {min_median_max(ratios('ours', 'direct', 0, rows), '{:.2f}')}x (goal >= 0.9), "
+          f"/ tinyproxy {min_median_max(ratios('ours', 'peer', 0, rows), '{:.2f}')}x (goal >= 1.0)")
+    print(f"- new tunnels: resolve proxy / direct {min_median_max(ratios('ours', 'direct', 1, rows), '{:.2f}')}x, "
+          f"/ tinyproxy {min_median_max(ratios('ours', 'peer', 1, rows), '{:.2f}')}x (goal >= 1.0)")
+    print(f"- the bare hop (HAProxy splicing, no proxy protocol): download / direct {min_median_max(ratios('hop', 'direct', 0, rows), '{:.2f}')}x; "
+          f"resolve proxy / hop: download {min_median_max(ratios('ours', 'hop', 0, rows), '{:.2f}')}x, "
+          f"new tunnels {min_median_max(ratios('ours', 'hop', 1, rows), '{:.2f}')}x")
 # The other clients' rows: run path MB/s requests/s.
 clients = {"requests": "Python requests", "chromium": "headless Chromium"}
 others = {}
@@ -256,13 +255,13 @@ names = {"direct": "direct (curl --resolve)", "ours": "resolve proxy", "peer": "
          "hop": "hop: HAProxy 2.6 splicing TCP forwarder (curl --resolve)"}
 for path in names:
     rows = data[path]
-    print(f"| {names[path]} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} "
-          f"| {spread([r[2] * 1e3 for r in rows], '{:.2f}')} | {spread([r[3] for r in rows], '{:.0f}') if path in ('ours', 'peer') else '-'} |")
+    print(f"| {names[path]} | {min_median_max([r[0] / 1e6 for r in rows], '{:.0f}')} | {min_median_max([r[1] for r in rows], '{:.0f}')} "
+          f"| {min_median_max([r[2] * 1e3 for r in rows], '{:.2f}')} | {min_median_max([r[3] for r in rows], '{:.0f}') if path in ('ours', 'peer') else '-'} |")
 print()
 goals(data)
-print(f"- CONNECT to 200: resolve proxy / tinyproxy time {spread(ratios('ours', 'peer', 3), '{:.2f}')}x (lower is faster)")
+print(f"- CONNECT to 200: resolve proxy / tinyproxy time {min_median_max(ratios('ours', 'peer', 3), '{:.2f}')}x (lower is faster)")
 added = [o[2] - d[2] for o, d in zip(data["ours"], data["direct"])]
-print(f"- added time to first byte (resolve proxy - direct): {spread([a * 1e3 for a in added], '{:.2f}')} ms")
+print(f"- added time to first byte (resolve proxy - direct): {min_median_max([a * 1e3 for a in added], '{:.2f}')} ms")
 print(f"- RSS per idle tunnel (200 held): resolve proxy {float(sys.argv[3]):.1f} KiB, tinyproxy {float(sys.argv[4]):.1f} KiB")
 for client, title in clients.items():
     print()
@@ -274,7 +273,7 @@ for client, title in clients.items():
     hop = "its address dialled for the name" if client == "requests" else "--host-resolver-rules"
     for path in names:
         rows = others[client][path]
-        print(f"| {names[path].replace('curl --resolve', hop if path == 'hop' else direct)} | {spread([r[0] / 1e6 for r in rows], '{:.0f}')} | {spread([r[1] for r in rows], '{:.0f}')} |")
+        print(f"| {names[path].replace('curl --resolve', hop if path == 'hop' else direct)} | {min_median_max([r[0] / 1e6 for r in rows], '{:.0f}')} | {min_median_max([r[1] for r in rows], '{:.0f}')} |")
     print()
     goals(others[client])
 PY

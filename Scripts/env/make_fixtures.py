@@ -2,7 +2,7 @@
 """Writes the hostile resolver's fixed responses and the JSON API files for the test zone.
 
 usage: make_fixtures.py OUTDIR ZONE_LIST
-ZONE_LIST holds "name type value ttl" lines (Scripts/testenv.sh zone_names).
+ZONE_LIST holds "name type value ttl" lines (Scripts/env/testenv.sh zone_names).
 """
 import json
 import os
