@@ -67,10 +67,10 @@ struct HTTP2FrameLayer {
         var reason: String
     }
 
-    static let preface = HTTP2Limits.preface
-    static let defaultWindow = HTTP2Limits.defaultWindow
-    static let maxWindow = HTTP2Limits.maxWindow
-    static let ourMaxFrameSize = HTTP2Limits.defaultMaxFrameSize
+    static var preface: [UInt8] { HTTP2Limits.preface }
+    static var defaultWindow: Int { HTTP2Limits.defaultWindow }
+    static var maxWindow: Int { HTTP2Limits.maxWindow }
+    static var ourMaxFrameSize: Int { HTTP2Limits.defaultMaxFrameSize }
 
     private struct Stream {
         var phase: StreamPhase
@@ -173,7 +173,7 @@ struct HTTP2FrameLayer {
             buffer.moveReaderIndex(forwardBy: Self.preface.count)
             sawPreface = true
         }
-        while let header = HTTP2FrameHeader(parsing: buffer.readableBytesView) {
+        while let header = buffer.withUnsafeReadableBytes({ HTTP2FrameHeader(parsing: $0) }) {
             let (length, type, flags, stream) = (header.length, header.type, header.flags, header.stream)
             guard length <= Self.ourMaxFrameSize else {
                 throw ConnectionError(code: .frameSizeError, reason: "a frame of \(length) bytes (the limit is \(Self.ourMaxFrameSize))")
@@ -434,11 +434,13 @@ struct HTTP2FrameLayer {
     }
 
     private func removePadding(flags: HTTP2FrameFlags, payload: inout ByteBuffer) throws(ConnectionError) {
+        guard flags.contains(.padded) else { return }
         let first = payload.getInteger(at: payload.readerIndex, as: UInt8.self)
         guard let content = HTTP2Padding.content(count: payload.readableBytes, first: first, flags: flags) else {
             throw ConnectionError(code: .protocolError, reason: "padding longer than the frame")
         }
-        payload = payload.getSlice(at: payload.readerIndex + content.lowerBound, length: content.count)!
+        payload.moveWriterIndex(to: payload.readerIndex + content.upperBound)
+        payload.moveReaderIndex(forwardBy: content.lowerBound)
     }
 
     /// One more stream reset, by the client or provoked by it: past ``Limits/maxResets`` within the

@@ -10,13 +10,13 @@ package enum HTTP2FrameType: UInt8, Sendable {
 /// A frame's flags. One bit has two names: END_STREAM on DATA and HEADERS is ACK on SETTINGS and PING.
 package struct HTTP2FrameFlags: OptionSet, Sendable {
     package let rawValue: UInt8
-    package init(rawValue: UInt8) { self.rawValue = rawValue }
+    @inlinable package init(rawValue: UInt8) { self.rawValue = rawValue }
 
-    package static let endStream = HTTP2FrameFlags(rawValue: 0x1)
-    package static let ack = HTTP2FrameFlags(rawValue: 0x1)
-    package static let endHeaders = HTTP2FrameFlags(rawValue: 0x4)
-    package static let padded = HTTP2FrameFlags(rawValue: 0x8)
-    package static let priority = HTTP2FrameFlags(rawValue: 0x20)
+    @inlinable package static var endStream: HTTP2FrameFlags { HTTP2FrameFlags(rawValue: 0x1) }
+    @inlinable package static var ack: HTTP2FrameFlags { HTTP2FrameFlags(rawValue: 0x1) }
+    @inlinable package static var endHeaders: HTTP2FrameFlags { HTTP2FrameFlags(rawValue: 0x4) }
+    @inlinable package static var padded: HTTP2FrameFlags { HTTP2FrameFlags(rawValue: 0x8) }
+    @inlinable package static var priority: HTTP2FrameFlags { HTTP2FrameFlags(rawValue: 0x20) }
 }
 
 /// The error codes of RFC 9113 §7, carried by RST_STREAM and GOAWAY.
@@ -35,14 +35,14 @@ package enum HTTP2Limits {
     /// What the client sends first (§3.4).
     package static let preface: [UInt8] = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
     /// A frame header's size (§4.1).
-    package static let frameHeaderSize = 9
+    @inlinable package static var frameHeaderSize: Int { 9 }
     /// Windows start at this size and SETTINGS_MAX_FRAME_SIZE's default is 16,384 (§6.5.2, §6.9.2).
-    package static let defaultWindow = 65_535
-    package static let defaultMaxFrameSize = 16_384
+    @inlinable package static var defaultWindow: Int { 65_535 }
+    @inlinable package static var defaultMaxFrameSize: Int { 16_384 }
     /// The largest flow-control window (§6.9.1): a window past it is a FLOW_CONTROL_ERROR.
-    package static let maxWindow = 0x7fff_ffff
+    @inlinable package static var maxWindow: Int { 0x7fff_ffff }
     /// What SETTINGS_MAX_FRAME_SIZE may be set to (§6.5.2).
-    package static let maxFrameSizeRange: ClosedRange<UInt32> = 16_384...16_777_215
+    @inlinable package static var maxFrameSizeRange: ClosedRange<UInt32> { 16_384...16_777_215 }
 }
 
 /// A frame header (§4.1): 24-bit length, type, flags, and a 31-bit stream identifier (the reserved
@@ -54,10 +54,12 @@ package struct HTTP2FrameHeader: Sendable, Equatable {
     package var flags: HTTP2FrameFlags
     package var stream: UInt32
 
+    @inlinable
     package init(length: Int, type: HTTP2FrameType, flags: HTTP2FrameFlags = [], stream: UInt32) {
         self.init(length: length, rawType: type.rawValue, flags: flags, stream: stream)
     }
 
+    @inlinable
     package init(length: Int, rawType: UInt8, flags: HTTP2FrameFlags, stream: UInt32) {
         self.length = length
         self.rawType = rawType
@@ -67,20 +69,23 @@ package struct HTTP2FrameHeader: Sendable, Equatable {
 
     /// The header in the first 9 bytes of `bytes`, nil when fewer are there.
     @inlinable
-    package init?<Bytes: RandomAccessCollection>(parsing bytes: Bytes) where Bytes.Element == UInt8 {
+    package init?(parsing bytes: UnsafeRawBufferPointer) {
         guard bytes.count >= HTTP2Limits.frameHeaderSize else { return nil }
-        var index = bytes.startIndex
-        func next() -> UInt8 {
-            defer { bytes.formIndex(after: &index) }
-            return bytes[index]
-        }
-        length = Int(next()) << 16 | Int(next()) << 8 | Int(next())
-        rawType = next()
-        flags = HTTP2FrameFlags(rawValue: next())
-        stream = (UInt32(next()) << 24 | UInt32(next()) << 16 | UInt32(next()) << 8 | UInt32(next())) & 0x7fff_ffff
+        length = Int(bytes[0]) << 16 | Int(bytes[1]) << 8 | Int(bytes[2])
+        rawType = bytes[3]
+        flags = HTTP2FrameFlags(rawValue: bytes[4])
+        stream = (UInt32(bytes[5]) << 24 | UInt32(bytes[6]) << 16 | UInt32(bytes[7]) << 8 | UInt32(bytes[8])) & 0x7fff_ffff
+    }
+
+    /// The header in the first 9 bytes of `bytes`, nil when fewer are there.
+    @inlinable
+    package init?(parsing bytes: ArraySlice<UInt8>) {
+        guard let header = bytes.withUnsafeBytes({ HTTP2FrameHeader(parsing: $0) }) else { return nil }
+        self = header
     }
 
     /// The type, nil for one RFC 9113 does not define.
+    @inlinable
     package var type: HTTP2FrameType? { HTTP2FrameType(rawValue: rawType) }
 
     /// The header's 9 bytes.
@@ -92,6 +97,7 @@ package struct HTTP2FrameHeader: Sendable, Equatable {
     }
 
     /// Appends the header's 9 bytes. `length` must fit 24 bits (every caller's frames are far smaller).
+    @inlinable
     package func append(to output: inout [UInt8]) {
         precondition((0..<1 << 24).contains(length), "a frame length past 24 bits")
         output.append(UInt8(truncatingIfNeeded: length >> 16))
@@ -112,6 +118,7 @@ package enum HTTP2Padding {
     /// PADDED is set) that hold what is not padding: all of them without PADDED; else those after
     /// the pad length and before the padding. Nil when the padding does not fit (a PROTOCOL_ERROR).
     /// A HEADERS frame's priority fields are the first 5 bytes of the range.
+    @inlinable
     package static func content(count: Int, first: UInt8?, flags: HTTP2FrameFlags) -> Range<Int>? {
         guard flags.contains(.padded) else { return 0..<count }
         guard let first, count >= 1, Int(first) <= count - 1 else { return nil }

@@ -3,39 +3,39 @@
 /// with the peer's). Written through a raw pointer into room reserved once per block: written field
 /// by field into a `ByteBuffer`, a DoH answer's four fields cost more than parsing its query.
 package struct HPACKLiteralWriter {
-    private let bytes: UnsafeMutableRawBufferPointer
-    package private(set) var count = 0
+    @usableFromInline let bytes: UnsafeMutableRawBufferPointer
+    @usableFromInline package internal(set) var count = 0
 
-    package init(_ bytes: UnsafeMutableRawBufferPointer) {
+    @inlinable package init(_ bytes: UnsafeMutableRawBufferPointer) {
         self.bytes = bytes
     }
 
     /// Room enough for a block of `status`, `headers`, `content-length` and `date` (and a table size
     /// update): every length prefix counted at its largest.
-    package static func bound(headers: [(String, String)], date: String?) -> Int {
+    @inlinable package static func bound(headers: [(String, String)], date: String?) -> Int {
         var bound = 1 + statusBound + contentLengthBound + fieldBound(name: "date", value: date ?? "")
         for (name, value) in headers { bound += fieldBound(name: name, value: value) }
         return bound
     }
 
-    private static let integerBound = 10  // an Int in HPACK's 7-bit groups, with its prefix byte
-    private static let statusBound = 1 + integerBound + 20
-    private static let contentLengthBound = 1 + 1 + 20
+    @usableFromInline static var integerBound: Int { 10 }  // an Int in HPACK's 7-bit groups, with its prefix byte
+    @usableFromInline static var statusBound: Int { 1 + integerBound + 20 }
+    @usableFromInline static var contentLengthBound: Int { 1 + 1 + 20 }
 
     /// A name not in the static table is written lower-cased, which may take up to three times its
     /// bytes outside ASCII.
-    private static func fieldBound(name: String, value: String) -> Int {
+    @inlinable static func fieldBound(name: String, value: String) -> Int {
         1 + 2 * integerBound + 3 * name.utf8.count + value.utf8.count
     }
 
-    package mutating func byte(_ value: UInt8) {
+    @inlinable package mutating func byte(_ value: UInt8) {
         precondition(count < bytes.count, "HPACK block over its bound")
         bytes[count] = value
         count += 1
     }
 
     /// `:status`, from the static table when it holds the code (RFC 7541 Appendix A).
-    package mutating func status(_ status: Int) {
+    @inlinable package mutating func status(_ status: Int) {
         let index: UInt8? =
             switch status {
             case 200: 8
@@ -55,7 +55,7 @@ package struct HPACKLiteralWriter {
         }
     }
 
-    package mutating func field(name: String, value: String) {
+    @inlinable package mutating func field(name: String, value: String) {
         if let index = Self.nameIndex(name) {
             integer(index, prefix: 4, flags: 0)
         } else {
@@ -66,7 +66,7 @@ package struct HPACKLiteralWriter {
     }
 
     /// `content-length` (static index 28) with its digits written in place, no string made.
-    package mutating func contentLength(_ length: Int) {
+    @inlinable package mutating func contentLength(_ length: Int) {
         integer(28, prefix: 4, flags: 0)
         var digits = 1, rest = length / 10
         while rest > 0 {
@@ -83,7 +83,7 @@ package struct HPACKLiteralWriter {
         count += digits
     }
 
-    private mutating func string(_ text: String) {
+    @inlinable mutating func string(_ text: String) {
         var text = text
         integer(text.utf8.count, prefix: 7, flags: 0)
         text.withUTF8 { utf8 in
@@ -94,7 +94,7 @@ package struct HPACKLiteralWriter {
     }
 
     /// RFC 7541 §5.1.
-    private mutating func integer(_ value: Int, prefix: Int, flags: UInt8) {
+    @inlinable mutating func integer(_ value: Int, prefix: Int, flags: UInt8) {
         let limit = (1 << prefix) - 1
         if value < limit {
             byte(flags | UInt8(value))
@@ -111,7 +111,7 @@ package struct HPACKLiteralWriter {
 
     /// The static table index of a name an answer uses (RFC 7541 Appendix A), or nil: a switch, not
     /// a dictionary, as every answer writes four or five of them.
-    package static func nameIndex(_ name: String) -> Int? {
+    @inlinable package static func nameIndex(_ name: String) -> Int? {
         switch name {
         case "content-type": 31
         case "cache-control": 24
