@@ -12,8 +12,8 @@
 #   dnssec    the DNSKEY, RRSIG, DS, NSEC and NSEC3 decoders (Fuzz/DNSSECRecordFuzzer.swift)
 #   connect   the proxy relay's CONNECT head scan (Fuzz/ConnectHeadFuzzer.swift)
 #   h2client  a DoH server's HTTP/2 frames and HPACK blocks to the client (Fuzz/H2ClientFuzzer.swift)
-#   h2frames  a peer's frames through the shared HTTP/2 wire code both sides read with: frame
-#             headers, padding, the HPACK decoder (Fuzz/H2FramesFuzzer.swift)
+#   h2frames  a peer's frames through the shared HTTP/2 wire code: frame headers, padding and
+#             priority as both sides cut them, the client's HPACK decoder (Fuzz/H2FramesFuzzer.swift)
 #   hpack     the daemon's HPACK literal writer in exactly the room its bound promises, decoded back by
 #             the shared decoder (Fuzz/HPACKWriterFuzzer.swift)
 #   querylog  the query log's line formatter on any relayed response, into a nearly full buffer
@@ -43,9 +43,12 @@ vendor="Sources/HTTPDNS/CommercialAPIs/VendorWire.swift Sources/HTTPDNS/Commerci
 # The HTTP/2 wire code is a module of its own (its users import it), built once, instrumented the
 # same way, and linked into the targets that use it.
 wire="-I $out/modules $out/modules/HTTP2Wire.o"
-mkdir -p "$out/modules"
-swiftc -sanitize=fuzzer,address -parse-as-library -O -package-name swift_httpdns -module-name HTTP2Wire -wmo -c Sources/HTTP2Wire/*.swift \
-    -emit-module -emit-module-path "$out/modules/HTTP2Wire.swiftmodule" -o "$out/modules/HTTP2Wire.o"
+case " ${targets[*]} " in
+    *" h2client "* | *" h2frames "* | *" hpack "*)
+        mkdir -p "$out/modules"
+        swiftc -sanitize=fuzzer,address -parse-as-library -O -package-name swift_httpdns -module-name HTTP2Wire -wmo -c Sources/HTTP2Wire/*.swift \
+            -emit-module -emit-module-path "$out/modules/HTTP2Wire.swiftmodule" -o "$out/modules/HTTP2Wire.o" ;;
+esac
 status=0
 for target in "${targets[@]}"; do
     case "$target" in

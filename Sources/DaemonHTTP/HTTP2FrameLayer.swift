@@ -209,10 +209,15 @@ struct HTTP2FrameLayer {
         case .data: return try data(flags: flags, stream: stream, payload: &payload, now: now)
         case .headers:
             guard stream != 0, stream & 1 == 1 else { throw ConnectionError(code: .protocolError, reason: "HEADERS on stream \(stream)") }
-            try removePadding(flags: flags, payload: &payload)
-            if flags.contains(.priority) {
-                guard payload.readableBytes >= 5 else { throw ConnectionError(code: .frameSizeError, reason: "HEADERS too short for its priority") }
-                payload.moveReaderIndex(forwardBy: 5)
+            let first = payload.getInteger(at: payload.readerIndex, as: UInt8.self)
+            switch HTTP2Padding.headerBlock(count: payload.readableBytes, first: first, flags: flags) {
+            case .success(let fragment):
+                payload.moveWriterIndex(to: payload.readerIndex + fragment.upperBound)
+                payload.moveReaderIndex(forwardBy: fragment.lowerBound)
+            case .failure(.frameSizeError):
+                throw ConnectionError(code: .frameSizeError, reason: "HEADERS too short for its priority")
+            case .failure(let code):
+                throw ConnectionError(code: code, reason: "padding longer than the frame")
             }
             block = HeaderBlock(stream: stream, endStream: flags.contains(.endStream), bytes: payload, frames: 1)
             return flags.contains(.endHeaders) ? try headerBlockEnded(now: now) : nil
@@ -380,6 +385,7 @@ struct HTTP2FrameLayer {
             throw ConnectionError(code: .frameSizeError, reason: "SETTINGS of \(payload.readableBytes) bytes")
         }
         try cost(now)
+        var windowChange = HTTP2InitialWindowChange()
         while let identifier = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
             switch HTTP2SettingID(rawValue: identifier) {
             case .headerTableSize:
@@ -387,15 +393,7 @@ struct HTTP2FrameLayer {
             case .enablePush:
                 guard value <= 1 else { throw ConnectionError(code: .protocolError, reason: "ENABLE_PUSH \(value)") }
             case .initialWindowSize:
-                guard value <= UInt32(Self.maxWindow) else { throw ConnectionError(code: .flowControlError, reason: "INITIAL_WINDOW_SIZE \(value)") }
-                let delta = Int(value) - peerInitialWindow
-                peerInitialWindow = Int(value)
-                for id in Array(streams.keys) {
-                    streams[id]!.sendWindow += delta
-                    guard streams[id]!.sendWindow <= Self.maxWindow else {
-                        throw ConnectionError(code: .flowControlError, reason: "a stream window over 2^31-1")
-                    }
-                }
+                guard windowChange.record(value) else { throw ConnectionError(code: .flowControlError, reason: "INITIAL_WINDOW_SIZE \(value)") }
             case .maxFrameSize:
                 guard HTTP2Limits.maxFrameSizeRange.contains(value) else {
                     throw ConnectionError(code: .protocolError, reason: "MAX_FRAME_SIZE \(value)")
@@ -404,6 +402,15 @@ struct HTTP2FrameLayer {
             case .maxConcurrentStreams, .maxHeaderListSize, nil:
                 break  // they change nothing here, nor do unknown settings
             }
+        }
+        // Every stream's window moves once per frame, however often the frame repeats the setting.
+        if let initial = windowChange.last {
+            for state in streams.values where !windowChange.keepsWithinLimit(window: state.sendWindow, current: peerInitialWindow) {
+                throw ConnectionError(code: .flowControlError, reason: "a stream window over 2^31-1")
+            }
+            let delta = initial - peerInitialWindow
+            peerInitialWindow = initial
+            if delta != 0 { for id in Array(streams.keys) { streams[id]!.sendWindow += delta } }
         }
         writeFrameHeader(length: 0, type: .settings, flags: .ack, stream: 0)
         if !blocked.isEmpty { sendQueued() }

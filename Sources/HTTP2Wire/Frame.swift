@@ -20,7 +20,7 @@ package struct HTTP2FrameFlags: OptionSet, Sendable {
 }
 
 /// The error codes of RFC 9113 §7, carried by RST_STREAM and GOAWAY.
-package enum HTTP2ErrorCode: UInt32, Sendable, Equatable {
+package enum HTTP2ErrorCode: UInt32, Error, Sendable, Equatable {
     case noError = 0x0, protocolError, internalError, flowControlError, settingsTimeout, streamClosed, frameSizeError
     case refusedStream, cancel, compressionError, connectError, enhanceYourCalm, inadequateSecurity, http11Required
 }
@@ -123,6 +123,44 @@ package enum HTTP2Padding {
         guard flags.contains(.padded) else { return 0..<count }
         guard let first, count >= 1, Int(first) <= count - 1 else { return nil }
         return 1..<count - Int(first)
+    }
+
+    /// A HEADERS frame's header block fragment inside a payload of `count` bytes: past the pad
+    /// length and the priority fields, before the padding. Padding that does not fit what follows
+    /// the priority fields is a PROTOCOL_ERROR (§6.2); an unpadded frame too short for its priority
+    /// fields a FRAME_SIZE_ERROR (§4.2).
+    package static func headerBlock(count: Int, first: UInt8?, flags: HTTP2FrameFlags) -> Result<Range<Int>, HTTP2ErrorCode> {
+        guard let content = content(count: count, first: first, flags: flags) else { return .failure(.protocolError) }
+        guard flags.contains(.priority) else { return .success(content) }
+        guard content.count >= 5 else { return .failure(flags.contains(.padded) ? .protocolError : .frameSizeError) }
+        return .success(content.lowerBound + 5..<content.upperBound)
+    }
+}
+
+/// SETTINGS_INITIAL_WINDOW_SIZE within one SETTINGS frame (§6.5.2, §6.9.2): every stream's send
+/// window moves by the change, entry after entry. A frame may repeat the setting hundreds of times;
+/// walking every stream for each entry is work a peer chooses, so the entries are folded: the net
+/// change is applied once, and the largest value seen says whether some entry took a window past
+/// 2^31-1 on the way (a FLOW_CONTROL_ERROR, as it would be entry by entry).
+package struct HTTP2InitialWindowChange {
+    package private(set) var last: Int?
+    package private(set) var largest: Int?
+
+    package init() {}
+
+    /// Records one entry's value; false when it is above 2^31-1 (a FLOW_CONTROL_ERROR at once).
+    package mutating func record(_ value: UInt32) -> Bool {
+        guard value <= UInt32(HTTP2Limits.maxWindow) else { return false }
+        last = Int(value)
+        largest = max(largest ?? Int(value), Int(value))
+        return true
+    }
+
+    /// Whether a stream with `window` under the initial window `current` stays within 2^31-1
+    /// through every entry.
+    package func keepsWithinLimit(window: Int, current: Int) -> Bool {
+        guard let largest else { return true }
+        return window + (largest - current) <= HTTP2Limits.maxWindow
     }
 }
 

@@ -58,6 +58,10 @@ struct DoHSession: PipelineFraming {
     /// A header block being continued: its stream, its bytes so far, and whether it ends the stream.
     var continuation: (stream: UInt32, block: [UInt8], endStream: Bool)?
     var goingAway = false
+    /// Streams this client gave up on whose end has not come yet (at most ``maxCancelled``): their
+    /// end is reported as ``PipelineEvent/late(_:)``, once.
+    var cancelled: Set<UInt32> = []
+    static let maxCancelled = 1_024
     /// DATA bytes read since the connection window was last topped up.
     var unacknowledged = 0
 
@@ -118,6 +122,8 @@ struct DoHSession: PipelineFraming {
 
     mutating func abandon(_ key: UInt32, into output: inout [UInt8]) {
         guard streams.removeValue(forKey: key) != nil else { return }
+        if cancelled.count >= Self.maxCancelled { cancelled.removeAll() }  // their ends are no longer told apart
+        cancelled.insert(key)
         Self.appendReset(stream: key, code: .cancel, to: &output)
     }
 
@@ -211,7 +217,10 @@ struct DoHSession: PipelineFraming {
             guard let data = Self.unpadded(payload, flags: flags) else {
                 return ConnectionError(code: .protocolError, reason: "DATA padding longer than the frame")
             }
-            guard var state = streams[stream] else { return closedStreamFrame(stream, "DATA") }
+            guard var state = streams[stream] else {
+                if flags.contains(.endStream) { ended(stream, events: &events) }
+                return closedStreamFrame(stream, "DATA")
+            }
             guard state.status != nil else { return ConnectionError(code: .protocolError, reason: "DATA before the response's HEADERS") }
             guard state.body.count + data.count <= maxResponseBytes else {
                 streams[stream] = nil
@@ -224,12 +233,11 @@ struct DoHSession: PipelineFraming {
             if flags.contains(.endStream) { complete(stream, events: &events) }
         case .headers:
             guard stream != 0 else { return ConnectionError(code: .protocolError, reason: "HEADERS on stream 0") }
-            guard var fragment = Self.unpadded(payload, flags: flags) else {
-                return ConnectionError(code: .protocolError, reason: "HEADERS padding longer than the frame")
-            }
-            if flags.contains(.priority) {
-                guard fragment.count >= 5 else { return ConnectionError(code: .frameSizeError, reason: "HEADERS too short for its priority") }
-                fragment = fragment.dropFirst(5)
+            let fragment: ArraySlice<UInt8>
+            switch HTTP2Padding.headerBlock(count: payload.count, first: payload.first, flags: flags) {
+            case .success(let range): fragment = payload[payload.startIndex + range.lowerBound..<payload.startIndex + range.upperBound]
+            case .failure(.frameSizeError): return ConnectionError(code: .frameSizeError, reason: "HEADERS too short for its priority")
+            case .failure(let code): return ConnectionError(code: code, reason: "HEADERS padding longer than the frame")
             }
             guard stream < nextStreamID, stream & 1 == 1 else {
                 return ConnectionError(code: .protocolError, reason: "HEADERS on stream \(stream), which this client did not open")
@@ -255,7 +263,10 @@ struct DoHSession: PipelineFraming {
             return headers(pending.block, stream: stream, endStream: pending.endStream, events: &events)
         case .rstStream:
             guard stream != 0, payload.count == 4 else { return ConnectionError(code: .protocolError, reason: "a malformed RST_STREAM") }
-            guard streams.removeValue(forKey: stream) != nil else { return nil }
+            guard streams.removeValue(forKey: stream) != nil else {
+                ended(stream, events: &events)
+                return nil
+            }
             let code = Self.read32(payload, at: payload.startIndex)
             if code == HTTP2ErrorCode.refusedStream.rawValue {
                 events.append(.unprocessed(stream))
@@ -269,6 +280,7 @@ struct DoHSession: PipelineFraming {
                 return nil
             }
             guard payload.count % 6 == 0 else { return ConnectionError(code: .frameSizeError, reason: "a SETTINGS frame of \(payload.count) bytes") }
+            var windowChange = HTTP2InitialWindowChange()
             var index = payload.startIndex
             while index < payload.endIndex {
                 let identifier = UInt16(payload[index]) << 8 | UInt16(payload[index + 1])
@@ -277,18 +289,25 @@ struct DoHSession: PipelineFraming {
                 switch HTTP2SettingID(rawValue: identifier) {
                 case .maxConcurrentStreams: peerMaxStreams = Int(value)
                 case .initialWindowSize:
-                    guard value <= HTTP2Limits.maxWindow else {
+                    guard windowChange.record(value) else {
                         return ConnectionError(code: .flowControlError, reason: "an initial window above 2^31-1")
                     }
-                    let delta = Int(value) - peerInitialWindow
-                    peerInitialWindow = Int(value)
-                    for id in streams.keys { streams[id]?.sendWindow += delta }
                 case .maxFrameSize:
                     guard HTTP2Limits.maxFrameSizeRange.contains(value) else {
                         return ConnectionError(code: .protocolError, reason: "a maximum frame size of \(value)")
                     }
                     peerMaxFrameSize = Int(value)
                 default: break
+                }
+            }
+            // Every stream's window moves once per frame, however often the frame repeats the setting.
+            if let initial = windowChange.last, initial != peerInitialWindow {
+                let delta = initial - peerInitialWindow
+                peerInitialWindow = initial
+                streams = streams.mapValues { stream in
+                    var stream = stream
+                    stream.sendWindow += delta
+                    return stream
                 }
             }
             output.appendFrameHeader(length: 0, type: .settings, flags: .ack, stream: 0)
@@ -342,7 +361,10 @@ struct DoHSession: PipelineFraming {
         do { fields = try decoder.decode(block[...], maxListSize: Self.maxHeaderBlock) } catch {
             return ConnectionError(code: .compressionError, reason: "an undecodable header block: \(error.reason)")
         }
-        guard var state = streams[stream] else { return nil }
+        guard var state = streams[stream] else {
+            if endStream { ended(stream, events: &events) }
+            return nil
+        }
         if state.status == nil {
             guard let text = fields.first(where: { $0.name == ":status" })?.value, let status = Int(text), (100...599).contains(status) else {
                 streams[stream] = nil
@@ -368,6 +390,11 @@ struct DoHSession: PipelineFraming {
             return
         }
         events.append(.answer(stream, state.body))
+    }
+
+    /// A stream given up on has ended on the wire.
+    mutating func ended(_ stream: UInt32, events: inout [PipelineEvent]) {
+        if cancelled.remove(stream) != nil { events.append(.late(stream)) }
     }
 
     /// A frame for a stream that is not open: one this client reset or gave up on (frames may still

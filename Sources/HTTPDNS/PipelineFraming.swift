@@ -32,6 +32,10 @@ enum PipelineEvent: Equatable {
     /// The server did not process the query under the key (REFUSED_STREAM, past a GOAWAY's last
     /// stream): it goes out again.
     case unprocessed(UInt32)
+    /// A query given up on under the key (``PipelineFraming/abandon(_:into:)``) has come to its
+    /// end on the wire: a late answer, or the server's reset. Nobody waits for it; it counts as an
+    /// answer for the bytes a connection may send without one.
+    case late(UInt32)
     /// The connection broke its protocol: every query on it fails with the error.
     case broken(DNSError)
     /// The server does not speak the protocol on this connection (an HTTP/1.1-only server): every

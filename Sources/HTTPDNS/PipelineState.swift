@@ -69,7 +69,10 @@ struct PipelineState<Framing: PipelineFraming> {
     private var retryLength = 0
     private var input: [UInt8] = []
     private var events: [PipelineEvent] = []
-    private var lastReceived: ContinuousClock.Instant
+    /// When the connection last carried something that ends a query (an answer, a failure, a late
+    /// answer, a refusal): bytes that end nothing (PINGs, SETTINGS, half an answer) do not make a
+    /// connection live, or a server could hold queries on it with a trickle until their deadlines.
+    private var lastProgress: ContinuousClock.Instant
     /// Answers on the current connection: one that closes after answering some has made progress
     /// (servers limit queries per connection), and its unanswered queries go out again freely.
     private var answered = 0
@@ -82,7 +85,7 @@ struct PipelineState<Framing: PipelineFraming> {
 
     init(framing: Framing, now: ContinuousClock.Instant) {
         self.framing = framing
-        lastReceived = now
+        lastProgress = now
         lastUsed = now
     }
 
@@ -113,7 +116,7 @@ struct PipelineState<Framing: PipelineFraming> {
         answered = 0
         unsolicited = 0
         sinceLastAnswer = 0
-        lastReceived = now
+        lastProgress = now
         lastUsed = now
     }
 
@@ -166,10 +169,9 @@ struct PipelineState<Framing: PipelineFraming> {
     /// and one frame of buffer.
     mutating func received(_ bytes: UnsafeRawBufferPointer, _ now: ContinuousClock.Instant, _ actions: inout [Action]) {
         guard isConnected else { return }
-        lastReceived = now
         input.append(contentsOf: bytes)
         sinceLastAnswer += bytes.count
-        deliver(&actions)
+        if deliver(&actions) { lastProgress = now }
         let allowance = (inFlight.count + 1) * Self.bytesPerAnswerAllowance
         if isConnected, sinceLastAnswer > allowance {
             fail(DNSError(.malformedResponse, "the server sent \(sinceLastAnswer) bytes without an answer"), &actions)
@@ -229,8 +231,8 @@ struct PipelineState<Framing: PipelineFraming> {
             inFlight[key] = nil
             framing.abandon(key, into: &output)
             if Framing.rewritesIDs { abandoned.insert(key) }
-            // Nothing read since it went out (a read at the very instant counts as before it).
-            if lastReceived <= flight.sentAt { silent = true }
+            // Nothing ended since it went out (an answer at the very instant counts as before it).
+            if lastProgress <= flight.sentAt { silent = true }
             actions.append(.finish(flight.job.token, .failure(DNSError(.timeout, "no answer in time"))))
         }
         earliestDeadline = next
@@ -241,9 +243,11 @@ struct PipelineState<Framing: PipelineFraming> {
         for job in waiting.takeAll() { actions.append(.finish(job.token, .failure(failure))) }
     }
 
-    /// Hands the buffered bytes to the framing and acts on what they carried.
-    private mutating func deliver(_ actions: inout [Action]) {
+    /// Hands the buffered bytes to the framing and acts on what they carried; whether they ended
+    /// some query (an event).
+    private mutating func deliver(_ actions: inout [Action]) -> Bool {
         framing.receive(&input, into: &output, events: &events)
+        let progressed = !events.isEmpty
         delivering: for event in events {
             switch event {
             case .answer(let key, var message):
@@ -279,6 +283,8 @@ struct PipelineState<Framing: PipelineFraming> {
                 answered += 1
                 sinceLastAnswer = 0
                 actions.append(.finish(flight.job.token, .failure(error)))
+            case .late:
+                sinceLastAnswer = 0
             case .unprocessed(let key):
                 guard let flight = inFlight.removeValue(forKey: key) else { continue }
                 waiting.append(flight.job)
@@ -292,6 +298,7 @@ struct PipelineState<Framing: PipelineFraming> {
         }
         events.removeAll(keepingCapacity: true)
         if inFlight.isEmpty { earliestDeadline = nil }
+        return progressed
     }
 
     /// A server that breaks the framing cannot be trusted with the rest of the pipeline.

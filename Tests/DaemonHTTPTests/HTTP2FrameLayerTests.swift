@@ -152,6 +152,38 @@ import struct NIOHTTP2.HTTP2StreamID
         #expect(harness.session.openStreams == 0)
     }
 
+    /// Red team N2: a SETTINGS frame repeating INITIAL_WINDOW_SIZE (2,730 entries fill one frame)
+    /// moves every open stream's window once, to the last value; an entry that takes a window past
+    /// 2^31-1 on the way is a FLOW_CONTROL_ERROR, as it would be entry by entry.
+    @Test func repeatedInitialWindowEntriesMoveEachWindowOnce() throws {
+        var harness = try Harness(settings: [(4, 100)])
+        _ = try harness.feed(harness.request(1))
+        harness.session.respond(1, status: 200, headers: [("content-type", "x/y")], body: ByteBuffer(repeating: 7, count: 250))
+        #expect(harness.output().last?.payload.readableBytes == 100)
+        let entries = (0..<2_730).map { (UInt16(4), UInt32($0 % 2 == 0 ? 1_000_000 : 150)) }  // ends on 150
+        _ = try harness.feed(H2Wire.frame(H2Wire.Kind.settings, flags: 0, stream: 0, settingsPayload(entries)))
+        let frames = harness.output()
+        #expect(frames.map(\.type) == [H2Wire.Kind.settings, H2Wire.Kind.data])
+        #expect(frames.last?.payload.readableBytes == 50, "the window moved once, by 150 - 100")
+        var other = try Harness()
+        _ = try other.feed(other.request(1))
+        _ = try other.feed(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 1, H2Wire.word(10)))  // 65,545
+        let passing = other.error(H2Wire.frame(H2Wire.Kind.settings, flags: 0, stream: 0, settingsPayload([(4, 0x7fff_ffff), (4, 0)])))
+        #expect(passing?.code == .flowControlError, "past 2^31-1 on the way, back below at the end")
+    }
+
+    /// The header block of a HEADERS frame with PADDED and PRIORITY: padding that fits only if the
+    /// priority fields are not counted is a PROTOCOL_ERROR (RFC 9113 §6.2); an unpadded frame too
+    /// short for its priority fields a FRAME_SIZE_ERROR.
+    @Test func paddingThatEatsThePriorityFieldsIsAProtocolError() throws {
+        var harness = try Harness()
+        // Pad length 1, then 5 bytes: the one byte of padding would be the last priority byte.
+        let payload = ByteBuffer(bytes: [1, 0, 0, 0, 0, 0x10])
+        #expect(harness.error(H2Wire.frame(H2Wire.Kind.headers, flags: 0x4 | 0x8 | 0x20, stream: 1, payload))?.code == .protocolError)
+        var short = try Harness()
+        #expect(short.error(H2Wire.frame(H2Wire.Kind.headers, flags: 0x4 | 0x20, stream: 1, ByteBuffer(bytes: [0, 0, 0])))?.code == .frameSizeError)
+    }
+
     @Test func theConnectionWindowIsSharedAndHonoured() throws {
         var harness = try Harness()
         _ = try harness.feed(harness.request(1))

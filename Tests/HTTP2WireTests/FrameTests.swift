@@ -32,6 +32,26 @@ import Testing
         #expect(HTTP2Padding.content(count: 0, first: nil, flags: []) == 0..<0)
     }
 
+    @Test func aHeaderBlockLiesPastPaddingAndPriority() {
+        #expect(HTTP2Padding.headerBlock(count: 10, first: 9, flags: [.padded, .priority]) == .failure(.protocolError), "padding into the priority fields")
+        #expect(HTTP2Padding.headerBlock(count: 10, first: 4, flags: [.padded, .priority]) == .success(6..<6), "exactly the priority fields")
+        #expect(HTTP2Padding.headerBlock(count: 10, first: 1, flags: [.padded, .priority]) == .success(6..<9))
+        #expect(HTTP2Padding.headerBlock(count: 4, first: 0, flags: .priority) == .failure(.frameSizeError))
+        #expect(HTTP2Padding.headerBlock(count: 5, first: 0, flags: .priority) == .success(5..<5))
+        #expect(HTTP2Padding.headerBlock(count: 3, first: 9, flags: .padded) == .failure(.protocolError))
+        #expect(HTTP2Padding.headerBlock(count: 3, first: 9, flags: []) == .success(0..<3))
+    }
+
+    @Test func initialWindowEntriesFoldToTheirNetChangeAndTheirPeak() {
+        var change = HTTP2InitialWindowChange()
+        #expect(change.keepsWithinLimit(window: 5, current: 5), "no entry: nothing moves")
+        #expect(change.record(0x7fff_ffff) && change.record(10))
+        #expect(!change.record(0x8000_0000), "past 2^31-1 at once")
+        #expect(change.last == 10 && change.largest == 0x7fff_ffff)
+        #expect(change.keepsWithinLimit(window: 65_535, current: 65_535), "at the limit on the way")
+        #expect(!change.keepsWithinLimit(window: 65_536, current: 65_535), "one past it on the way")
+    }
+
     @Test func appendedIntegersAreInNetworkOrder() {
         var bytes: [UInt8] = []
         bytes.appendHTTP2UInt16(0x0102)

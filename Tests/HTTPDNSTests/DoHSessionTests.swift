@@ -184,6 +184,46 @@ import Testing
         #expect(Self.frames(held.output).map(\.0) == [0x0])
     }
 
+    /// Red team N3: a stream this client gave up on still ends on the wire (its answer was under
+    /// way, or the server resets it): the end is told once, as `.late`, so that the pipeline counts
+    /// it as an answer for the bytes a connection may send without one.
+    @Test func theEndOfAStreamGivenUpOnIsToldOnce() throws {
+        var (run, id) = try Self.started()
+        run.session.abandon(id, into: &run.output)
+        run.feed(Self.frame(0x1, flags: 0x4, stream: id, Self.okHeaders) + Self.frame(0x0, flags: 0x1, stream: id, Self.answer))
+        #expect(run.events == [.late(id)])
+        run.feed(Self.frame(0x3, stream: id, [0, 0, 0, 8]))
+        #expect(run.events == [.late(id)], "told once")
+        // Ended by the server's reset instead.
+        var (reset, other) = try Self.started()
+        reset.session.abandon(other, into: &reset.output)
+        reset.feed(Self.frame(0x3, stream: other, [0, 0, 0, 8]))
+        #expect(reset.events == [.late(other)])
+    }
+
+    /// Red team N1: a SETTINGS frame repeating INITIAL_WINDOW_SIZE moves every stream's window once,
+    /// to the last value, whatever the number of entries.
+    @Test func repeatedInitialWindowEntriesMoveEachWindowOnce() throws {
+        var run = Run(session: try Self.session(.post))
+        run.session.start(into: &run.output)
+        run.feed(Self.frame(0x4, [0, 4, 0, 0, 0, 0]))  // INITIAL_WINDOW_SIZE 0: bodies wait
+        let streams = (0..<3).map { _ in run.session.send(Self.query, into: &run.output) { _ in false } }
+        #expect(streams.allSatisfy { run.session.streams[$0]?.sendWindow == 0 })
+        var entries: [UInt8] = []
+        for index in 0..<2_730 {
+            entries.appendHTTP2UInt16(4)
+            entries.appendHTTP2UInt32(index % 2 == 0 ? 1_000_000 : 7)  // ends on 7
+        }
+        run.output = []
+        run.feed(Self.frame(0x4, entries))
+        #expect(run.session.peerInitialWindow == 7)
+        // Each stream sent 7 bytes of its body at once, and has 0 left.
+        let data = Self.frames(run.output).filter { $0.0 == 0x0 }
+        #expect(data.map(\.3.count) == [7, 7, 7])
+        #expect(streams.allSatisfy { run.session.streams[$0]?.sendWindow == 0 })
+        #expect(run.events.isEmpty)
+    }
+
     @Test func aWholeResponseIsDelivered() throws {
         var (run, id) = try Self.started()
         run.feed(Self.frame(0x1, flags: 0x4, stream: id, Self.okHeaders) + Self.frame(0x0, flags: 0x1, stream: id, Self.answer))

@@ -35,8 +35,12 @@ import Testing
                 isDraining = true
                 input.removeFirst(2)
             }
-            // `FE FE`: a frame that answers nothing (a PING, a SETTINGS).
-            while input.starts(with: [0xfe, 0xfe]) { input.removeFirst(2) }
+            // `FE FE`: a frame that answers nothing (a PING, a SETTINGS). `FD FD`: the end of a
+            // query given up on (DoH's late answer).
+            while input.starts(with: [0xfe, 0xfe]) || input.starts(with: [0xfd, 0xfd]) {
+                if input[0] == 0xfd { events.append(.late(0)) }
+                input.removeFirst(2)
+            }
             inner.receive(&input, into: &output, events: &events)
         }
     }
@@ -340,6 +344,40 @@ import Testing
         script.receive(noise(2), at: 4)
         #expect(script.closes == 1)
         #expect(Self.code(script.finished[second.token]) == .malformedResponse)
+    }
+
+    /// Red team N3: the end of a query given up on counts as an answer for the allowance, so a
+    /// server whose late answers arrive after a stall is not cut off for them.
+    @Test func aLateAnswerStartsTheByteCountAgain() throws {
+        var script = Script()
+        let query = try script.ask("late.pipe.test")
+        script.turn(at: 0)
+        _ = script.written()
+        let allowance = PipelineState<ScriptedFraming>.bytesPerAnswerAllowance
+        let noise = { (count: Int) in [UInt8](repeating: 0xfe, count: count) }
+        script.receive(noise(2 * allowance - 2) + [0xfd, 0xfd], at: 1)
+        script.receive(noise(2 * allowance), at: 2)
+        #expect(script.closes == 0 && script.finished[query.token] == nil, "the late end started the count again")
+        script.receive(noise(2), at: 3)
+        #expect(script.closes == 1)
+    }
+
+    /// Red team N4: bytes that end no query (a PING a second) do not make a connection live: a
+    /// query that times out on it marks it silent, and the other query goes out on a new one.
+    @Test func aTrickleThatAnswersNothingIsSilence() throws {
+        var script = Script()
+        let first = try script.ask("trickle.pipe.test", timeout: 1_000)
+        let second = try script.ask("other.pipe.test", timeout: 5_000)
+        script.turn(at: 0)
+        #expect(script.written().count == 2)
+        for at in stride(from: 100, through: 900, by: 100) { script.receive([0xfe, 0xfe], at: at) }
+        script.turn(at: 1_000)
+        #expect(Self.code(script.finished[first.token]) == .timeout)
+        #expect(script.closes == 1 && script.connects.count == 2, "dropped as silent, and a new connection asked for")
+        let again = script.written()
+        #expect(again.count == 1)
+        script.receive(Self.answer(again[0].message), at: 1_100)
+        #expect(Self.succeeded(script.finished[second.token]) != nil)
     }
 
     /// The queue of waiting queries against a plain array: taken from the front, appended at the
