@@ -54,6 +54,8 @@ private func run(_ pieces: [[UInt8]]) -> [PipelineEvent] {
             precondition(opened.contains(key) && seen.insert(key).inserted, "stream \(key)")
         case .failed(let key, _), .unprocessed(let key):
             precondition(opened.contains(key) && seen.insert(key).inserted, "stream \(key)")
+        case .late(let key):
+            preconditionFailure("a late end of stream \(key), which was never given up on")
         case .broken, .refused: break
         }
     }
@@ -63,6 +65,6 @@ private func run(_ pieces: [[UInt8]]) -> [PipelineEvent] {
 private func ends(_ event: PipelineEvent) -> Bool {
     switch event {
     case .broken, .refused: return true
-    case .answer, .failed, .unprocessed: return false
+    case .answer, .failed, .unprocessed, .late: return false
     }
 }

@@ -33,7 +33,9 @@ import Testing
     }
 
     @Test func aHeaderBlockLiesPastPaddingAndPriority() {
-        #expect(HTTP2Padding.headerBlock(count: 10, first: 9, flags: [.padded, .priority]) == .failure(.protocolError), "padding into the priority fields")
+        #expect(
+            HTTP2Padding.headerBlock(count: 10, first: 9, flags: [.padded, .priority]) == .failure(.protocolError), "padding into the priority fields"
+        )
         #expect(HTTP2Padding.headerBlock(count: 10, first: 4, flags: [.padded, .priority]) == .success(6..<6), "exactly the priority fields")
         #expect(HTTP2Padding.headerBlock(count: 10, first: 1, flags: [.padded, .priority]) == .success(6..<9))
         #expect(HTTP2Padding.headerBlock(count: 4, first: 0, flags: .priority) == .failure(.frameSizeError))
@@ -45,8 +47,8 @@ import Testing
     @Test func initialWindowEntriesFoldToTheirNetChangeAndTheirPeak() {
         var change = HTTP2InitialWindowChange()
         #expect(change.keepsWithinLimit(window: 5, current: 5), "no entry: nothing moves")
-        #expect(change.record(0x7fff_ffff) && change.record(10))
-        #expect(!change.record(0x8000_0000), "past 2^31-1 at once")
+        let recorded = [change.record(0x7fff_ffff), change.record(10), change.record(0x8000_0000)]
+        #expect(recorded == [true, true, false], "past 2^31-1 refused at once")
         #expect(change.last == 10 && change.largest == 0x7fff_ffff)
         #expect(change.keepsWithinLimit(window: 65_535, current: 65_535), "at the limit on the way")
         #expect(!change.keepsWithinLimit(window: 65_536, current: 65_535), "one past it on the way")
