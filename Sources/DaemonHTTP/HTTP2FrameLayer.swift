@@ -26,8 +26,8 @@ import struct NIOHTTP2.HTTP2StreamID
 ///   decoded header lists over ``Limits/maxHeaderListSize`` (HPACK state cannot be skipped, so
 ///   the connection ends);
 /// - more than ``Limits/maxCostlyFrames`` frames that cost work and make no progress (PING,
-///   SETTINGS, PRIORITY, empty DATA, unknown types, frames in flight on streams this side reset) in
-///   ``Limits/window``;
+///   SETTINGS, PRIORITY, empty DATA, unknown types, frames in flight on streams this side reset, a
+///   WINDOW_UPDATE that lets no DATA out while answers wait for window) in ``Limits/window``;
 /// - more than ``Limits/maxResets`` streams reset within any ``Limits/window`` (a sliding window):
 ///   the client's RST_STREAMs (rapid reset, CVE-2023-44487) and every reset the client provokes —
 ///   a malformed request, a WINDOW_UPDATE of 0 or past 2^31-1 on a stream, DATA beyond a stream's
@@ -92,8 +92,10 @@ struct HTTP2FrameLayer {
     private var sawPreface = false
     private var sawSettings = false
     private var streams: [UInt32: Stream] = [:]
-    /// Streams with DATA waiting for window, oldest first.
+    /// Streams with DATA waiting for window, oldest first, and the same as a set (membership is
+    /// asked on every DATA that finds no room).
     private var blocked: [UInt32] = []
+    private var blockedSet: Set<UInt32> = []
     private(set) var highestStreamID: UInt32 = 0
     private var block: HeaderBlock?
     private(set) var inboundWindow = defaultWindow
@@ -436,7 +438,17 @@ struct HTTP2FrameLayer {
             state.sendWindow += increment
             streams[stream] = state
         }
-        if !blocked.isEmpty { sendQueued() }
+        guard !blocked.isEmpty else { return nil }
+        // Red team R1: with answers waiting, each update walks them. One that lets nothing out (the
+        // client holds every stream window at 0 and repeats connection updates of 1) is work
+        // without progress, and counted as such.
+        let written = output.writerIndex
+        if stream == 0 {
+            sendQueued()
+        } else if blockedSet.contains(stream) {
+            sendData(stream)  // only this stream's window moved
+        }
+        if output.writerIndex == written { try cost(now) }
         return nil
     }
 
@@ -565,7 +577,7 @@ struct HTTP2FrameLayer {
             guard room > 0 else {
                 state.phase = .answering(unsent: unsent, clientEnded: ended, abortUnfinished: abort)
                 streams[stream] = state
-                if !blocked.contains(stream) { blocked.append(stream) }
+                if blockedSet.insert(stream).inserted { blocked.append(stream) }
                 return
             }
             let count = min(room, unsent.readableBytes)
@@ -590,12 +602,15 @@ struct HTTP2FrameLayer {
         }
     }
 
+    /// Sends what the windows now allow of every waiting answer, oldest first; a stream whose own
+    /// window is shut is passed over without touching its state.
     private mutating func sendQueued() {
-        for stream in blocked where sendWindow > 0 { sendData(stream) }
+        for stream in blocked where sendWindow > 0 && (streams[stream]?.sendWindow ?? 0) > 0 { sendData(stream) }
     }
 
     private mutating func unblock(_ stream: UInt32) {
-        if let index = blocked.firstIndex(of: stream) { blocked.remove(at: index) }
+        guard blockedSet.remove(stream) != nil, let index = blocked.firstIndex(of: stream) else { return }
+        blocked.remove(at: index)
     }
 
     /// The answer's header block, written straight after its frame header in `output` (one frame:

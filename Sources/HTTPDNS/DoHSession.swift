@@ -40,6 +40,8 @@ struct DoHSession: PipelineFraming {
     static let connectionWindow = 16 << 20
     /// The most a header block may hold (HEADERS and CONTINUATIONs).
     static let maxHeaderBlock = 65_536
+    /// HEADERS and CONTINUATION frames one header block may take (the daemon's server allows 64 too).
+    static let maxHeaderFrames = 64
     /// Acknowledgements (PING, SETTINGS) waiting to be written past this: the server sends them
     /// faster than it reads, and the connection ends rather than buffer without bound.
     static let maxPendingOutput = 1 << 20
@@ -56,7 +58,7 @@ struct DoHSession: PipelineFraming {
     var connectionSendWindow = HTTP2Limits.defaultWindow
     var streams: [UInt32: Stream] = [:]
     /// A header block being continued: its stream, its bytes so far, and whether it ends the stream.
-    var continuation: (stream: UInt32, block: [UInt8], endStream: Bool)?
+    var continuation: (stream: UInt32, block: [UInt8], endStream: Bool, frames: Int)?
     var goingAway = false
     /// Streams this client gave up on whose end has not come yet (at most ``maxCancelled``): their
     /// end is reported as ``PipelineEvent/late(_:)``, once.
@@ -217,19 +219,20 @@ struct DoHSession: PipelineFraming {
             guard let data = Self.unpadded(payload, flags: flags) else {
                 return ConnectionError(code: .protocolError, reason: "DATA padding longer than the frame")
             }
-            guard var state = streams[stream] else {
+            // The body grows in place (red team R3: a copy of the stream's state made every DATA
+            // frame, even an empty one, copy the whole body so far).
+            guard let received = streams[stream].map({ $0.status == nil ? nil : $0.body.count }) else {
                 if flags.contains(.endStream) { ended(stream, events: &events) }
                 return closedStreamFrame(stream, "DATA")
             }
-            guard state.status != nil else { return ConnectionError(code: .protocolError, reason: "DATA before the response's HEADERS") }
-            guard state.body.count + data.count <= maxResponseBytes else {
+            guard let received else { return ConnectionError(code: .protocolError, reason: "DATA before the response's HEADERS") }
+            guard received + data.count <= maxResponseBytes else {
                 streams[stream] = nil
                 Self.appendReset(stream: stream, code: .cancel, to: &output)
                 events.append(.failed(stream, DNSError(.responseTooLarge, "the response is larger than \(maxResponseBytes) bytes")))
                 return nil
             }
-            state.body.append(contentsOf: data)
-            streams[stream] = state
+            if !data.isEmpty { streams[stream]!.body.append(contentsOf: data) }
             if flags.contains(.endStream) { complete(stream, events: &events) }
         case .headers:
             guard stream != 0 else { return ConnectionError(code: .protocolError, reason: "HEADERS on stream 0") }
@@ -243,22 +246,25 @@ struct DoHSession: PipelineFraming {
                 return ConnectionError(code: .protocolError, reason: "HEADERS on stream \(stream), which this client did not open")
             }
             if !flags.contains(.endHeaders) {
-                continuation = (stream, Array(fragment), flags.contains(.endStream))
+                continuation = (stream, Array(fragment), flags.contains(.endStream), 1)
                 return nil
             }
             return headers(Array(fragment), stream: stream, endStream: flags.contains(.endStream), events: &events)
         case .continuation:
-            guard var pending = continuation, pending.stream == stream else {
+            guard continuation?.stream == stream else {
                 return ConnectionError(code: .protocolError, reason: "CONTINUATION without a header block to continue")
             }
-            pending.block.append(contentsOf: payload)
-            guard pending.block.count <= Self.maxHeaderBlock else {
+            // In place, and a bounded number of frames (red team R3: a copy of the pending block per
+            // frame, empty ones included, made each 9-byte frame cost a copy of up to 64 KiB).
+            continuation!.frames += 1
+            guard continuation!.frames <= Self.maxHeaderFrames else {
+                return ConnectionError(code: .protocolError, reason: "a header block in more than \(Self.maxHeaderFrames) frames")
+            }
+            continuation!.block.append(contentsOf: payload)
+            guard continuation!.block.count <= Self.maxHeaderBlock else {
                 return ConnectionError(code: .protocolError, reason: "a header block larger than \(Self.maxHeaderBlock) bytes")
             }
-            if !flags.contains(.endHeaders) {
-                continuation = pending
-                return nil
-            }
+            guard flags.contains(.endHeaders), let pending = continuation else { return nil }
             continuation = nil
             return headers(pending.block, stream: stream, endStream: pending.endStream, events: &events)
         case .rstStream:

@@ -5,7 +5,8 @@ struct PipelineJob: Sendable {
     var token: UInt64
     var wire: [UInt8]
     var deadline: ContinuousClock.Instant
-    /// Connections that closed with this query unanswered and nothing else answered: after
+    /// Connections that closed with this query unanswered and nothing else answered, and times
+    /// the server handed it back unprocessed (REFUSED_STREAM, past a GOAWAY's last stream): after
     /// ``PipelineState/maxAttempts`` the query fails.
     var failedAttempts = 0
 }
@@ -38,7 +39,8 @@ struct PipelineState<Framing: PipelineFraming> {
         var sentAt: ContinuousClock.Instant
     }
 
-    /// A query goes out on at most this many connections that close without answering anything.
+    /// A query goes out on at most this many connections that close without answering anything,
+    /// and is handed back unprocessed at most this many times.
     static var maxAttempts: Int { 3 }
     /// An unused connection is closed after this long (servers close theirs after 10–30 s).
     static var idleTimeout: Duration { .seconds(10) }
@@ -244,10 +246,10 @@ struct PipelineState<Framing: PipelineFraming> {
     }
 
     /// Hands the buffered bytes to the framing and acts on what they carried; whether they ended
-    /// some query (an event).
+    /// some query (an event; a query handed back unprocessed ends nothing).
     private mutating func deliver(_ actions: inout [Action]) -> Bool {
         framing.receive(&input, into: &output, events: &events)
-        let progressed = !events.isEmpty
+        let progressed = events.contains { if case .unprocessed = $0 { false } else { true } }
         delivering: for event in events {
             switch event {
             case .answer(let key, var message):
@@ -286,8 +288,17 @@ struct PipelineState<Framing: PipelineFraming> {
             case .late:
                 sinceLastAnswer = 0
             case .unprocessed(let key):
-                guard let flight = inFlight.removeValue(forKey: key) else { continue }
-                waiting.append(flight.job)
+                // Sent again, a bounded number of times: a server that refuses every stream, or
+                // GOAWAYs every connection before its first answer, would otherwise be asked again
+                // in a loop until the deadline (red team R2: 27,000 requests in 3 s).
+                guard var job = inFlight.removeValue(forKey: key)?.job else { continue }
+                job.failedAttempts += 1
+                if job.failedAttempts >= Self.maxAttempts {
+                    let error = DNSError(.refused, "the server did not process the query (REFUSED_STREAM or GOAWAY) \(job.failedAttempts) times")
+                    actions.append(.finish(job.token, .failure(error)))
+                } else {
+                    waiting.append(job)
+                }
             case .broken(let error):
                 fail(error, &actions)
             case .refused(let error):

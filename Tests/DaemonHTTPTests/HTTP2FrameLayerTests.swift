@@ -184,6 +184,49 @@ import struct NIOHTTP2.HTTP2StreamID
         #expect(short.error(H2Wire.frame(H2Wire.Kind.headers, flags: 0x4 | 0x20, stream: 1, ByteBuffer(bytes: [0, 0, 0])))?.code == .frameSizeError)
     }
 
+    /// Red team R1: answers waiting on stream windows the client holds at 0, and connection
+    /// WINDOW_UPDATEs of 1 repeated — each walked every waiting answer and let nothing out, uncounted
+    /// (one connection kept the daemon at a full core). Updates that let no DATA out are now costly
+    /// frames; updates that do let DATA out are not.
+    @Test func windowUpdatesThatLetNothingOutAreCostly() throws {
+        var harness = try Harness(limits: .init(maxCostlyFrames: 50), settings: [(4, 0)])  // INITIAL_WINDOW_SIZE 0
+        for stream in stride(from: UInt32(1), through: 199, by: 2) {
+            _ = try harness.feed(harness.request(stream))
+            harness.session.respond(HTTP2StreamID(Int(stream)), status: 200, headers: [], body: ByteBuffer(repeating: 1, count: 100))
+        }
+        #expect(harness.output().of(type: H2Wire.Kind.data).isEmpty, "every answer waits for its stream's window")
+        #expect(harness.session.longestWaitingStream == 1)
+        var error: HTTP2FrameLayer.ConnectionError?
+        var sent = 0
+        while error == nil, sent < 10_000 {
+            error = harness.error(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 0, H2Wire.word(1)))
+            sent += 1
+        }
+        #expect(error?.code == .enhanceYourCalm)
+        #expect(sent <= 50, "cut at the costly-frame limit (the client's SETTINGS counts too): \(sent)")
+
+        // Updates that let DATA out are progress: 60 stream updates of 1 byte, none counted.
+        var steady = try Harness(limits: .init(maxCostlyFrames: 10), settings: [(4, 0)])
+        _ = try steady.feed(steady.request(1))
+        steady.session.respond(1, status: 200, headers: [], body: ByteBuffer(repeating: 1, count: 60))
+        for _ in 0..<60 { _ = try steady.feed(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 1, H2Wire.word(1))) }
+        let data = steady.output().of(type: H2Wire.Kind.data)
+        #expect(data.map { $0.payload.readableBytes }.reduce(0, +) == 60)
+        #expect(data.last?.endStream == true)
+        #expect(steady.session.openStreams == 0)
+        // An update for a stream that waits on nothing else lets only that stream out: stream 3's
+        // update moves stream 3, not stream 1 (whose window stays shut).
+        var two = try Harness(settings: [(4, 0)])
+        _ = try two.feed(two.request(1))
+        _ = try two.feed(two.request(3))
+        two.session.respond(1, status: 200, headers: [], body: ByteBuffer(repeating: 1, count: 10))
+        two.session.respond(3, status: 200, headers: [], body: ByteBuffer(repeating: 3, count: 10))
+        _ = two.output()
+        _ = try two.feed(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 3, H2Wire.word(10)))
+        #expect(two.output().of(type: H2Wire.Kind.data).map(\.stream) == [3])
+        #expect(two.session.longestWaitingStream == 1)
+    }
+
     @Test func theConnectionWindowIsSharedAndHonoured() throws {
         var harness = try Harness()
         _ = try harness.feed(harness.request(1))

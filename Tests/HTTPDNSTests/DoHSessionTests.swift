@@ -248,6 +248,31 @@ import Testing
         #expect(run.events == [.answer(id, Self.answer)])
     }
 
+    /// Red team R3: a header block may take 64 frames (as the daemon's server allows), not 65; a body
+    /// in one-byte DATA frames, empty ones between, arrives whole (it grows in place).
+    @Test func headerBlocksAreBoundedInFramesAndBodiesGrowInPlace() throws {
+        let headers = Self.okHeaders
+        func block(frames: Int, stream: UInt32) -> [UInt8] {
+            var bytes = Self.frame(0x1, stream: stream, Array(headers.prefix(1)))
+            for index in 1..<frames - 1 { bytes += Self.frame(0x9, stream: stream, index < headers.count ? [headers[index]] : []) }
+            let rest = headers.count > frames - 1 ? Array(headers[(frames - 1)...]) : []
+            return bytes + Self.frame(0x9, flags: 0x4, stream: stream, rest)
+        }
+        var (run, id) = try Self.started()
+        var body: [UInt8] = []
+        for byte in Self.answer { body += Self.frame(0x0, stream: id, [byte]) + Self.frame(0x0, stream: id) }
+        run.feed(block(frames: DoHSession.maxHeaderFrames, stream: id) + body + Self.frame(0x0, flags: 0x1, stream: id))
+        #expect(run.events == [.answer(id, Self.answer)])
+
+        var (over, other) = try Self.started()
+        over.feed(block(frames: DoHSession.maxHeaderFrames + 1, stream: other))
+        guard case .broken(let error) = over.events.last else {
+            Issue.record("a block in 65 frames: expected the connection to break, got \(over.events)")
+            return
+        }
+        #expect(error.message.contains("more than 64 frames"))
+    }
+
     @Test func httpFailuresAreTheQuerysOwn() throws {
         // 404
         var (notFound, first) = try Self.started()

@@ -41,6 +41,11 @@ import Testing
                 if input[0] == 0xfd { events.append(.late(0)) }
                 input.removeFirst(2)
             }
+            // `FC FC` and an ID: the server hands that query back unprocessed (REFUSED_STREAM).
+            while input.count >= 4, input.starts(with: [0xfc, 0xfc]) {
+                events.append(.unprocessed(UInt32(input[2]) << 8 | UInt32(input[3])))
+                input.removeFirst(4)
+            }
             inner.receive(&input, into: &output, events: &events)
         }
     }
@@ -213,6 +218,43 @@ import Testing
         }
         #expect(Self.code(script.finished[query.token]) == .connectFailed)
         #expect(script.connects.count == 3 && script.state.isIdle)
+    }
+
+    /// Red team R2: a server that hands every query back unprocessed (REFUSED_STREAM on each, or a
+    /// GOAWAY before any answer) was asked again in a loop until the deadline. A query goes out at
+    /// most ``PipelineState/maxAttempts`` times, then fails as refused, at once.
+    @Test func aQueryHandedBackUnprocessedGoesOutAtMostMaxAttemptsTimes() throws {
+        var script = Script()
+        let query = try script.ask("refused.pipe.test")
+        var sent = 0
+        for step in 0..<10 {
+            script.turn(at: step)
+            let written = script.written()
+            sent += written.count
+            guard let id = written.first?.id else { break }
+            script.receive([0xfc, 0xfc, UInt8(id >> 8), UInt8(id & 0xff)], at: step)
+        }
+        #expect(sent == PipelineState<ScriptedFraming>.maxAttempts)
+        #expect(Self.code(script.finished[query.token]) == .refused)
+        #expect(script.connects.count == 1, "the connection itself was fine")
+    }
+
+    /// Queries handed back unprocessed end nothing: a connection that only refuses is silent when a
+    /// query's deadline passes, and is dropped.
+    @Test func refusalsAreNotProgress() throws {
+        var script = Script()
+        let quiet = try script.ask("quiet.pipe.test", timeout: 1_000)
+        let refused = try script.ask("refused.pipe.test", timeout: 5_000)
+        script.turn(at: 0)
+        let sent = script.written()
+        #expect(sent.count == 2)
+        script.receive([0xfc, 0xfc, UInt8(sent[1].id >> 8), UInt8(sent[1].id & 0xff)], at: 500)
+        script.turn(at: 500)
+        #expect(script.written().count == 1, "the refused query went out again")
+        script.turn(at: 1_000)
+        #expect(Self.code(script.finished[quiet.token]) == .timeout)
+        #expect(script.closes == 1, "nothing ended a query since the first went out: silent")
+        #expect(script.finished[refused.token] == nil, "the refused query is sent again on a new connection")
     }
 
     /// A query whose deadline passes with nothing read since it was sent marks the connection dead:
