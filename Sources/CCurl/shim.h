@@ -141,6 +141,12 @@ static inline CURLcode httpdns_set_up_tls_context(CURL *handle, void *ssl_ctx, v
        connection that carries a pipeline of small messages that is a malloc and free of ~17 KiB per
        read and per write, which dominated the DoT worker's allocator time (BENCHMARKS.md, DoT). */
     SSL_CTX_ctrl(ssl_ctx, 78 /* SSL_CTRL_CLEAR_MODE */, 0x10L /* SSL_MODE_RELEASE_BUFFERS */, NULL);
+    /* SSL_CTX_set_read_ahead(ssl_ctx, 1), a macro over SSL_CTX_ctrl: without it OpenSSL reads each
+       record with two recv(2) calls (its 5-byte header, then its body), and a DoT server writes one
+       record per answer: two system calls per answer. With it, one recv takes whatever has arrived.
+       The bytes it reads ahead are invisible to poll(2): the owner reads until curl_easy_recv says
+       CURLE_AGAIN before it polls, and reads once before its first poll (CurlConnection). */
+    SSL_CTX_ctrl(ssl_ctx, 41 /* SSL_CTRL_SET_READ_AHEAD */, 1L, NULL);
     return CURLE_OK;
 }
 

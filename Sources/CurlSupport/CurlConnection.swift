@@ -6,7 +6,10 @@ import Foundation
 /// (`CURLOPT_CONNECT_ONLY`, `curl_easy_send`, `curl_easy_recv`): what DNS over TLS runs on.
 ///
 /// Non-blocking after ``open(_:)``: ``send(_:)`` and ``receive(into:)`` return at once, and the
-/// owner polls ``socket``. Used by one thread at a time.
+/// owner polls ``socket``. OpenSSL reads ahead (one recv(2) takes every record that has arrived),
+/// so bytes may wait inside TLS that poll(2) does not show: the owner calls ``receive(into:)`` until
+/// it returns nil before it polls — once right after ``open(_:)`` too, as the handshake's last read
+/// may have taken the server's first bytes. Used by one thread at a time.
 package final class CurlConnection: @unchecked Sendable {
     // Safety: the owner (one worker thread) is the only user; nothing is shared.
     private let transfer: Transfer

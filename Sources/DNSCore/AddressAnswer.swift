@@ -58,7 +58,7 @@ extension DNSMessage {
         var target = question.name
         var flagged: DomainName?
         var chainTTL = UInt32.max
-        var visited: Set<DomainName> = [target]
+        var visited: Set<DomainName> = []  // the names of the chain, filled once it has an alias
         for _ in 0...Self.maxCNAMEChain {
             var found: [ResolvedAddress] = []
             var next: DomainName?
@@ -72,6 +72,7 @@ extension DNSMessage {
             }
             if !found.isEmpty { return .addresses(found, canonicalName: flagged ?? target) }
             guard let alias = next else { return .nodata(negativeTTL: negativeTTL) }
+            if visited.isEmpty { visited.insert(target) }
             guard visited.insert(alias).inserted else {
                 throw DNSError(.malformedResponse, "CNAME loop at \(alias) in the answer for \(question.name)")
             }

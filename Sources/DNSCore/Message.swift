@@ -227,33 +227,39 @@ extension DNSMessage {
         var reader = WireReader(bytes: bytes)
         let id = try reader.read16()
         let flags = try reader.read16()
-        let counts = [try reader.read16(), try reader.read16(), try reader.read16(), try reader.read16()]
+        let questionCount = Int(try reader.read16())
+        let answerCount = Int(try reader.read16())
+        let authorityCount = Int(try reader.read16())
+        let additionalCount = Int(try reader.read16())
         // A question needs at least 5 bytes and a record 11: refuse counts that cannot fit before
         // allocating anything for them.
-        let minimum = Int(counts[0]) * 5 + Int(counts[1]) * 11 + Int(counts[2]) * 11 + Int(counts[3]) * 11
+        let minimum = questionCount * 5 + (answerCount + authorityCount + additionalCount) * 11
         guard minimum <= reader.remaining else {
-            throw .tooManyRecords(count: counts.reduce(0) { $0 + Int($1) })
+            throw .tooManyRecords(count: questionCount + answerCount + authorityCount + additionalCount)
         }
         var questions: [Question] = []
-        questions.reserveCapacity(Int(counts[0]))
-        for _ in 0..<counts[0] {
+        questions.reserveCapacity(questionCount)
+        for _ in 0..<questionCount {
             let name = try reader.readName()
             let type = RecordType(rawValue: try reader.read16())
             let recordClass = try reader.read16()
             questions.append(Question(name: name, type: type, recordClass: recordClass))
         }
-        var sections: [[Record]] = [[], [], []]
-        for section in 0..<3 {
-            let count = Int(counts[section + 1])
-            sections[section].reserveCapacity(count)
-            for _ in 0..<count { sections[section].append(try reader.readRecord()) }
+        func records(_ count: Int) throws(WireError) -> [Record] {
+            var section: [Record] = []
+            section.reserveCapacity(count)
+            for _ in 0..<count { section.append(try reader.readRecord()) }
+            return section
         }
+        let answers = try records(answerCount)
+        let authorities = try records(authorityCount)
+        let additionals = try records(additionalCount)
         guard reader.remaining == 0 else {
             throw .trailingData(offset: reader.offset, count: reader.remaining)
         }
         self.init(
             id: id, flags: flags, questions: questions,
-            answers: sections[0], authorities: sections[1], additionals: sections[2])
+            answers: answers, authorities: authorities, additionals: additionals)
     }
 }
 
@@ -293,6 +299,7 @@ struct WireReader {
 
     mutating func readName() throws(WireError) -> DomainName {
         var wire: [UInt8] = []
+        wire.reserveCapacity(64)  // most names in one allocation (at most 255 bytes)
         var position = offset
         var segmentStart = offset
         var resumeAt: Int?

@@ -112,10 +112,11 @@ package final class UpstreamPool: Sendable {
                 indices.insert(stalest, at: 0)
             }
         }
-        // Open circuits go last: tried only when every closed one has failed.
-        let closed = indices.filter { snapshot[$0].openUntil.map { now >= $0 } ?? true }
-        let open = indices.filter { !closed.contains($0) }
-        return closed + open
+        // Open circuits go last: tried only when every closed one has failed. (No copies when none
+        // is open: this runs once per query.)
+        func isOpen(_ index: Int) -> Bool { snapshot[index].openUntil.map { now < $0 } ?? false }
+        guard indices.contains(where: isOpen) else { return indices }
+        return indices.filter { !isOpen($0) } + indices.filter(isOpen)
     }
 
     /// Asks the upstreams until one answers or the clock's `deadline` passes. NXDOMAIN and NODATA

@@ -267,6 +267,9 @@ private final class PipelineWorker<Framing: PipelineFraming> {
                 return
             }
             connection = opened
+            // The handshake's last read may have taken the server's first bytes (HTTP/2's SETTINGS)
+            // into TLS, where poll(2) does not see them (CurlConnection): read before polling.
+            readPending = true
             state.connected(client.makeFraming(), .now)
         } catch {
             // Whatever the handshake's failure — an alert included, which is not authenticated — it
