@@ -72,6 +72,18 @@ isolate_network() {
     exec unshare "${flags[@]}" -- env HTTPDNS_NETNS=inside bash -c 'ip link set lo up || exit 1; exec bash "$0" "$@"' "$script" "$@"
 }
 
+# The release build of PRODUCT, built now (errors and warnings shown on stderr); its path on stdout.
+release_product() { # product
+    swift build -c release --product "$1" 2>&1 | grep -E "error|warning: " | grep -v distributed-tracing >&2 || true
+    echo "$(swift build -c release --show-bin-path)/$1"
+}
+
+# The `resolve` a benchmark measures: RESOLVE_BIN when set (another build, for a before and after),
+# else the release build.
+bench_resolve() {
+    if [ -n "${RESOLVE_BIN:-}" ]; then echo "$RESOLVE_BIN"; else release_product resolve; fi
+}
+
 wait_for_port() { # host port [seconds]
     local host=$1 port=$2 deadline=$((SECONDS + ${3:-10}))
     while ! (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; do
@@ -108,6 +120,14 @@ on_exit() {
     exit_actions="$exit_actions $1;"
     # shellcheck disable=SC2064  # expanded now on purpose: the list as it stands
     trap "$exit_actions" EXIT
+}
+
+# Pins BIND (doh-a of the test environment) to CPU 0 with the servers under test, back to every CPU
+# at exit; its pid in `bind_pid`.
+pin_bind() {
+    bind_pid=$(cat "$root/.testenv/named-a/named.pid")
+    taskset -a -p -c 0 "$bind_pid" >/dev/null
+    on_exit "taskset -a -p -c 0-$(( $(nproc) - 1 )) $bind_pid >/dev/null 2>&1 || true"
 }
 
 # The peers the daemon benchmarks compare with, in the daemon's role in front of BIND's plain DNS on

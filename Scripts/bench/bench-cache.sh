@@ -23,8 +23,7 @@ isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts
 grep -Eq '^hosts:[[:space:]]+files' /etc/nsswitch.conf || { echo "nsswitch does not consult /etc/hosts first; refusing (getaddrinfo could leave the machine)" >&2; exit 1; }
 grep -Eq '^127\.0\.0\.1[[:space:]]+localhost' /etc/hosts || { echo "/etc/hosts has no 127.0.0.1 localhost; refusing" >&2; exit 1; }
 
-swift build -c release --product CacheBenchmark 2>&1 | grep -E "error|warning: " || true
-bench="$(swift build -c release --show-bin-path)/CacheBenchmark"
+bench=$(release_product CacheBenchmark)
 use_testenv
 
 out=$(mktemp)

@@ -19,8 +19,7 @@ rounds=${2:-5}
 need_build_packages
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-swift build -c release --product CompareBenchmark 2>&1 | grep -E "error|warning: " || true
-bench="$(swift build -c release --show-bin-path)/CompareBenchmark"
+bench=$(release_product CompareBenchmark)
 use_testenv
 
 out=$(mktemp)

@@ -36,13 +36,7 @@ need_build_packages
 need_packages dnsperf nghttp2-client unbound dnsdist knot-resolver curl python3
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-# RESOLVE_BIN=/path/to/resolve measures another build the same way (before and after a change).
-if [ -n "${RESOLVE_BIN:-}" ]; then
-    bin=$RESOLVE_BIN
-else
-    swift build -c release --product resolve 2>&1 | grep -E "error|warning: " || true
-    bin="$(swift build -c release --show-bin-path)/resolve"
-fi
+bin=$(bench_resolve)   # RESOLVE_BIN=/path/to/resolve measures another build
 use_testenv
 
 work=$(mktemp -d)
@@ -82,9 +76,7 @@ write_kresd_conf "$work/kresd.conf" "$kresd_port" doh2 "$root/.testenv/ca/doh-a.
 (cd "$work/kresd" && exec taskset -c 0 kresd -n -c "$work/kresd.conf" . >"$work/kresd.log" 2>&1) &
 kresd=$!
 on_exit "kill $daemon $unbound $dnsdist $kresd 2>/dev/null || true; rm -rf '$work'"
-bind_pid=$(cat "$root/.testenv/named-a/named.pid")
-taskset -a -p -c 0 "$bind_pid" >/dev/null
-on_exit "taskset -a -p -c 0-$(( $(nproc) - 1 )) $bind_pid >/dev/null 2>&1 || true"
+pin_bind
 for _ in $(seq 1 100); do
     curl -sf --max-time 5 --cacert "$ca" "https://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
     sleep 0.1

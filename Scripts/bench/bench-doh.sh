@@ -18,8 +18,7 @@ need_build_packages
 need_packages dnsperf
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-swift build -c release --product DoHBenchmark 2>&1 | grep -E "error|warning: " || true
-bench="$(swift build -c release --show-bin-path)/DoHBenchmark"
+bench=$(release_product DoHBenchmark)
 trap 'bash Scripts/env/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 bash Scripts/env/testenv.sh start >/dev/null
 
@@ -43,8 +42,7 @@ checked() {
     echo "$result"
 }
 
-bind_pid=$(cat .testenv/named-a/named.pid)
-taskset -a -p -c 0 "$bind_pid" >/dev/null
+pin_bind
 ours_lat=(); ours_qps=(); peer_lat=(); peer_qps=()
 for _ in $(seq 1 "$repeats"); do
     ours_lat+=("$(json "$(checked taskset -c 1 "$bench" latency "$url" 127.0.0.1 "$ca" 1000)" mean_s)")

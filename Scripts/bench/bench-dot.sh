@@ -33,14 +33,8 @@ need_build_packages
 need_packages dnsperf unbound dnsdist knot-resolver curl python3
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-if [ -n "${RESOLVE_BIN:-}" ]; then
-    bin=$RESOLVE_BIN
-else
-    swift build -c release --product resolve 2>&1 | grep -E "error|warning: " | grep -v distributed-tracing || true
-    bin="$(swift build -c release --show-bin-path)/resolve"
-fi
-swift build -c release --product DoHBenchmark 2>&1 | grep -E "error|warning: " | grep -v distributed-tracing || true
-client_bench="$(swift build -c release --show-bin-path)/DoHBenchmark"
+bin=$(bench_resolve)   # RESOLVE_BIN=/path/to/resolve measures another build
+client_bench=$(release_product DoHBenchmark)
 use_testenv
 
 work=$(mktemp -d)
@@ -74,9 +68,7 @@ write_kresd_conf "$work/kresd.conf" "$kresd_port" tls "$cert" "$key"
 (cd "$work/kresd" && exec taskset -c 0 kresd -n -c "$work/kresd.conf" . >"$work/kresd.log" 2>&1) &
 kresd=$!
 on_exit "kill $daemon $unbound $dnsdist $kresd 2>/dev/null || true; rm -rf '$work'"
-bind_pid=$(cat "$root/.testenv/named-a/named.pid")
-taskset -a -p -c 0 "$bind_pid" >/dev/null
-on_exit "taskset -a -p -c 0-$(( $(nproc) - 1 )) $bind_pid >/dev/null 2>&1 || true"
+pin_bind
 wait_for_port 127.0.0.1 "$dot_port" 20 || { cat "$work/daemon.log" >&2; exit 1; }
 wait_for_port 127.0.0.1 "$unbound_port" || { cat "$work/unbound.stderr" >&2; exit 1; }
 wait_for_port 127.0.0.1 "$dnsdist_port" || { cat "$work/dnsdist.log" >&2; exit 1; }

@@ -25,12 +25,7 @@ need_build_packages
 need_packages dnsperf nghttp2-client python3
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-if [ -n "${RESOLVE_BIN:-}" ]; then
-    bin=$RESOLVE_BIN
-else
-    swift build -c release --product resolve 2>&1 | grep -E "error|warning: " || true
-    bin="$(swift build -c release --show-bin-path)/resolve"
-fi
+bin=$(bench_resolve)   # RESOLVE_BIN=/path/to/resolve measures another build
 use_testenv
 
 work=$(mktemp -d)

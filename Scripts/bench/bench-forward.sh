@@ -25,12 +25,7 @@ need_build_packages
 need_packages dnsperf dnsdist nghttp2-client python3
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-if [ -n "${RESOLVE_BIN:-}" ]; then
-    bin=$RESOLVE_BIN
-else
-    swift build -c release --product resolve 2>&1 | grep -E "error|warning: " | grep -v distributed-tracing || true
-    bin="$(swift build -c release --show-bin-path)/resolve"
-fi
+bin=$(bench_resolve)   # RESOLVE_BIN=/path/to/resolve measures another build
 use_testenv
 
 work=$(mktemp -d)
@@ -75,9 +70,7 @@ CONF
     pid_of[$server]=$!
 done
 on_exit "kill ${pids[*]} 2>/dev/null || true; rm -rf '$work'"
-bind_pid=$(cat "$root/.testenv/named-a/named.pid")
-taskset -a -p -c 0 "$bind_pid" >/dev/null
-on_exit "taskset -a -p -c 0-$(( $(nproc) - 1 )) $bind_pid >/dev/null 2>&1 || true"
+pin_bind
 for server in "${servers[@]}"; do
     wait_for_port 127.0.0.1 "${port[$server]}" 20 || { cat "$work/$server.log" >&2; exit 1; }
 done

@@ -23,8 +23,7 @@ rounds=${2:-3}
 need_build_packages
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-swift build -c release --product InterceptorBenchmark 2>&1 | grep -E "error|warning: " || true
-bench="$(swift build -c release --show-bin-path)/InterceptorBenchmark"
+bench=$(release_product InterceptorBenchmark)
 use_testenv
 
 doh="https://doh-a.test:$DOH_PORT/dns-query"

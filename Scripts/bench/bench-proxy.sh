@@ -41,13 +41,7 @@ need_build_packages
 need_packages tinyproxy haproxy curl util-linux python3-requests chromium libnss3-tools
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-# RESOLVE_BIN=path measures another build of `resolve` (an A/B against an earlier commit).
-if [ -n "${RESOLVE_BIN:-}" ]; then
-    bin=$RESOLVE_BIN
-else
-    swift build -c release --product resolve 2>&1 | grep -E "error|warning: " | grep -v distributed || true
-    bin="$(swift build -c release --show-bin-path)/resolve"
-fi
+bin=$(bench_resolve)   # RESOLVE_BIN=/path/to/resolve measures another build
 work=$(mktemp -d)
 cleanup() {
     [ -n "${ours:-}" ] && kill "$ours" 2>/dev/null || true

@@ -19,8 +19,7 @@ repeats=${1:-5}
 need_build_packages
 need_testenv_packages
 isolate_network "${BASH_SOURCE[0]}" "$@"   # only loopback from here on (Scripts/lib.sh)
-swift build -c release --product VendorBenchmark 2>&1 | grep -E "error|warning: " || true
-bench="$(swift build -c release --show-bin-path)/VendorBenchmark"
+bench=$(release_product VendorBenchmark)
 trap 'bash Scripts/env/testenv.sh stop >/dev/null 2>&1 || true' EXIT
 bash Scripts/env/testenv.sh start >/dev/null
 
