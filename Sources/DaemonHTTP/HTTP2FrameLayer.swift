@@ -27,7 +27,8 @@ import struct NIOHTTP2.HTTP2StreamID
 ///   the connection ends);
 /// - more than ``Limits/maxCostlyFrames`` frames that cost work and make no progress (PING,
 ///   SETTINGS, PRIORITY, empty DATA, unknown types, frames in flight on streams this side reset, a
-///   WINDOW_UPDATE that lets no DATA out while answers wait for window) in ``Limits/window``;
+///   connection WINDOW_UPDATE that lets no DATA out while answers wait for window) in
+///   ``Limits/window``;
 /// - more than ``Limits/maxResets`` streams reset within any ``Limits/window`` (a sliding window):
 ///   the client's RST_STREAMs (rapid reset, CVE-2023-44487) and every reset the client provokes —
 ///   a malformed request, a WINDOW_UPDATE of 0 or past 2^31-1 on a stream, DATA beyond a stream's
@@ -439,15 +440,15 @@ struct HTTP2FrameLayer {
             streams[stream] = state
         }
         guard !blocked.isEmpty else { return nil }
-        // Red team R1: with answers waiting, each update walks them. One that lets nothing out (the
-        // client holds every stream window at 0 and repeats connection updates of 1) is work
-        // without progress, and counted as such.
-        let written = output.writerIndex
-        if stream == 0 {
-            sendQueued()
-        } else if blockedSet.contains(stream) {
-            sendData(stream)  // only this stream's window moved
+        if stream != 0 {
+            if blockedSet.contains(stream) { sendData(stream) }  // only this stream's window moved
+            return nil
         }
+        // Red team R1: a connection update walks every waiting answer. One that lets nothing out
+        // (the client holds every stream window at 0 and repeats connection updates of 1) is work
+        // without progress, and counted as such; a stream's update is one lookup, and never is.
+        let written = output.writerIndex
+        sendQueued()
         if output.writerIndex == written { try cost(now) }
         return nil
     }

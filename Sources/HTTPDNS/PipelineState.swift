@@ -71,6 +71,8 @@ struct PipelineState<Framing: PipelineFraming> {
     private var retryLength = 0
     private var input: [UInt8] = []
     private var events: [PipelineEvent] = []
+    /// Queries the server handed back unprocessed in one read, in the order it named them.
+    private var handedBack: [Job] = []
     /// When the connection last carried something that ends a query (an answer, a failure, a late
     /// answer, a refusal): bytes that end nothing (PINGs, SETTINGS, half an answer) do not make a
     /// connection live, or a server could hold queries on it with a trickle until their deadlines.
@@ -288,26 +290,36 @@ struct PipelineState<Framing: PipelineFraming> {
             case .late:
                 sinceLastAnswer = 0
             case .unprocessed(let key):
-                // Sent again, a bounded number of times: a server that refuses every stream, or
-                // GOAWAYs every connection before its first answer, would otherwise be asked again
-                // in a loop until the deadline (red team R2: 27,000 requests in 3 s).
+                // Sent again, first in line (a server that caps requests per connection hands back
+                // what came past its cap with GOAWAY: behind newer queries it would land past the
+                // cap again). A connection that has answered nothing yet counts as a failed attempt,
+                // as in `lost`: a server that refuses every stream, or GOAWAYs every connection
+                // before its first answer, is not asked again in a loop until the deadline (red
+                // team R2: 27,000 requests in 3 s).
                 guard var job = inFlight.removeValue(forKey: key)?.job else { continue }
-                job.failedAttempts += 1
+                if answered == 0 { job.failedAttempts += 1 }
                 if job.failedAttempts >= Self.maxAttempts {
-                    let error = DNSError(.refused, "the server did not process the query (REFUSED_STREAM or GOAWAY) \(job.failedAttempts) times")
+                    let error = DNSError(
+                        .connectFailed, "the server did not process the query (REFUSED_STREAM or GOAWAY) on \(job.failedAttempts) connections that answered nothing")
                     actions.append(.finish(job.token, .failure(error)))
                 } else {
-                    waiting.append(job)
+                    handedBack.append(job)
                 }
             case .broken(let error):
                 fail(error, &actions)
             case .refused(let error):
                 actions.append(.protocolRefused)
                 fail(error, &actions)
+                for job in handedBack { actions.append(.finish(job.token, .failure(error))) }
+                handedBack.removeAll(keepingCapacity: true)
                 failWaiting(error, &actions)
             }
         }
         events.removeAll(keepingCapacity: true)
+        if !handedBack.isEmpty {
+            waiting.prepend(contentsOf: handedBack)
+            handedBack.removeAll(keepingCapacity: true)
+        }
         if inFlight.isEmpty { earliestDeadline = nil }
         return progressed
     }
@@ -349,6 +361,17 @@ struct JobQueue: Sequence {
 
     mutating func append(_ job: PipelineJob) { jobs.append(job) }
     mutating func append(contentsOf more: [PipelineJob]) { jobs += more }
+
+    /// Puts `more` at the front, in their order (into the taken front's room when it has enough).
+    mutating func prepend(contentsOf more: [PipelineJob]) {
+        if head >= more.count {
+            head -= more.count
+            jobs.replaceSubrange(head..<head + more.count, with: more)
+        } else {
+            jobs.replaceSubrange(0..<head, with: more)
+            head = 0
+        }
+    }
 
     mutating func popFirst() -> PipelineJob? {
         guard head < jobs.count else { return nil }

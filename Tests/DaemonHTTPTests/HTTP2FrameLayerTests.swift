@@ -214,6 +214,14 @@ import struct NIOHTTP2.HTTP2StreamID
         #expect(data.map { $0.payload.readableBytes }.reduce(0, +) == 60)
         #expect(data.last?.endStream == true)
         #expect(steady.session.openStreams == 0)
+        // Stream updates are one lookup each and never costly (red team N3: a client raising each
+        // new stream's window ahead was cut off): 60 for a stream that waits on nothing.
+        var proactive = try Harness(limits: .init(maxCostlyFrames: 10), settings: [(4, 0)])
+        _ = try proactive.feed(proactive.request(1))
+        proactive.session.respond(1, status: 200, headers: [], body: ByteBuffer(repeating: 1, count: 10))
+        _ = try proactive.feed(proactive.request(3, endStream: false))
+        for _ in 0..<60 { _ = try proactive.feed(H2Wire.frame(H2Wire.Kind.windowUpdate, flags: 0, stream: 3, H2Wire.word(1))) }
+        #expect(proactive.session.longestWaitingStream == 1)
         // An update for a stream that waits on nothing else lets only that stream out: stream 3's
         // update moves stream 3, not stream 1 (whose window stays shut).
         var two = try Harness(settings: [(4, 0)])

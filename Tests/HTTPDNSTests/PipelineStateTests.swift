@@ -235,8 +235,56 @@ import Testing
             script.receive([0xfc, 0xfc, UInt8(id >> 8), UInt8(id & 0xff)], at: step)
         }
         #expect(sent == PipelineState<ScriptedFraming>.maxAttempts)
-        #expect(Self.code(script.finished[query.token]) == .refused)
-        #expect(script.connects.count == 1, "the connection itself was fine")
+        #expect(Self.code(script.finished[query.token]) == .connectFailed)
+        #expect(script.connects.count == 1)
+    }
+
+    /// Red team N1 (of the fix above): a server that caps requests per connection answers some and
+    /// hands the rest back (GOAWAY's last stream): those go out again first in line, as often as
+    /// the connections make progress — they never fail for it.
+    @Test func queriesHandedBackAfterAnswersGoOutAgainFirst() throws {
+        var script = Script()
+        let tokens = try (0..<3).map { try script.ask("c\($0).pipe.test").token }
+        var answeredRounds = 0
+        for step in 0..<(PipelineState<ScriptedFraming>.maxAttempts + 3) {
+            script.turn(at: step)
+            let sent = script.written()
+            guard let first = sent.first else { break }
+            // Answer the first, then hand back the others (as a GOAWAY after the cap does).
+            script.receive(Self.answer(first.message), at: step)
+            script.receive(sent.dropFirst().flatMap { [0xfc, 0xfc, UInt8($0.id >> 8), UInt8($0.id & 0xff)] }, at: step)
+            #expect(script.state.waiting.allSatisfy { $0.failedAttempts == 0 }, "after an answer, a hand-back is no failure")
+            answeredRounds += 1
+            if step == 0 {
+                let later = try script.ask("later.pipe.test", at: step)
+                script.turn(at: step)
+                let next = script.written()
+                #expect(next.count == 3, "the two handed back and the new one")
+                #expect(next.map { Array($0.message[12..<16]) } == [[2, 0x63, 0x31, 4], [2, 0x63, 0x32, 4], [5, 0x6c, 0x61, 0x74]], "handed back first, in order")
+                script.receive(next.flatMap { Self.answer($0.message) }, at: step)
+                #expect(Self.succeeded(script.finished[later.token]) != nil)
+                break
+            }
+        }
+        #expect(tokens.allSatisfy { Self.succeeded(script.finished[$0]) != nil }, "\(script.finished)")
+        #expect(answeredRounds == 1)
+    }
+
+    /// The waiting queue takes handed-back queries at its front, in order, with or without room in
+    /// its taken front.
+    @Test func theWaitingQueueTakesQueriesBackAtItsFront() {
+        func job(_ token: UInt64) -> PipelineJob { PipelineJob(token: token, wire: [], deadline: .now) }
+        var queue = JobQueue()
+        queue.append(contentsOf: (1...5).map(job))
+        _ = queue.popFirst()
+        _ = queue.popFirst()
+        queue.prepend(contentsOf: [job(10)])  // room in the taken front
+        #expect(queue.map(\.token) == [10, 3, 4, 5])
+        queue.prepend(contentsOf: [job(11), job(12), job(13)])  // more than the room
+        #expect(queue.map(\.token) == [11, 12, 13, 10, 3, 4, 5])
+        var empty = JobQueue()
+        empty.prepend(contentsOf: [job(1), job(2)])
+        #expect(empty.map(\.token) == [1, 2] && empty.count == 2)
     }
 
     /// Queries handed back unprocessed end nothing: a connection that only refuses is silent when a
