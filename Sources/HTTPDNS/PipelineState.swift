@@ -300,7 +300,8 @@ struct PipelineState<Framing: PipelineFraming> {
                 if answered == 0 { job.failedAttempts += 1 }
                 if job.failedAttempts >= Self.maxAttempts {
                     let error = DNSError(
-                        .connectFailed, "the server did not process the query (REFUSED_STREAM or GOAWAY) on \(job.failedAttempts) connections that answered nothing")
+                        .connectFailed,
+                        "the server did not process the query (REFUSED_STREAM or GOAWAY) on \(job.failedAttempts) connections that answered nothing")
                     actions.append(.finish(job.token, .failure(error)))
                 } else {
                     handedBack.append(job)

@@ -260,7 +260,8 @@ import Testing
                 script.turn(at: step)
                 let next = script.written()
                 #expect(next.count == 3, "the two handed back and the new one")
-                #expect(next.map { Array($0.message[12..<16]) } == [[2, 0x63, 0x31, 4], [2, 0x63, 0x32, 4], [5, 0x6c, 0x61, 0x74]], "handed back first, in order")
+                let labels = next.map { Array($0.message[12..<16]) }  // the first label's start
+                #expect(labels == [[2, 0x63, 0x31, 4], [2, 0x63, 0x32, 4], [5, 0x6c, 0x61, 0x74]], "handed back first, in order")
                 script.receive(next.flatMap { Self.answer($0.message) }, at: step)
                 #expect(Self.succeeded(script.finished[later.token]) != nil)
                 break
