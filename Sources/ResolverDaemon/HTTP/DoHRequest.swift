@@ -5,7 +5,7 @@ import DNSCore
 enum DoHRequest {
     static let path: Substring = "/dns-query"
     /// The largest DNS message accepted (RFC 8484 §6: a DoH message is at most 65,535 octets).
-    static let maxMessageBytes = 65_535
+    static let maxMessageBytes = DNSMessage.maxSize
 
     static func isDoH(_ target: String) -> Bool {
         target.utf8.starts(with: "/dns-query".utf8) && (target.utf8.count == 10 || target.utf8.dropFirst(10).first == UInt8(ascii: "?"))
