@@ -444,7 +444,7 @@ struct HTTP2FrameLayer {
             if blockedSet.contains(stream) { sendData(stream) }  // only this stream's window moved
             return nil
         }
-        // Red team R1: a connection update walks every waiting answer. One that lets nothing out
+        // Red team W1 (threat-model.md): a connection update walks every waiting answer. One that lets nothing out
         // (the client holds every stream window at 0 and repeats connection updates of 1) is work
         // without progress, and counted as such; a stream's update is one lookup, and never is.
         let written = output.writerIndex

@@ -219,7 +219,7 @@ struct DoHSession: PipelineFraming {
             guard let data = Self.unpadded(payload, flags: flags) else {
                 return ConnectionError(code: .protocolError, reason: "DATA padding longer than the frame")
             }
-            // The body grows in place (red team R3: a copy of the stream's state made every DATA
+            // The body grows in place (red team W3: a copy of the stream's state made every DATA
             // frame, even an empty one, copy the whole body so far).
             guard let received = streams[stream].map({ $0.status == nil ? nil : $0.body.count }) else {
                 if flags.contains(.endStream) { ended(stream, events: &events) }
@@ -254,7 +254,7 @@ struct DoHSession: PipelineFraming {
             guard continuation?.stream == stream else {
                 return ConnectionError(code: .protocolError, reason: "CONTINUATION without a header block to continue")
             }
-            // In place, and a bounded number of frames (red team R3: a copy of the pending block per
+            // In place, and a bounded number of frames (red team W3: a copy of the pending block per
             // frame, empty ones included, made each 9-byte frame cost a copy of up to 64 KiB).
             continuation!.frames += 1
             guard continuation!.frames <= Self.maxHeaderFrames else {

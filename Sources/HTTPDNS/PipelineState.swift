@@ -295,7 +295,7 @@ struct PipelineState<Framing: PipelineFraming> {
                 // cap again). A connection that has answered nothing yet counts as a failed attempt,
                 // as in `lost`: a server that refuses every stream, or GOAWAYs every connection
                 // before its first answer, is not asked again in a loop until the deadline (red
-                // team R2: 27,000 requests in 3 s).
+                // team W2: 27,000 requests in 3 s).
                 guard var job = inFlight.removeValue(forKey: key)?.job else { continue }
                 if answered == 0 { job.failedAttempts += 1 }
                 if job.failedAttempts >= Self.maxAttempts {

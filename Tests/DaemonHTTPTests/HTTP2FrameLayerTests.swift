@@ -184,7 +184,7 @@ import struct NIOHTTP2.HTTP2StreamID
         #expect(short.error(H2Wire.frame(H2Wire.Kind.headers, flags: 0x4 | 0x20, stream: 1, ByteBuffer(bytes: [0, 0, 0])))?.code == .frameSizeError)
     }
 
-    /// Red team R1: answers waiting on stream windows the client holds at 0, and connection
+    /// Red team W1: answers waiting on stream windows the client holds at 0, and connection
     /// WINDOW_UPDATEs of 1 repeated — each walked every waiting answer and let nothing out, uncounted
     /// (one connection kept the daemon at a full core). Updates that let no DATA out are now costly
     /// frames; updates that do let DATA out are not.
@@ -214,7 +214,7 @@ import struct NIOHTTP2.HTTP2StreamID
         #expect(data.map { $0.payload.readableBytes }.reduce(0, +) == 60)
         #expect(data.last?.endStream == true)
         #expect(steady.session.openStreams == 0)
-        // Stream updates are one lookup each and never costly (red team N3: a client raising each
+        // Stream updates are one lookup each and never costly (red team W5: a client raising each
         // new stream's window ahead was cut off): 60 for a stream that waits on nothing.
         var proactive = try Harness(limits: .init(maxCostlyFrames: 10), settings: [(4, 0)])
         _ = try proactive.feed(proactive.request(1))

@@ -248,7 +248,7 @@ import Testing
         #expect(run.events == [.answer(id, Self.answer)])
     }
 
-    /// Red team R3: a header block may take 64 frames (as the daemon's server allows), not 65; a body
+    /// Red team W3: a header block may take 64 frames (as the daemon's server allows), not 65; a body
     /// in one-byte DATA frames, empty ones between, arrives whole (it grows in place).
     @Test func headerBlocksAreBoundedInFramesAndBodiesGrowInPlace() throws {
         let headers = Self.okHeaders

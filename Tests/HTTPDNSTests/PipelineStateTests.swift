@@ -220,7 +220,7 @@ import Testing
         #expect(script.connects.count == 3 && script.state.isIdle)
     }
 
-    /// Red team R2: a server that hands every query back unprocessed (REFUSED_STREAM on each, or a
+    /// Red team W2: a server that hands every query back unprocessed (REFUSED_STREAM on each, or a
     /// GOAWAY before any answer) was asked again in a loop until the deadline. A query goes out at
     /// most ``PipelineState/maxAttempts`` times, then fails as refused, at once.
     @Test func aQueryHandedBackUnprocessedGoesOutAtMostMaxAttemptsTimes() throws {
@@ -239,7 +239,7 @@ import Testing
         #expect(script.connects.count == 1)
     }
 
-    /// Red team N1 (of the fix above): a server that caps requests per connection answers some and
+    /// Red team W4 (of the fix above): a server that caps requests per connection answers some and
     /// hands the rest back (GOAWAY's last stream): those go out again first in line, as often as
     /// the connections make progress — they never fail for it.
     @Test func queriesHandedBackAfterAnswersGoOutAgainFirst() throws {
