@@ -20,7 +20,11 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         fatalError("re-encoding changed the message")
     }
     if let question = message.questions.first {
-        _ = try? message.addressAnswer(for: question, id: message.id)
+        if let answer = try? message.addressAnswer(for: question, id: message.id),
+            let authority = message.negativeAuthority(for: question, answer: answer), !question.name.isWithin(authority.zone)
+        {
+            fatalError("an SOA kept for a zone the question is not in")
+        }
     }
     return 0
 }

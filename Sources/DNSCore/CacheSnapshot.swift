@@ -7,12 +7,17 @@
 ///
 /// Layout (big-endian): magic `HDNSC1\0\0`, saved-at (UInt64 Unix milliseconds), count (UInt32),
 /// then per entry: name wire (UInt8 length + bytes), type (UInt16), kind (UInt8: 0 addresses,
-/// 1 nxdomain, 2 nodata), source (UInt8), upstream (UInt16 length + UTF-8), fresh and stale
-/// remaining milliseconds (UInt64 each), and for addresses: canonical name (UInt8 length + wire,
-/// 0 for none), count (UInt16), each family (UInt8 4|6) + bytes + TTL (UInt32).
+/// 1 nxdomain, 2 nodata, 3 nxdomain and 4 nodata with the zone's SOA), source (UInt8), upstream
+/// (UInt16 length + UTF-8), fresh and stale remaining milliseconds (UInt64 each), and for addresses:
+/// canonical name (UInt8 length + wire, 0 for none), count (UInt16), each family (UInt8 4|6) +
+/// bytes + TTL (UInt32); for kinds 3 and 4: the zone, the SOA's two names (each UInt8 length +
+/// wire), its serial, refresh, retry, expire and minimum, and the TTL (UInt32 each). The zone must
+/// be the entry's name or above it. Kinds 3 and 4 are newer than the format: a reader from before
+/// them reports such a file corrupt and starts empty, as for any file it cannot use.
 package enum CacheSnapshot {
     static let magic: [UInt8] = Array("HDNSC1".utf8) + [0, 0]
-    static let sources: [Resolution.Source] = [.doh, .json, .cache, .stale, .system, .literal, .httpdns]
+    /// Indices are the file's: new sources go at the end.
+    static let sources: [Resolution.Source] = [.doh, .json, .cache, .stale, .system, .literal, .httpdns, .dot]
 
     package static func encode(
         _ entries: [(CacheKey, CacheEntry)], monotonicNow: ResolverInstant,
@@ -26,8 +31,10 @@ package enum CacheSnapshot {
             let kind: UInt8
             switch entry.payload {
             case .addresses: kind = 0
-            case .negative(.nxdomain): kind = 1
-            case .negative: kind = 2
+            case .negative(.nxdomain, nil): kind = 1
+            case .negative(_, nil): kind = 2
+            case .negative(.nxdomain, _?): kind = 3
+            case .negative(_, _?): kind = 4
             case .failure: continue
             }
             count += 1
@@ -51,6 +58,13 @@ package enum CacheSnapshot {
                     body.append(contentsOf: address.ip.bytes)
                     body.append32(address.ttl)
                 }
+            } else if case let .negative(_, authority?) = entry.payload {
+                for name in [authority.zone, authority.soa.primary, authority.soa.mailbox] {
+                    body.append(UInt8(name.wire.count))
+                    body.append(contentsOf: name.wire)
+                }
+                let soa = authority.soa
+                for value in [soa.serial, soa.refresh, soa.retry, soa.expire, soa.minimum, authority.ttl] { body.append32(value) }
             }
         }
         out.append32(count)
@@ -97,6 +111,16 @@ package enum CacheSnapshot {
                 payload = .addresses(addresses, canonicalName: canonical)
             case 1: payload = .negative(.nxdomain)
             case 2: payload = .negative(.nodata)
+            case 3, 4:
+                let zone = try reader.name()
+                guard name.isWithin(zone) else { throw DNSError(.corruptCacheFile, "cache file: an SOA for a zone above none of its entry") }
+                let primary = try reader.name()
+                let mailbox = try reader.name()
+                let soa = DNSMessage.SOA(
+                    primary: primary, mailbox: mailbox, serial: try reader.u32(), refresh: try reader.u32(), retry: try reader.u32(),
+                    expire: try reader.u32(), minimum: try reader.u32())
+                let authority = NegativeAuthority(zone: zone, soa: soa, ttl: try reader.u32())
+                payload = .negative(kind == 3 ? .nxdomain : .nodata, authority: authority)
             default: throw DNSError(.corruptCacheFile, "cache file: bad entry kind \(kind)")
             }
             guard stale > age else { continue }  // past its stale window: dropped

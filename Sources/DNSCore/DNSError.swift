@@ -81,6 +81,10 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
     public var attempts: [Attempt]
     /// For `nxdomain` and `nodata` with DNSSEC on: whether the denial itself was proven.
     public var dnssec: DNSSECStatus?
+    /// For `nxdomain` and `nodata`: the zone's SOA that the upstream sent with the answer, its TTL
+    /// what remains of the cached answer's life; what a DNS response carries in its authority
+    /// section (RFC 2308 §3). Nil when the upstream sent none (vendor APIs, the system resolver).
+    public var authority: NegativeAuthority?
 
     public init(_ code: Code, _ message: String, attempts: [Attempt] = []) {
         self.code = code

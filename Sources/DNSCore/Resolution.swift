@@ -182,6 +182,17 @@ public protocol DNSUpstream: Sendable {
     /// Asks the question within `timeout`.
     /// - Throws: ``DNSError``; NXDOMAIN and NODATA are answers, not errors.
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer
+    /// Asks the question within `timeout`, and for NXDOMAIN and NODATA also returns the zone's SOA
+    /// that the response carried (what the engine keeps with a negative answer and sends again
+    /// with it). The default asks ``query(_:timeout:)`` and has no SOA.
+    /// - Throws: ``DNSError``, as ``query(_:timeout:)``.
+    func lookup(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> UpstreamAnswer
+}
+
+extension DNSUpstream {
+    public func lookup(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> UpstreamAnswer {
+        UpstreamAnswer(try await query(question, timeout: timeout))
+    }
 }
 
 /// An upstream that carries whole DNS messages (RFC 8484 DoH, plain DNS): what forwarding the query

@@ -5,8 +5,9 @@ package struct CacheEntry: Sendable {
     package enum Payload: Sendable, Equatable {
         /// Addresses with the TTLs they were received with (after clamping).
         case addresses([ResolvedAddress], canonicalName: DomainName?)
-        /// An authoritative "no such name" or "no such record" (RFC 2308).
-        case negative(DNSError.Code)
+        /// An authoritative "no such name" or "no such record" (RFC 2308), with the zone's SOA when
+        /// the upstream sent one (its TTL as received; a response counts it down with the entry).
+        case negative(DNSError.Code, authority: NegativeAuthority? = nil)
         /// Every upstream failed; remembered briefly so a dead resolver is not hammered. Boxed
         /// (`indirect`): an error is 49 bytes, and every entry would pay for it.
         indirect case failure(DNSError)
@@ -58,6 +59,8 @@ package final class ResolutionCache: Sendable {
             case one(high: UInt64, low: UInt64, ttl: UInt32, isV4: Bool)
             case addresses([ResolvedAddress], canonicalName: DomainName?)
             case negative(DNSError.Code)
+            /// A negative answer with its SOA; boxed, so that the other entries do not pay its 50 bytes.
+            indirect case negativeWithAuthority(DNSError.Code, NegativeAuthority)
             indirect case failure(DNSError)
         }
 
@@ -139,6 +142,7 @@ package final class ResolutionCache: Sendable {
                 payload = .addresses([ResolvedAddress(ip: ip, ttl: ttl)], canonicalName: nil)
             case let .addresses(addresses, canonicalName): payload = .addresses(addresses, canonicalName: canonicalName)
             case let .negative(code): payload = .negative(code)
+            case let .negativeWithAuthority(code, authority): payload = .negative(code, authority: authority)
             case let .failure(error): payload = .failure(error)
             }
             return CacheEntry(
@@ -160,7 +164,8 @@ package final class ResolutionCache: Sendable {
                 } else {
                     payload = .addresses(addresses, canonicalName: canonicalName)
                 }
-            case let .negative(code): payload = .negative(code)
+            case let .negative(code, nil): payload = .negative(code)
+            case let .negative(code, authority?): payload = .negativeWithAuthority(code, authority)
             case let .failure(error): payload = .failure(error)
             }
             return CompactEntry(

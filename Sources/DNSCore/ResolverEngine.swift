@@ -415,9 +415,9 @@ package final class ResolverEngine: Sendable {
 
     /// The cache entry for an upstream's answer: addresses live as long as their smallest TTL,
     /// clamped; NXDOMAIN and NODATA as long as the SOA says, at most `negativeTTL`.
-    private func cacheEntry(for answer: AddressAnswer, of key: CacheKey, from upstream: any DNSUpstream, at now: ResolverInstant) -> CacheEntry {
+    private func cacheEntry(for answer: UpstreamAnswer, of key: CacheKey, from upstream: any DNSUpstream, at now: ResolverInstant) -> CacheEntry {
         let entry: CacheEntry
-        switch answer {
+        switch answer.answer {
         case let .addresses(addresses, canonicalName):
             // Every address lives as long as the entry: the smallest TTL, clamped.
             let lifetime = clamp(addresses.lazy.map(\.ttl).min() ?? 0)
@@ -429,10 +429,10 @@ package final class ResolverEngine: Sendable {
                 source: upstream.source, upstream: upstream.identifier, storedAt: now,
                 expiresAt: now + lifetime, staleUntil: now + lifetime + options.staleWindow)
         case let .nxdomain(negative), let .nodata(negative):
-            let code: DNSError.Code = if case .nxdomain = answer { .nxdomain } else { .nodata }
+            let code: DNSError.Code = if case .nxdomain = answer.answer { .nxdomain } else { .nodata }
             let ttl = min(negative.map { Duration.seconds(Int64($0)) } ?? options.negativeTTL, options.negativeTTL)
             entry = CacheEntry(
-                payload: .negative(code), source: upstream.source, upstream: upstream.identifier,
+                payload: .negative(code, authority: answer.authority), source: upstream.source, upstream: upstream.identifier,
                 storedAt: now, expiresAt: now + ttl, staleUntil: now + ttl)
         }
         return entry
@@ -473,7 +473,7 @@ package final class ResolverEngine: Sendable {
                     var types: [DomainName: Int] = [:]
                     for (question, answer) in answers where batch.contains(question.name) && type.recordTypes.contains(question.type) {
                         let key = CacheKey(question.name, question.type)
-                        self.store(self.cacheEntry(for: answer, of: key, from: batcher, at: now), for: key)
+                        self.store(self.cacheEntry(for: UpstreamAnswer(answer), of: key, from: batcher, at: now), for: key)
                         types[question.name, default: 0] += 1
                     }
                     return types.filter { $0.value == type.recordTypes.count }.map(\.key)
@@ -533,6 +533,12 @@ package final class ResolverEngine: Sendable {
             payload = .addresses(
                 addresses.map { ResolvedAddress(ip: $0.ip, ttl: min($0.ttl, remaining)) },
                 canonicalName: canonicalName)
+        } else if case let .negative(code, authority?) = entry.payload {
+            // The SOA's TTL counts down with the entry (RFC 2308 §5), rounded up as above.
+            let left = (entry.expiresAt - now).components
+            var kept = authority
+            kept.ttl = min(authority.ttl, fresh ? UInt32(clamping: left.seconds + (left.attoseconds > 0 ? 1 : 0)) : 0)
+            payload = .negative(code, authority: kept)
         }
         let source: Resolution.Source = !fresh ? .stale : (fetched ? entry.source : .cache)
         return TypeOutcome(
@@ -550,6 +556,7 @@ package final class ResolverEngine: Sendable {
         var canonical: DomainName?
         var answering: TypeOutcome?
         var nxdomain = false
+        var authority: NegativeAuthority?
         var failures: [DNSError.Attempt] = []
         var expiresAt: ResolverInstant?
         for outcome in outcomes {
@@ -571,7 +578,9 @@ package final class ResolverEngine: Sendable {
                         addresses.append(address)
                     }
                 }
-            case let .negative(code):
+            case let .negative(code, soa):
+                // NXDOMAIN's SOA over a NODATA's: the name's absence is the answer.
+                if code == .nxdomain, !nxdomain { authority = soa } else if authority == nil { authority = soa }
                 nxdomain = nxdomain || code == .nxdomain
                 answering = answering ?? outcome
             case .failure:
@@ -596,13 +605,17 @@ package final class ResolverEngine: Sendable {
                     + "(\(rejected.joined(separator: ", "))); allow them with --allow-private")
         }
         if nxdomain {
-            throw DNSError(
+            var error = DNSError(
                 .nxdomain, "\(host) does not exist (NXDOMAIN from \(answering?.upstream ?? "upstream"))",
                 attempts: failures)
+            error.authority = authority
+            throw error
         }
         if outcomes.allSatisfy({ if case .negative = $0.payload { return true } else { return false } }) {
             let types = outcomes.map(\.type.description).joined(separator: "/")
-            throw DNSError(.nodata, "\(host) has no \(types) records", attempts: failures)
+            var error = DNSError(.nodata, "\(host) has no \(types) records", attempts: failures)
+            error.authority = authority
+            throw error
         }
         // Every type failed, or one said NODATA while the other failed: report the failures.
         var collected: [DNSError.Attempt] = []

@@ -15,7 +15,7 @@ public enum UpstreamStrategy: String, Sendable, Hashable, CaseIterable {
 
 /// The answer of a pool query, or every upstream's failure.
 package struct PoolOutcome: Sendable {
-    package var answer: AddressAnswer?
+    package var answer: UpstreamAnswer?
     package var upstream: (any DNSUpstream)?
     package var failures: [DNSError.Attempt]
 }
@@ -155,7 +155,7 @@ package final class UpstreamPool: Sendable {
         failures: inout [DNSError.Attempt]
     ) async -> PoolOutcome? {
         let start = clock.now
-        return await withTaskGroup(of: (Int, Result<AddressAnswer, DNSError>).self) { group in
+        return await withTaskGroup(of: (Int, Result<UpstreamAnswer, DNSError>).self) { group in
             for index in pair {
                 group.addTask { (index, await self.ask(index, question, timeout: timeout)) }
             }
@@ -175,11 +175,11 @@ package final class UpstreamPool: Sendable {
         }
     }
 
-    private func ask(_ index: Int, _ question: DNSMessage.Question, timeout: Duration) async -> Result<AddressAnswer, DNSError> {
+    private func ask(_ index: Int, _ question: DNSMessage.Question, timeout: Duration) async -> Result<UpstreamAnswer, DNSError> {
         let start = clock.now
         let upstream = upstreams[index].identifier
         do {
-            let answer = try await upstreams[index].query(question, timeout: timeout)
+            let answer = try await upstreams[index].lookup(question, timeout: timeout)
             let elapsed = clock.now - start
             metrics.recordExchange(upstream: upstream, duration: elapsed, failure: nil)
             record(index, rtt: Self.seconds(elapsed), success: true)

@@ -157,14 +157,18 @@ package enum DNSAnswers {
 
     /// The response to a lookup that ended in `code`: NXDOMAIN and NODATA with `negativeTTL` for
     /// HTTP caches, the rest with their RCODE.
+    /// A negative answer carries the zone's SOA in its authority section when the upstream sent
+    /// one (RFC 2308 §3), its TTL what remains of the cached answer's, and that TTL for HTTP caches.
     package static func response(to query: DNSQuery, _ error: DNSError, negativeTTL: UInt32) -> Answer {
-        response(to: query, error.code, negativeTTL: negativeTTL, dnssec: error.dnssec, detail: error.message)
+        response(to: query, error.code, negativeTTL: negativeTTL, dnssec: error.dnssec, detail: error.message, authority: error.authority)
     }
 
     /// As above from the code alone; `dnssec` labels a proven denial (AD) or a bogus answer (EDE 6,
     /// "DNSSEC Bogus", with `detail` as its extra text).
-    static func response(to query: DNSQuery, _ code: DNSError.Code, negativeTTL: UInt32, dnssec: DNSSECStatus? = nil, detail: String? = nil) -> Answer
-    {
+    static func response(
+        to query: DNSQuery, _ code: DNSError.Code, negativeTTL: UInt32, dnssec: DNSSECStatus? = nil, detail: String? = nil,
+        authority: NegativeAuthority? = nil
+    ) -> Answer {
         let rcode: ResponseCode =
             switch code {
             case .nxdomain: .nameError
@@ -174,10 +178,11 @@ package enum DNSAnswers {
             case .rejectedPrivate, .refused: .refused
             default: .serverFailure
             }
-        // The engine keeps the zone's SOA to itself: a negative answer goes without one, and HTTP
-        // caches get the configured negative TTL.
-        let ttl = code == .nxdomain || code == .nodata ? negativeTTL : 0
+        let negative = code == .nxdomain || code == .nodata
+        // Without an SOA (vendor APIs, the system resolver), HTTP caches get the configured negative TTL.
+        let ttl = negative ? authority.map { min($0.ttl, negativeTTL) } ?? negativeTTL : 0
         var writer = DNSResponseWriter(answering: query, rcode: rcode.rawValue)
+        if negative, let authority, query.question.name.isWithin(authority.zone) { writer.appendAuthority(authority) }
         if code == .dnssecBogus { writer.extendedError = (6, detail ?? "DNSSEC Bogus") }
         if dnssec == .secure, code == .nxdomain || code == .nodata, query.wantsAuthenticData { writer.markAuthentic() }
         return Answer(bytes: writer.finish(), minTTL: ttl, provenance: Provenance(source: "error", dnssec: dnssec?.name))

@@ -20,6 +20,7 @@ package struct DNSResponseWriter {
 
     private(set) var bytes: [UInt8]
     private var answerCount: UInt16 = 0
+    private var authorityCount: UInt16 = 0
     /// Records left out because they would not fit in ``maxMessageSize``.
     private(set) var omittedRecords = 0
     private let edns: DNSQuery.EDNS?
@@ -102,11 +103,57 @@ package struct DNSResponseWriter {
     }
 
     private mutating func appendOwner(_ owner: Int, type: RecordType, ttl: UInt32) {
+        assert(authorityCount == 0, "answers go before the authority section")
         bytes.append16(0xc000 | UInt16(owner))
         bytes.append16(type.rawValue)
         bytes.append16(DNSMessage.classIN)
         bytes.append32(ttl)
         answerCount += 1
+    }
+
+    /// Appends the zone's SOA to the authority section (a negative answer's, RFC 2308 §3), after
+    /// every answer record. Its owner is a pointer into the question's name when the zone is that
+    /// name or a suffix of it as the client wrote it, else written out; the SOA's own names are
+    /// written out. At most 3 × 255 + 20 bytes of RDATA, so it always fits a message that holds
+    /// only the question.
+    mutating func appendAuthority(_ authority: NegativeAuthority) {
+        let rdata = DNSMessage.RecordData.soa(authority.soa).wire
+        let owner = Self.suffixOffset(of: authority.zone, inNameAt: Self.questionNameOffset, of: bytes)
+        let ownerBytes = owner == nil ? authority.zone.wire.count : 2
+        guard bytes.count + ownerBytes + 10 + rdata.count + (edns == nil ? 0 : Self.optReserve) <= Self.maxMessageSize else {
+            omittedRecords += 1
+            return
+        }
+        if let owner {
+            bytes.append16(0xc000 | UInt16(owner))
+        } else {
+            bytes.append(contentsOf: authority.zone.wire)
+        }
+        bytes.append16(RecordType.soa.rawValue)
+        bytes.append16(DNSMessage.classIN)
+        bytes.append32(authority.ttl)
+        bytes.append16(UInt16(rdata.count))
+        bytes.append(contentsOf: rdata)
+        authorityCount += 1
+    }
+
+    /// Where, inside the uncompressed name at `start` in `message`, the labels that spell `zone`
+    /// begin (compared case-insensitively); nil when the name does not end in it or is not plainly
+    /// written there (a pointer, or a length past the end).
+    static func suffixOffset(of zone: DomainName, inNameAt start: Int, of message: [UInt8]) -> Int? {
+        var index = start
+        while index < message.count {
+            let length = Int(message[index])
+            guard length <= DomainName.maxLabelLength else { return nil }
+            if index + zone.wire.count <= message.count,
+                zone.wire.indices.allSatisfy({ Self.lowercase(message[index + $0]) == zone.wire[$0] })
+            {
+                return index
+            }
+            if length == 0 { return nil }
+            index += length + 1
+        }
+        return nil
     }
 
     /// The finished message: answer count filled in, and the OPT record when the query had EDNS.
@@ -117,6 +164,8 @@ package struct DNSResponseWriter {
         bytes = []
         out[6] = UInt8(answerCount >> 8)
         out[7] = UInt8(truncatingIfNeeded: answerCount)
+        out[8] = UInt8(authorityCount >> 8)
+        out[9] = UInt8(truncatingIfNeeded: authorityCount)
         if let edns {
             out[11] = 1
             Self.appendOPT(&out, extendedRcode: extendedRcode, dnssecOK: edns.dnssecOK, extendedError: extendedError)

@@ -22,6 +22,10 @@ struct DoTUpstream: MessageExchanging {
     var source: Resolution.Source { .dot }
 
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        try await lookup(question, timeout: timeout).answer
+    }
+
+    func lookup(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> UpstreamAnswer {
         try await queryByExchange(question, timeout: timeout, flagging: flaggedAliases)
     }
 

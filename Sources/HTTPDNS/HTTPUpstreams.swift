@@ -31,6 +31,10 @@ struct DoHUpstream: MessageExchanging {
     var source: Resolution.Source { .doh }
 
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        try await lookup(question, timeout: timeout).answer
+    }
+
+    func lookup(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> UpstreamAnswer {
         try await queryByExchange(question, timeout: timeout, flagging: flaggedAliases)
     }
 
@@ -91,13 +95,13 @@ extension DoHSession.Target {
 extension MessageExchanging {
     /// An address question as one whole-message exchange: a padded query with ID 0 (RFC 8484 §4.1:
     /// identical queries are identical HTTP requests; DoT puts its own ID on the wire), the answer
-    /// checked for ID, question and CNAME chain.
+    /// checked for ID, question and CNAME chain; a negative answer with its zone's SOA.
     func queryByExchange(
         _ question: DNSMessage.Question, timeout: Duration, flagging: (@Sendable (DomainName) -> Bool)? = nil
-    ) async throws(DNSError) -> AddressAnswer {
+    ) async throws(DNSError) -> UpstreamAnswer {
         let wire = DNSMessage.query(name: question.name, type: question.type, id: 0)
         let response = try await exchange(wire, timeout: timeout)
-        return try DNSMessage.answer(decoding: response, to: question, id: 0, flagging: flagging)
+        return try DNSMessage.upstreamAnswer(decoding: response, to: question, id: 0, flagging: flagging)
     }
 }
 
@@ -117,6 +121,10 @@ struct JSONUpstream: DNSUpstream {
     var source: Resolution.Source { .json }
 
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        try await lookup(question, timeout: timeout).answer
+    }
+
+    func lookup(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> UpstreamAnswer {
         var request = transport.request(for: endpoint, timeout: timeout)
         let separator = endpoint.url.contains("?") ? "&" : "?"
         let name = question.name.description
@@ -124,7 +132,9 @@ struct JSONUpstream: DNSUpstream {
         request.headers.append("Accept: application/dns-json")
         let response = try await transport.perform(request, endpoint: endpoint)
         try HTTPTransport.check(response, accepting: Self.contentTypes)
-        return try Self.message(fromJSON: response.body).answer(to: question, id: 0, flagging: flaggedAliases)
+        let message = try Self.message(fromJSON: response.body)
+        let answer = try message.answer(to: question, id: 0, flagging: flaggedAliases)
+        return UpstreamAnswer(answer, authority: message.negativeAuthority(for: question, answer: answer))
     }
 
     /// The JSON API's shape; unknown members (`Comment`, `edns_client_subnet`) are ignored.

@@ -218,4 +218,60 @@ import Testing
         let bare = try DNSMessage(decoding: DNSAnswers.response(to: plain, DNSError(.dnssecBogus, reason), negativeTTL: 30).bytes)
         #expect(bare.responseCode == .serverFailure && bare.additionals.isEmpty)
     }
+
+    static let authority = NegativeAuthority(
+        zone: try! DomainName("hd.test"),
+        soa: DNSMessage.SOA(
+            primary: try! DomainName("ns.hd.test"), mailbox: try! DomainName("hostmaster.hd.test"), serial: 7, refresh: 3600,
+            retry: 600, expire: 86400, minimum: 60),
+        ttl: 42)
+
+    @Test func aNegativeAnswerCarriesTheZonesSOAInItsAuthoritySection() throws {
+        for (code, rcode) in [(DNSError.Code.nxdomain, ResponseCode.nameError), (.nodata, .noError)] {
+            for edns in [nil, Wire.opt(dnssecOK: true)] {
+                let query = try DNSQuery(Wire.query("No.Pe.HD.test", edns: edns))
+                var error = DNSError(code, "scripted")
+                error.authority = Self.authority
+                let answer = DNSAnswers.response(to: query, error, negativeTTL: 300)
+                #expect(answer.minTTL == 42, "HTTP caches keep it as long as the SOA says")
+                let message = try DNSMessage(decoding: answer.bytes)
+                #expect(message.responseCode == rcode && message.answers.isEmpty)
+                #expect(Array(answer.bytes[8..<10]) == [0, 1], "NSCOUNT 1")
+                let soa = try #require(message.authorities.first)
+                #expect(message.authorities.count == 1 && soa.type == .soa && soa.ttl == 42 && soa.name.description == "hd.test")
+                #expect(soa.data == .soa(Self.authority.soa))
+                // The owner is a pointer to the question's "HD.test" (offset 12 + 3 + 3): two bytes.
+                let owner = 12 + Wire.question("No.Pe.HD.test").count
+                #expect(Array(answer.bytes[owner..<(owner + 2)]) == [0xc0, 18])
+                #expect(message.additionals.count == (edns == nil ? 0 : 1), "the OPT record after it")
+            }
+        }
+    }
+
+    @Test func theSOAGoesOnlyWithANegativeAnswerForANameInItsZone() throws {
+        let query = try DNSQuery(Wire.query("www.other.test"))
+        var error = DNSError(.nxdomain, "scripted")
+        error.authority = Self.authority
+        let outside = try DNSMessage(decoding: DNSAnswers.response(to: query, error, negativeTTL: 300).bytes)
+        #expect(outside.authorities.isEmpty, "hd.test says nothing about www.other.test")
+        error = DNSError(.serverFailure, "scripted")
+        error.authority = Self.authority
+        let failed = try DNSMessage(decoding: DNSAnswers.response(to: try DNSQuery(Wire.query("www.hd.test")), error, negativeTTL: 300).bytes)
+        #expect(failed.authorities.isEmpty && failed.responseCode == .serverFailure)
+        // Without one (a vendor API, the system resolver): no authority, the configured TTL for HTTP.
+        let bare = DNSAnswers.response(to: try DNSQuery(Wire.query("www.hd.test")), DNSError(.nodata, "x"), negativeTTL: 30)
+        #expect(try DNSMessage(decoding: bare.bytes).authorities.isEmpty && bare.minTTL == 30)
+    }
+
+    @Test func theSuffixOfTheQuestionNameIsFoundOnlyAtALabelBoundary() {
+        let message = Wire.header() + Wire.question("ab.hd.test")
+        #expect(DNSResponseWriter.suffixOffset(of: try! DomainName("hd.test"), inNameAt: 12, of: message) == 15)
+        #expect(DNSResponseWriter.suffixOffset(of: try! DomainName("ab.hd.test"), inNameAt: 12, of: message) == 12)
+        #expect(DNSResponseWriter.suffixOffset(of: try! DomainName("."), inNameAt: 12, of: message) == 23)
+        #expect(DNSResponseWriter.suffixOffset(of: try! DomainName("b.hd.test"), inNameAt: 12, of: message) == nil)
+        // A name cut short, a pointer, a label past the end: nil, never a read past the end.
+        #expect(DNSResponseWriter.suffixOffset(of: try! DomainName("hd.test"), inNameAt: 12, of: Array(message.prefix(18))) == nil)
+        #expect(DNSResponseWriter.suffixOffset(of: try! DomainName("hd.test"), inNameAt: 12, of: Wire.header() + [0xc0, 12]) == nil)
+        #expect(DNSResponseWriter.suffixOffset(of: try! DomainName("hd.test"), inNameAt: 12, of: Wire.header() + [40, 1, 2]) == nil)
+    }
 }

@@ -20,6 +20,8 @@ public final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
         /// Waits this long (bounded by the granted timeout, which then fails as `timeout`), then
         /// answers with the addresses.
         case slow(Duration, [String])
+        /// NXDOMAIN (or NODATA) with the zone's SOA, as a DNS-message upstream returns it.
+        case denied(nxdomain: Bool, NegativeAuthority)
     }
 
     public struct Event: Sendable, Equatable {
@@ -61,17 +63,23 @@ public final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
     public var queries: Int { state.withLock { $0.log.count } }
 
     public func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+        try await lookup(question, timeout: timeout).answer
+    }
+
+    public func lookup(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> UpstreamAnswer {
         let reply = state.withLock { state -> Reply in
             state.log.append(Event(name: question.name.description, type: question.type, timeout: timeout))
             return state.script(question.type)
         }
         switch reply {
         case let .addresses(ips, ttl):
-            return Self.answer(ips, ttl: ttl, question: question)
+            return UpstreamAnswer(Self.answer(ips, ttl: ttl, question: question))
         case let .nxdomain(minimum):
-            return .nxdomain(negativeTTL: minimum)
+            return UpstreamAnswer(.nxdomain(negativeTTL: minimum))
         case .nodata:
-            return .nodata(negativeTTL: nil)
+            return UpstreamAnswer(.nodata(negativeTTL: nil))
+        case let .denied(nxdomain, authority):
+            return UpstreamAnswer(nxdomain ? .nxdomain(negativeTTL: authority.ttl) : .nodata(negativeTTL: authority.ttl), authority: authority)
         case let .fail(code):
             throw DNSError(code, "scripted \(code.rawValue)")
         case let .slow(delay, ips):
@@ -81,7 +89,7 @@ public final class ScriptedUpstream: DNSUpstream, @unchecked Sendable {
                 throw DNSError(.cancelled, "cancelled")
             }
             if delay > timeout { throw DNSError(.timeout, "no answer within \(timeout)") }
-            return Self.answer(ips, ttl: 300, question: question)
+            return UpstreamAnswer(Self.answer(ips, ttl: 300, question: question))
         }
     }
 
