@@ -102,13 +102,7 @@ extension DNSMessage {
     public static func answer(
         decoding bytes: [UInt8], to question: Question, id: UInt16?, flagging: (@Sendable (DomainName) -> Bool)? = nil
     ) throws(DNSError) -> AddressAnswer {
-        let message: DNSMessage
-        do {
-            message = try DNSMessage(decoding: bytes)
-        } catch {
-            throw DNSError(error.code, error.description)
-        }
-        return try message.answer(to: question, id: id ?? message.id, flagging: flagging)
+        try upstreamAnswer(decoding: bytes, to: question, id: id, flagging: flagging).answer
     }
 
     /// The first name in the answer section for which `listed` holds: any record's owner or any

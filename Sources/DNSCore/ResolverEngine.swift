@@ -53,7 +53,11 @@ package final class ResolverEngine: Sendable {
         let logger = logger ?? .silent
         self.metrics = ResolverMetrics(factory: metrics, upstreams: upstreams.map(\.identifier))
         self.logger = logger
-        self.pool = UpstreamPool(upstreams, strategy: options.strategy, clock: clock, metrics: self.metrics, logger: logger)
+        let probe = DNSMessage.Question(name: (try? DomainName(options.healthCheckName)) ?? .root, type: options.healthCheckType)
+        self.pool = UpstreamPool(
+            upstreams, strategy: options.strategy, clock: clock, probe: probe, probeTimeout: options.timeout, spawner: spawner,
+            hedging: options.hedging,
+            metrics: self.metrics, logger: logger)
         self.cache = ResolutionCache(capacity: options.cacheCapacity)
         self.fallback = fallback
         self.clock = clock

@@ -21,6 +21,7 @@ import Synchronization
 /// | `httpdns_upstream_duration_seconds` | timer | `upstream` |
 /// | `httpdns_upstream_failures_total` | counter | `upstream`, `code` |
 /// | `httpdns_upstream_circuit_open` | gauge (0/1) | `upstream` |
+/// | `httpdns_upstream_probes_total` | counter | `upstream` (health probes of an open circuit) |
 package final class ResolverMetrics: Sendable {
     package let hits: Counter
     package let misses: Counter
@@ -37,6 +38,7 @@ package final class ResolverMetrics: Sendable {
     package let blocked: Counter
     private let latency: [String: CoreMetrics.Timer]
     private let circuit: [String: Gauge]
+    private let probes: [String: Counter]
     private let factory: any MetricsFactory
     /// Failure counters by upstream and code, made on first use (failures are rare).
     private let failures = Mutex<[String: Counter]>([:])
@@ -58,7 +60,9 @@ package final class ResolverMetrics: Sendable {
         blocked = Counter(label: "httpdns_local_answers_total", dimensions: [("kind", "blocked")], factory: factory)
         var latency: [String: CoreMetrics.Timer] = [:]
         var circuit: [String: Gauge] = [:]
+        var probes: [String: Counter] = [:]
         for upstream in upstreams {
+            probes[upstream] = Counter(label: "httpdns_upstream_probes_total", dimensions: [("upstream", upstream)], factory: factory)
             latency[upstream] = CoreMetrics.Timer(
                 label: "httpdns_upstream_duration_seconds",
                 dimensions: [("upstream", upstream)], factory: factory)
@@ -68,6 +72,12 @@ package final class ResolverMetrics: Sendable {
         }
         self.latency = latency
         self.circuit = circuit
+        self.probes = probes
+    }
+
+    /// Counts a health probe of `upstream`'s open circuit.
+    package func recordProbe(upstream: String) {
+        probes[upstream]?.increment()
     }
 
     /// Records one exchange with `upstream` that took `duration`, and its failure code if it failed.

@@ -45,6 +45,21 @@ public struct ResolverOptions: Sendable, Hashable {
     public var prefetch = true
     /// Entries the cache holds at most. Default 100,000.
     public var cacheCapacity = 100_000
+    /// Hedged lookups: when an upstream has not answered within a high quantile of its recent
+    /// round-trip times (smoothed RTT plus four deviations, 50 ms to 1 s; 200 ms before it is
+    /// measured), the next upstream is asked too and the first answer wins — so a blackholed or
+    /// stalled upstream costs a lookup that delay, not its share of ``timeout``. The question then
+    /// goes to two upstreams. Default true; the `race` strategy asks two from the start.
+    public var hedging = true
+    /// The name a background probe asks an upstream whose circuit is open (dnsdist's `checkName`):
+    /// a tripped upstream is asked again by lookups only after it has answered this, so that no
+    /// user waits on a dead upstream's trial. The probe passes on an answer, NXDOMAIN or NODATA;
+    /// SERVFAIL, REFUSED or no answer fail it and double the wait before the next. Default `.`
+    /// (the root), which every recursive resolver answers; an invalid name is read as the root.
+    public var healthCheckName = "."
+    /// The type the probe asks. Default NS (with the root: the question every resolver answers
+    /// from its priming).
+    public var healthCheckType: RecordType = .ns
 
     public init(timeout: Duration = .seconds(3), allowPrivate: Bool = false) {
         self.timeout = timeout

@@ -22,14 +22,26 @@ package struct PoolOutcome: Sendable {
 
 /// Trusted upstreams with a selection strategy and a circuit breaker per upstream.
 ///
-/// An upstream that fails `failureThreshold` times in a row is skipped (tried last) for a backoff
-/// that starts at `baseBackoff` and doubles up to `maxBackoff`; after it, one query re-probes it.
+/// An upstream that fails `failureThreshold` times in a row has its circuit opened: it goes last
+/// in every order, asked by a lookup only when every other upstream has failed it. Health is then
+/// learned off the users' path (dnsdist's health checks): once a backoff has passed — `baseBackoff`,
+/// doubling after each failed probe up to `maxBackoff` — the next order spawns one probe (the
+/// `probe` question, on the spawner) and only its answer closes the circuit. Before, the first
+/// lookup after the backoff was the trial, and it waited the dead upstream's share of the budget.
 package final class UpstreamPool: Sendable {
     package struct Health: Sendable {
         package var rtt: Double? = nil
+        /// The smoothed mean deviation of the round-trip time (RFC 6298's RTTVAR), in seconds.
+        package var rttDeviation: Double = 0
         package var consecutiveFailures = 0
+        /// When the next probe of an open circuit is due; nil while closed.
         package var openUntil: ResolverInstant? = nil
+        /// The wait before the next probe; zero while the circuit is closed.
         package var backoff: Duration = .zero
+        /// A probe of this upstream is in flight.
+        package var probing = false
+        /// Whether the circuit is open: tried last, and closed only by an answer.
+        package var isOpen: Bool { backoff != .zero }
         package var lastUsed: ResolverInstant? = nil
         /// When the upstream last answered at the DNS level: an answer, NXDOMAIN, NODATA, or an
         /// RCODE such as SERVFAIL or REFUSED (it is reachable and speaking DNS).
@@ -62,12 +74,23 @@ package final class UpstreamPool: Sendable {
     private let queries = Atomic<Int>(0)
     private let metrics: ResolverMetrics
     private let logger: Logger
+    /// What a probe of an open circuit asks, within `probeTimeout`; where probes run.
+    private let probe: DNSMessage.Question
+    private let probeTimeout: Duration
+    private let spawner: any TaskSpawner
+    /// Whether a lookup asks the next upstream too when one has not answered within its hedge delay.
+    private let hedging: Bool
 
     package init(
         _ upstreams: [any DNSUpstream], strategy: UpstreamStrategy = .ordered, clock: any ResolverClock,
         failureThreshold: Int = 3, baseBackoff: Duration = .seconds(1), maxBackoff: Duration = .seconds(60),
-        metrics: ResolverMetrics? = nil, logger: Logger = .silent
+        probe: DNSMessage.Question = DNSMessage.Question(name: .root, type: .ns), probeTimeout: Duration = .seconds(3),
+        spawner: any TaskSpawner = UnstructuredTasks(), hedging: Bool = true, metrics: ResolverMetrics? = nil, logger: Logger = .silent
     ) {
+        self.hedging = hedging
+        self.probe = probe
+        self.probeTimeout = probeTimeout
+        self.spawner = spawner
         self.upstreams = upstreams
         self.metrics = metrics ?? ResolverMetrics(factory: nil, upstreams: upstreams.map(\.identifier))
         self.logger = logger
@@ -82,17 +105,17 @@ package final class UpstreamPool: Sendable {
     /// A copy of each upstream's health, in configured order.
     package var healthSnapshot: [Health] { health.withLock { $0 } }
 
-    /// Whether upstream `index`'s circuit is open (skipped) now.
+    /// Whether upstream `index`'s circuit is open (tried last until a probe closes it).
     package func isOpen(_ index: Int) -> Bool {
-        let now = clock.now
-        return health.withLock { $0[index].openUntil.map { now < $0 } ?? false }
+        health.withLock { $0[index].isOpen }
     }
 
-    /// The order in which upstreams are tried now.
+    /// The order in which upstreams are tried now; starts the probes that are due.
     package func order() -> [Int] {
         let now = clock.now
         let count = queries.add(1, ordering: .relaxed).newValue
-        let snapshot = health.withLock { $0 }
+        let (snapshot, due) = health.withLock { all in (all, Self.claimDueProbes(&all, now: now)) }
+        for index in due { startProbe(index) }
         var indices = Array(upstreams.indices)
         switch strategy {
         case .ordered:
@@ -112,11 +135,39 @@ package final class UpstreamPool: Sendable {
                 indices.insert(stalest, at: 0)
             }
         }
-        // Open circuits go last: tried only when every closed one has failed. (No copies when none
-        // is open: this runs once per query.)
-        func isOpen(_ index: Int) -> Bool { snapshot[index].openUntil.map { now < $0 } ?? false }
+        // Open circuits go last, the one whose probe is due soonest first: tried only when every
+        // closed one has failed. (No copies when none is open: this runs once per query.)
+        func isOpen(_ index: Int) -> Bool { snapshot[index].isOpen }
         guard indices.contains(where: isOpen) else { return indices }
-        return indices.filter { !isOpen($0) } + indices.filter(isOpen)
+        let open = indices.filter(isOpen).sorted { (snapshot[$0].openUntil ?? now, $0) < (snapshot[$1].openUntil ?? now, $1) }
+        return indices.filter { !isOpen($0) } + open
+    }
+
+    /// The open circuits whose probe is due at `now` and not yet running, marked as probing.
+    private static func claimDueProbes(_ all: inout [Health], now: ResolverInstant) -> [Int] {
+        var due: [Int] = []
+        for index in all.indices where all[index].isOpen && !all[index].probing && (all[index].openUntil.map { $0 <= now } ?? true) {
+            all[index].probing = true
+            due.append(index)
+        }
+        return due
+    }
+
+    /// Starts the probes that are due now: what keeps an open circuit's probes going while no
+    /// lookup reaches the pool (the daemon's readiness loop calls it).
+    package func probeDue() {
+        let now = clock.now
+        for index in health.withLock({ Self.claimDueProbes(&$0, now: now) }) { startProbe(index) }
+    }
+
+    /// Asks upstream `index` the probe question on the spawner; its outcome opens or closes the
+    /// circuit as any exchange's does (a failure doubles the backoff).
+    private func startProbe(_ index: Int) {
+        metrics.recordProbe(upstream: upstreams[index].identifier)
+        spawner.spawn { [self] in
+            _ = await ask(index, probe, timeout: probeTimeout)
+            health.withLock { $0[index].probing = false }
+        }
     }
 
     /// Asks the upstreams until one answers or the clock's `deadline` passes. NXDOMAIN and NODATA
@@ -130,24 +181,132 @@ package final class UpstreamPool: Sendable {
             let share = (deadline - clock.now) * 2 / (order.count + 2)
             if let outcome = await race(question, pair, timeout: share, failures: &failures) { return outcome }
         }
-        for (position, index) in order.enumerated() {
-            let remaining = deadline - clock.now
-            guard remaining > .milliseconds(1), !Task.isCancelled else { break }
-            // The remaining budget shared among the upstreams still to try: a blackholed first
-            // upstream cannot starve the others.
-            let share = remaining / (order.count - position)
-            switch await ask(index, question, timeout: share) {
-            case let .success(answer):
-                return PoolOutcome(answer: answer, upstream: upstreams[index], failures: failures)
-            case let .failure(error):
-                failures.append(.init(upstream: upstreams[index].identifier, code: error.code, message: error.message))
-                if error.code == .cancelled { return PoolOutcome(failures: failures) }
+        guard hedging, order.count >= 2 else {
+            for (position, index) in order.enumerated() {
+                let remaining = deadline - clock.now
+                guard remaining > .milliseconds(1), !Task.isCancelled else { break }
+                // The remaining budget shared among the upstreams still to try: a blackholed first
+                // upstream cannot starve the others.
+                let share = remaining / (order.count - position)
+                switch await ask(index, question, timeout: share) {
+                case let .success(answer):
+                    return PoolOutcome(answer: answer, upstream: upstreams[index], failures: failures)
+                case let .failure(error):
+                    failures.append(.init(upstream: upstreams[index].identifier, code: error.code, message: error.message))
+                    if error.code == .cancelled { return PoolOutcome(failures: failures) }
+                }
             }
+            return Self.exhausted(failures, first: upstreams.first)
         }
-        if failures.isEmpty, let first = upstreams.first {
+        return await hedged(question, order, deadline: deadline, failures: failures)
+    }
+
+    private static func exhausted(_ failures: [DNSError.Attempt], first: (any DNSUpstream)?) -> PoolOutcome {
+        var failures = failures
+        if failures.isEmpty, let first {
             failures.append(.init(upstream: first.identifier, code: .timeout, message: "the time budget ran out"))
         }
         return PoolOutcome(failures: failures)
+    }
+
+    private enum HedgeEvent: Sendable {
+        case finished(Int, Result<UpstreamAnswer, DNSError>)
+        /// The hedge delay of the attempt started `position`-th ran out.
+        case timer(position: Int)
+    }
+
+    /// The upstreams in `order`, each one started when the one before it has failed or has not
+    /// answered within its hedge delay (``hedgeDelay(_:)``); the first answer wins. An attempt still
+    /// running when another upstream answered counts as a failed one (it did not answer in time):
+    /// three in a row open its circuit like any other failures, so a blackholed upstream costs its
+    /// hedge delay three times, not its share of the budget on every lookup.
+    private func hedged(
+        _ question: DNSMessage.Question, _ order: [Int], deadline: ResolverInstant, failures: [DNSError.Attempt]
+    ) async -> PoolOutcome {
+        var failures = failures
+        return await withTaskGroup(of: HedgeEvent.self) { group in
+            var started: [(index: Int, at: ResolverInstant)] = []
+            var running = 0
+            func startNext() -> Bool {
+                let position = started.count
+                let remaining = deadline - clock.now
+                guard order.count > position, remaining > .milliseconds(1), !Task.isCancelled else { return false }
+                let index = order[position]
+                let share = remaining / (order.count - position)
+                started.append((index, clock.now))
+                running += 1
+                group.addTask { .finished(index, await self.ask(index, question, timeout: share)) }
+                let delay = hedgeDelay(index)
+                if position + 1 < order.count, delay < share {
+                    group.addTask {
+                        do { try await self.clock.sleep(for: delay) } catch { return .timer(position: -1) }
+                        return .timer(position: position)
+                    }
+                }
+                return true
+            }
+            _ = startNext()
+            while let event = await group.next() {
+                switch event {
+                case let .finished(index, .success(answer)):
+                    group.cancelAll()
+                    let now = clock.now
+                    for attempt in started
+                    where attempt.index != index && !failures.contains(where: { $0.upstream == upstreams[attempt.index].identifier }) {
+                        let elapsed = now - attempt.at
+                        hedgedAway(attempt.index, after: elapsed, question: question)
+                        failures.append(
+                            .init(
+                                upstream: upstreams[attempt.index].identifier, code: .timeout,
+                                message: "no answer in \(Int(Self.seconds(elapsed) * 1000)) ms, when \(upstreams[index].identifier) answered (hedged)"
+                            ))
+                    }
+                    return PoolOutcome(answer: answer, upstream: upstreams[index], failures: failures)
+                case let .finished(index, .failure(error)):
+                    running -= 1
+                    failures.append(.init(upstream: upstreams[index].identifier, code: error.code, message: error.message))
+                    if error.code == .cancelled {
+                        group.cancelAll()
+                        return PoolOutcome(failures: failures)
+                    }
+                    // A failure starts the next at once (unless a hedge already did).
+                    if running == 0, !startNext() {
+                        group.cancelAll()
+                        return Self.exhausted(failures, first: upstreams.first)
+                    }
+                case let .timer(position):
+                    // The newest attempt's delay ran out and it is still running: ask the next too.
+                    if position == started.count - 1, running > 0 { _ = startNext() }
+                }
+            }
+            return Self.exhausted(failures, first: upstreams.first)
+        }
+    }
+
+    /// How long an attempt at upstream `index` may go unanswered before the next upstream is asked
+    /// too: its smoothed RTT plus four mean deviations (RFC 6298's retransmission timer, a high
+    /// quantile of its recent latency), at least 50 ms (unbound's `infra-cache-min-rtt`) and at
+    /// most 1 s; 200 ms for an upstream not yet measured.
+    package func hedgeDelay(_ index: Int) -> Duration {
+        let (rtt, deviation) = health.withLock { ($0[index].rtt, $0[index].rttDeviation) }
+        guard let rtt else { return Self.unmeasuredHedgeDelay }
+        let seconds = min(max(rtt + 4 * deviation, 0.05), 1)
+        return .nanoseconds(Int64(seconds * 1e9))
+    }
+
+    static let unmeasuredHedgeDelay = Duration.milliseconds(200)
+
+    /// An attempt that had not answered when another upstream did: a failed exchange for its
+    /// circuit and its RTT (it took at least this long), never an error the caller sees.
+    private func hedgedAway(_ index: Int, after elapsed: Duration, question: DNSMessage.Question) {
+        let upstream = upstreams[index].identifier
+        metrics.recordExchange(upstream: upstream, duration: elapsed, failure: .timeout)
+        logger.debug(
+            "upstream outrun by a hedged query",
+            metadata: [
+                "upstream": "\(upstream)", "name": "\(question.name)", "type": "\(question.type)", "after_seconds": "\(Self.seconds(elapsed))",
+            ])
+        record(index, rtt: Self.seconds(elapsed), success: false)
     }
 
     private func race(
@@ -212,6 +371,7 @@ package final class UpstreamPool: Sendable {
     /// within `timeout`; the outcomes update health as any query does. What keeps readiness true to
     /// the upstreams while every answer comes from the cache.
     package func probeIdle(_ probe: DNSMessage.Question, idle: Duration, timeout: Duration) async {
+        probeDue()
         let now = clock.now
         let due = health.withLock { all in all.indices.filter { index in all[index].lastExchange.map { now - $0 >= idle } ?? true } }
         await withTaskGroup(of: Void.self) { group in
@@ -227,7 +387,13 @@ package final class UpstreamPool: Sendable {
         let (wasOpen, isOpen, backoff) = health.withLock { all in
             var entry = all[index]
             let wasOpen = entry.backoff != .zero
-            entry.rtt = entry.rtt.map { $0 * 0.7 + rtt * 0.3 } ?? rtt
+            if let smoothed = entry.rtt {
+                entry.rttDeviation = entry.rttDeviation * 0.7 + abs(smoothed - rtt) * 0.3
+                entry.rtt = smoothed * 0.7 + rtt * 0.3
+            } else {
+                entry.rtt = rtt
+                entry.rttDeviation = rtt / 2
+            }
             entry.lastUsed = now
             switch success {
             case true?:
@@ -251,7 +417,7 @@ package final class UpstreamPool: Sendable {
         metrics.recordCircuit(upstream: upstream, open: isOpen)
         if isOpen {
             logger.warning(
-                "upstream circuit opened: skipped until re-probed",
+                "upstream circuit opened: tried last until a probe is answered",
                 metadata: [
                     "upstream": "\(upstream)", "backoff_seconds": "\(Self.seconds(backoff))",
                 ])

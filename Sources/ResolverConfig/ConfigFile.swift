@@ -346,7 +346,7 @@ private struct Reader {
         var caFile: String?
         let keys: Set<String> = [
             "upstreams", "ca_file", "allow_private", "fallback", "system_dns", "cache", "listen",
-            "dns_listen", "watch", "timeout", "strategy", "prefer_ipv6", "preresolve", "tls",
+            "dns_listen", "watch", "timeout", "strategy", "hedging", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
             "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl", "forward", "query_log",
             "rate_limit", "dot_listen",
@@ -399,6 +399,7 @@ private struct Reader {
                 config.daemon.user = user
             case "timeout": options.timeout = try seconds(value, key, allowZero: false)
             case "strategy": options.strategy = try enumeration(value, key, UpstreamStrategy.self)
+            case "hedging": options.hedging = try bool(value, key)
             case "prefer_ipv6": options.preferIPv6 = try bool(value, key)
             case "preresolve":
                 config.lookup.preresolve = try strings(value, key)

@@ -36,8 +36,13 @@ final class Runtime: Sendable {
     convenience init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger) throws(DNSError) {
         let system = try SystemResolver(servers: config.lookup.systemDNS)
         let forwarders = Mutex<[SystemResolver]>([])
+        var options = config.lookup.options
+        // An open circuit's health probe asks what readiness asks (`readiness.probe`, …, the root's NS).
+        let probe = config.readinessProbe
+        options.healthCheckName = probe.name.description
+        options.healthCheckType = probe.type
         let resolver = try HTTPDNSResolver(
-            configuration: config.lookup.configuration, options: config.lookup.options,
+            configuration: config.lookup.configuration, options: options,
             fallback: config.lookup.options.fallback == .system ? system : nil, metrics: metrics, logger: logger,
             plainDNS: { server throws(DNSError) in
                 let resolver = try SystemResolver(servers: [server])
@@ -90,11 +95,7 @@ final class Runtime: Sendable {
     }
 
     /// The question that keeps readiness true while answers come from the cache (`readiness.probe`).
-    var readinessProbe: DNSMessage.Question {
-        let name = config.daemon.readiness.probe ?? config.daemon.watch.first?.host ?? config.lookup.preresolve.first
-        if let name, let domain = try? DomainName(name) { return DNSMessage.Question(name: domain, type: .a) }
-        return DNSMessage.Question(name: .root, type: .ns)
-    }
+    var readinessProbe: DNSMessage.Question { config.readinessProbe }
 }
 
 /// The last health check of a watched host.
@@ -815,5 +816,15 @@ struct WatchdogPinger: Service {
                 try? await Task.sleep(for: interval)
             }
         }
+    }
+}
+
+extension ConfigFile {
+    /// The question readiness and the upstreams' health probes ask: `readiness.probe`, else the first
+    /// watched host, else the first pre-resolved name (type A), else the root's NS.
+    var readinessProbe: DNSMessage.Question {
+        let name = daemon.readiness.probe ?? daemon.watch.first?.host ?? lookup.preresolve.first
+        if let name, let domain = try? DomainName(name) { return DNSMessage.Question(name: domain, type: .a) }
+        return DNSMessage.Question(name: .root, type: .ns)
     }
 }

@@ -67,7 +67,8 @@ import Testing
         let engine = engine([broken, healthy])
         for name in ["www.hd.test", "other.hd.test"] {
             let lookup = Task { try await engine.resolve(name, type: .a) }
-            await clock.waitForSleepers(1)  // the healthy upstream is answering
+            // The healthy upstream is answering, and the broken one's hedge timer (200 ms) still runs.
+            await clock.waitForSleepers(2)
             clock.advance(by: .milliseconds(20))
             _ = try await lookup.value
         }
@@ -96,8 +97,11 @@ import Testing
         #expect(logs.entries.filter { $0.level == .debug && $0.message.description == "upstream query failed" }.count == 3)
 
         broken.reply(.addresses(["198.18.0.2"], ttl: 300))
-        clock.advance(by: .seconds(2))  // past the 1 s backoff: re-probed, answers, closes
-        _ = try await engine.resolve("n9.hd.test", type: .a)
+        clock.advance(by: .seconds(2))  // past the 1 s backoff: the next lookup starts a probe, whose answer closes it
+        #expect(try await engine.resolve("n9.hd.test", type: .a).upstream == "https://healthy.test/q", "not the user's trial")
+        await tasks.drain()
+        #expect(total("httpdns_upstream_probes_total", [("upstream", "https://broken.test/q")]) == 1)
+        #expect(broken.events.last?.name == "." && broken.events.last?.type == .ns, "the default probe: the root's NS")
         #expect(gauge.lastValue == 0)
         #expect(logs.entries.contains { $0.level == .notice && $0.metadata["upstream"] == "https://broken.test/q" })
     }

@@ -303,10 +303,14 @@ import Testing
 @Suite struct UpstreamPoolTests {
     let clock = ManualClock()
 
-    @Test func circuitOpensAfterRepeatedFailuresAndReprobesAfterBackoff() async throws {
+    @Test func anOpenCircuitIsProbedOffTheUsersPathAndClosedOnlyByAnAnswer() async throws {
+        let tasks = DrainableTasks()
         let broken = ScriptedUpstream("https://broken.test/q", .fail(.connectFailed))
         let healthy = ScriptedUpstream("https://healthy.test/q", .addresses(["198.18.0.1"], ttl: 300))
-        let pool = UpstreamPool([broken, healthy], clock: clock, failureThreshold: 3, baseBackoff: .seconds(1))
+        let probe = DNSMessage.Question(name: try DomainName("probe.hd.test"), type: .a)
+        let pool = UpstreamPool(
+            [broken, healthy], clock: clock, failureThreshold: 3, baseBackoff: .seconds(1), probe: probe, probeTimeout: .seconds(2),
+            spawner: tasks)
         let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
         for _ in 0..<3 { _ = await pool.query(question, deadline: clock.now + .seconds(1)) }
         #expect(broken.queries == 3)
@@ -314,11 +318,116 @@ import Testing
         #expect(pool.order() == [1, 0], "an open circuit is tried last")
         _ = await pool.query(question, deadline: clock.now + .seconds(1))
         #expect(broken.queries == 3, "skipped while open")
+
+        // Past the backoff: the lookup still goes to the healthy upstream; a probe goes to the broken one.
         clock.advance(by: .seconds(2))
-        #expect(pool.order() == [0, 1], "re-probed after the backoff")
+        let answered = await pool.query(question, deadline: clock.now + .seconds(1))
+        #expect(answered.upstream?.identifier == "https://healthy.test/q")
+        await tasks.drain()
+        #expect(broken.events.map(\.name) == ["www.hd.test", "www.hd.test", "www.hd.test", "probe.hd.test"])
+        #expect(broken.events.last?.timeout == .seconds(2))
+        #expect(pool.isOpen(0) && pool.healthSnapshot[0].backoff == .seconds(2), "a failed probe doubles the backoff")
         _ = await pool.query(question, deadline: clock.now + .seconds(1))
-        #expect(broken.queries == 4)
-        #expect(pool.healthSnapshot[0].backoff == .seconds(2), "a failed re-probe doubles the backoff")
+        await tasks.drain()
+        #expect(broken.queries == 4, "the next probe is not due yet")
+        #expect(pool.order() == [1, 0])
+
+        // It recovers: nothing reaches it until a probe has been answered, then lookups do again.
+        broken.reply(.addresses(["198.18.0.2"], ttl: 300))
+        clock.advance(by: .seconds(3))
+        #expect(await pool.query(question, deadline: clock.now + .seconds(1)).upstream?.identifier == "https://healthy.test/q")
+        await tasks.drain()
+        #expect(broken.events.last?.name == "probe.hd.test")
+        #expect(!pool.isOpen(0) && pool.order() == [0, 1])
+        #expect(await pool.query(question, deadline: clock.now + .seconds(1)).upstream?.identifier == "https://broken.test/q")
+    }
+
+    @Test func aProbeRunsOnceAtATimeAndWithoutLookups() async throws {
+        let tasks = DrainableTasks()
+        let broken = ScriptedUpstream("https://broken.test/q", clock: clock, .fail(.timeout))
+        let healthy = ScriptedUpstream("https://healthy.test/q", .addresses(["198.18.0.1"], ttl: 300))
+        let pool = UpstreamPool([broken, healthy], clock: clock, failureThreshold: 1, baseBackoff: .seconds(1), spawner: tasks)
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        _ = await pool.query(question, deadline: clock.now + .seconds(1))
+        #expect(pool.isOpen(0))
+        // The readiness loop's call starts the due probe with no lookup at all; a slow probe is
+        // not doubled by the lookups and calls that come while it is in flight.
+        broken.reply(.slow(.seconds(1), ["198.18.0.2"]))
+        clock.advance(by: .seconds(1))
+        pool.probeDue()
+        for _ in 0..<5 {
+            pool.probeDue()
+            _ = await pool.query(question, deadline: clock.now + .seconds(1))
+        }
+        await clock.waitForSleepers(1)
+        #expect(broken.queries == 2 && clock.sleepers == 1, "one probe, asleep in the upstream")
+        #expect(pool.healthSnapshot[0].probing)
+        clock.advance(by: .seconds(1))
+        await tasks.drain()
+        #expect(broken.queries == 2 && !pool.isOpen(0) && !pool.healthSnapshot[0].probing)
+    }
+
+    @Test func aStalledUpstreamIsHedgedAfterItsDelayAndThreeMissesOpenItsCircuit() async throws {
+        let stalled = ScriptedUpstream("https://stalled.test/q", clock: clock, .slow(.seconds(10), ["198.18.0.9"]))
+        let healthy = ScriptedUpstream("https://healthy.test/q", .addresses(["198.18.0.1"], ttl: 300))
+        let pool = UpstreamPool([stalled, healthy], clock: clock, failureThreshold: 3, spawner: DrainableTasks())
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        #expect(pool.hedgeDelay(0) == .milliseconds(200), "not yet measured")
+        var delays: [Duration] = []
+        for round in 1...3 {
+            let started = clock.now
+            let lookup = Task { await pool.query(question, deadline: clock.now + .seconds(3)) }
+            await clock.waitForSleepers(2)  // the stalled upstream, and the hedge timer
+            #expect(healthy.queries == round - 1, "not asked before the hedge delay")
+            delays.append(pool.hedgeDelay(0))
+            clock.advance(by: delays[round - 1])
+            let outcome = await lookup.value
+            #expect(outcome.upstream?.identifier == "https://healthy.test/q")
+            #expect(clock.now - started == delays[round - 1], "the lookup took the hedge delay, no more")
+            #expect(clock.sleepers == 0, "the stalled attempt was cancelled, not left behind")
+            #expect(pool.healthSnapshot[0].consecutiveFailures == round, "an attempt outrun counts as failed")
+        }
+        // Each outrun attempt is charged the time it took: 200 ms, then 200 + 4 × 100, then capped at 1 s.
+        #expect(delays == [.milliseconds(200), .milliseconds(600), .seconds(1)])
+        #expect(pool.isOpen(0))
+        // Open: the next lookup goes to the healthy upstream at once, nothing waits.
+        let direct = await pool.query(question, deadline: clock.now + .seconds(3))
+        #expect(direct.upstream?.identifier == "https://healthy.test/q" && stalled.queries == 3)
+    }
+
+    @Test func theHedgeDelayIsTheMeasuredRTTPlusFourDeviationsWithinItsBounds() async throws {
+        let slow = ScriptedUpstream("https://slow.test/q", clock: clock, .slow(.milliseconds(100), ["198.18.0.9"]))
+        let other = ScriptedUpstream("https://other.test/q", .addresses(["198.18.0.1"], ttl: 300))
+        let pool = UpstreamPool([slow, other], clock: clock, spawner: DrainableTasks())
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        let lookup = Task { await pool.query(question, deadline: clock.now + .seconds(3)) }
+        await clock.waitForSleepers(2)
+        clock.advance(by: .milliseconds(100))  // answers before the 200 ms hedge delay
+        #expect(await lookup.value.upstream?.identifier == "https://slow.test/q" && other.queries == 0)
+        // RTT 100 ms, deviation half of it at first: 100 + 4 × 50 ms.
+        #expect(pool.hedgeDelay(0) == .milliseconds(300))
+        // An instant upstream's delay is the 50 ms floor; a hedge never waits more than 1 s.
+        let instant = UpstreamPool([other, slow], clock: clock, spawner: DrainableTasks())
+        _ = await instant.query(question, deadline: clock.now + .seconds(3))
+        #expect(instant.hedgeDelay(0) == .milliseconds(50))
+        let crawling = ScriptedUpstream("https://crawling.test/q", clock: clock, .slow(.seconds(2), ["198.18.0.9"]))
+        let late = UpstreamPool([crawling, other], clock: clock, spawner: DrainableTasks(), hedging: false)
+        let waited = Task { await late.query(question, deadline: clock.now + .seconds(5)) }
+        await clock.waitForSleepers(1)
+        #expect(clock.sleepers == 1, "without hedging no timer runs")
+        clock.advance(by: .seconds(2))
+        #expect(await waited.value.upstream?.identifier == "https://crawling.test/q" && other.queries == 1)
+        #expect(late.hedgeDelay(0) == .seconds(1))
+    }
+
+    @Test func withEveryCircuitOpenLookupsStillAskTheUpstreams() async throws {
+        let broken = ScriptedUpstream("https://broken.test/q", .fail(.connectFailed))
+        let pool = UpstreamPool([broken], clock: clock, failureThreshold: 3, baseBackoff: .seconds(60), spawner: DrainableTasks())
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        for _ in 0..<3 { _ = await pool.query(question, deadline: clock.now + .seconds(1)) }
+        #expect(pool.isOpen(0))
+        _ = await pool.query(question, deadline: clock.now + .seconds(1))
+        #expect(broken.queries == 4, "nothing else is left: a dead upstream is asked rather than nothing")
     }
 
     @Test func fastestStrategyPrefersTheLowerDecayedRTT() async throws {

@@ -293,7 +293,8 @@ extension DaemonSuites {
             let blackhole = try BlackholeListener()
             let config = DaemonProcess.config(
                 port: Self.port, upstreams: ["https://doh-a.test:\(blackhole.port)/dns-query", TestEnvironment.dohA],
-                extra: "timeout: 4\nlimits: {max_concurrent_requests: 1}\n" + (https ? DaemonProcess.tlsConfig : ""))
+                // Without hedging the blackholed first upstream holds the request for half the budget.
+                extra: "timeout: 4\nhedging: false\nlimits: {max_concurrent_requests: 1}\n" + (https ? DaemonProcess.tlsConfig : ""))
             let daemon = try await DaemonProcess(config: config, port: Self.port, https: https)
             defer { daemon.stop() }
 

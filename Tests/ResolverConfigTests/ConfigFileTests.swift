@@ -21,6 +21,7 @@ import Testing
         system_dns: ["127.0.0.1:18055", "::1"]
         timeout: 2.5
         strategy: fastest
+        hedging: false
         cache: {min_ttl: 30, max_ttl: 3600, negative_ttl: 15, stale_window: 600, capacity: 5000, persist: cache.bin,
                  persist_interval: 60, stale_answer_delay: 1.8, prefetch: false}
         listen: "127.0.0.1:8053"
@@ -47,6 +48,7 @@ import Testing
         #expect(config.lookup.options.fallback == .system)
         #expect(config.lookup.options.timeout == .milliseconds(2500))
         #expect(config.lookup.options.strategy == .fastest)
+        #expect(!config.lookup.options.hedging)
         #expect(config.lookup.options.minTTL == .seconds(30) && config.lookup.options.maxTTL == .seconds(3600))
         #expect(config.lookup.options.negativeTTL == .seconds(15) && config.lookup.options.staleWindow == .seconds(600))
         #expect(config.lookup.options.cacheCapacity == 5000)
