@@ -7,7 +7,7 @@
 #   bash Scripts/test.sh --stage forgery …    the named stages only (after the install, the namespace,
 #                                             the environment and the build, which they all need)
 #
-# Stages, in order: lint build docs external unit adversarial pool package forgery differential
+# Stages, in order: lint build docs external unit adversarial pool package forgery differential failover
 # validator-fuzz fuzz.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,12 +29,14 @@ need_packages dnsdist dnsperf
 need_packages stubby
 # The shared cache (cache.shared) against a real Redis.
 need_packages redis-server
+# The failover test's router: iptables drops and resets between network namespaces (no sch_netem here).
+need_packages iptables
 need_testenv_packages
 # The Debian package and its test: built with dpkg-deb, checked by lintian, installed into a Debian 12
 # root that debootstrap fetches from the apt mirror now, before the network is cut.
 need_packages dpkg-dev lintian binutils debootstrap
 arguments=("$@")
-stages_all=(lint build docs external unit adversarial pool package forgery differential validator-fuzz fuzz)
+stages_all=(lint build docs external unit adversarial pool package forgery differential failover validator-fuzz fuzz)
 stages=()
 unit_arguments=()
 if [ "${1:-}" = --stage ]; then
@@ -119,6 +121,11 @@ stage_forgery() {
 stage_differential() {
     # Differential conformance: the stub and DoH against BIND 9.18 over a generated query corpus.
     /usr/bin/python3 -W ignore Tests/Conformance/differential.py "$(bin)/resolve"
+}
+
+stage_failover() {
+    # Failover on a hostile network: namespaces joined by veth, a router that drops, resets or blocks 853.
+    /usr/bin/python3 -W ignore Tests/Failover/failover.py "$(bin)/resolve"
 }
 
 stage_validator-fuzz() {

@@ -31,7 +31,10 @@ package struct PoolOutcome: Sendable {
 package final class UpstreamPool: Sendable {
     package struct Health: Sendable {
         package var rtt: Double? = nil
-        /// The smoothed mean deviation of the round-trip time (RFC 6298's RTTVAR), in seconds.
+        /// The smoothed round-trip time of answered exchanges only, and its mean deviation
+        /// (RFC 6298's SRTT and RTTVAR), in seconds: what the hedge delay is made of. A failure's
+        /// time is not a round trip (a timeout would pin the delay at its bound; Karn's rule).
+        package var answeredRTT: Double? = nil
         package var rttDeviation: Double = 0
         package var consecutiveFailures = 0
         /// When the next probe of an open circuit is due; nil while closed.
@@ -284,11 +287,11 @@ package final class UpstreamPool: Sendable {
     }
 
     /// How long an attempt at upstream `index` may go unanswered before the next upstream is asked
-    /// too: its smoothed RTT plus four mean deviations (RFC 6298's retransmission timer, a high
-    /// quantile of its recent latency), at least 50 ms (unbound's `infra-cache-min-rtt`) and at
-    /// most 1 s; 200 ms for an upstream not yet measured.
+    /// too: the smoothed RTT of its answers plus four mean deviations (RFC 6298's retransmission
+    /// timer, a high quantile of its recent latency), at least 50 ms (unbound's
+    /// `infra-cache-min-rtt`) and at most 1 s; 200 ms for an upstream that has not answered yet.
     package func hedgeDelay(_ index: Int) -> Duration {
-        let (rtt, deviation) = health.withLock { ($0[index].rtt, $0[index].rttDeviation) }
+        let (rtt, deviation) = health.withLock { ($0[index].answeredRTT, $0[index].rttDeviation) }
         guard let rtt else { return Self.unmeasuredHedgeDelay }
         let seconds = min(max(rtt + 4 * deviation, 0.05), 1)
         return .nanoseconds(Int64(seconds * 1e9))
@@ -387,12 +390,15 @@ package final class UpstreamPool: Sendable {
         let (wasOpen, isOpen, backoff) = health.withLock { all in
             var entry = all[index]
             let wasOpen = entry.backoff != .zero
-            if let smoothed = entry.rtt {
-                entry.rttDeviation = entry.rttDeviation * 0.7 + abs(smoothed - rtt) * 0.3
-                entry.rtt = smoothed * 0.7 + rtt * 0.3
-            } else {
-                entry.rtt = rtt
-                entry.rttDeviation = rtt / 2
+            entry.rtt = entry.rtt.map { $0 * 0.7 + rtt * 0.3 } ?? rtt
+            if success == true {
+                if let smoothed = entry.answeredRTT {
+                    entry.rttDeviation = entry.rttDeviation * 0.7 + abs(smoothed - rtt) * 0.3
+                    entry.answeredRTT = smoothed * 0.7 + rtt * 0.3
+                } else {
+                    entry.answeredRTT = rtt
+                    entry.rttDeviation = rtt / 2
+                }
             }
             entry.lastUsed = now
             switch success {
