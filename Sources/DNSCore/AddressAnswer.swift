@@ -48,7 +48,7 @@ extension DNSMessage {
         case .noError:
             break
         case .nameError:
-            return .nxdomain(negativeTTL: negativeTTL)
+            return .nxdomain(negativeTTL: negativeTTL(for: question))
         case .serverFailure:
             throw DNSError(.serverFailure, "the resolver answered SERVFAIL for \(question.name)")
         default:
@@ -71,7 +71,7 @@ extension DNSMessage {
                 }
             }
             if !found.isEmpty { return .addresses(found, canonicalName: flagged ?? target) }
-            guard let alias = next else { return .nodata(negativeTTL: negativeTTL) }
+            guard let alias = next else { return .nodata(negativeTTL: negativeTTL(for: question)) }
             if visited.isEmpty { visited.insert(target) }
             guard visited.insert(alias).inserted else {
                 throw DNSError(.malformedResponse, "CNAME loop at \(alias) in the answer for \(question.name)")
@@ -136,6 +136,15 @@ extension DNSMessage {
         guard echoed.type == question.type, echoed.recordClass == question.recordClass else {
             throw .questionMismatch("asked \(question.type), answered \(echoed.type)")
         }
+    }
+
+    /// The negative-caching TTL of an answer to `question`: that of the SOA ``negativeAuthority(for:answer:)``
+    /// keeps (class IN, owned by the name or a zone above it), so that the cached entry lives as
+    /// long as the SOA it is sent with says — an SOA of another zone or class first in the section
+    /// does not set the entry's life while another one is sent (a hostile upstream's way past
+    /// `negative_ttl`, F48-1). Nil without such an SOA.
+    package func negativeTTL(for question: Question) -> UInt32? {
+        negativeAuthority(for: question, answer: .nodata(negativeTTL: nil))?.ttl
     }
 
     /// The negative-caching TTL: the smaller of the SOA record's TTL and its MINIMUM (RFC 2308 §5).

@@ -323,7 +323,7 @@ package final class ResolverEngine: Sendable {
             var result =
                 outcome(from: entry, type: type, now: clock.now, allowStale: true, fetched: true)
                 ?? TypeOutcome(
-                    type: type, payload: entry.payload, source: entry.source, upstream: entry.upstream,
+                    type: type, payload: Self.expired(entry.payload), source: entry.source, upstream: entry.upstream,
                     expiresAt: entry.expiresAt)
             result.failures = failures
             if result.stale { metrics.staleServed.increment() }
@@ -440,6 +440,15 @@ package final class ResolverEngine: Sendable {
                 storedAt: now, expiresAt: now + ttl, staleUntil: now + ttl)
         }
         return entry
+    }
+
+    /// An answer that is over as it arrives (a TTL of 0): a negative one's SOA goes with a TTL of
+    /// 0 too, never the TTL the upstream wrote (which `negative_ttl` would have capped).
+    private static func expired(_ payload: CacheEntry.Payload) -> CacheEntry.Payload {
+        guard case let .negative(code, authority?) = payload else { return payload }
+        var kept = authority
+        kept.ttl = 0
+        return .negative(code, authority: kept)
     }
 
     /// Warms the cache for `hosts` through the preferred upstream's batch API, when it has one:

@@ -43,6 +43,10 @@ package final class UpstreamPool: Sendable {
         package var backoff: Duration = .zero
         /// A probe of this upstream is in flight.
         package var probing = false
+        /// The backoff in force when a probe last closed the circuit; zero once a lookup has been
+        /// answered since. A circuit that opens again before then waits twice as long: an upstream
+        /// that answers the probe and nothing else cannot come back every second (F48-2).
+        package var probationBackoff: Duration = .zero
         /// Whether the circuit is open: tried last, and closed only by an answer.
         package var isOpen: Bool { backoff != .zero }
         package var lastUsed: ResolverInstant? = nil
@@ -168,7 +172,7 @@ package final class UpstreamPool: Sendable {
     private func startProbe(_ index: Int) {
         metrics.recordProbe(upstream: upstreams[index].identifier)
         spawner.spawn { [self] in
-            _ = await ask(index, probe, timeout: probeTimeout)
+            _ = await ask(index, probe, timeout: probeTimeout, probing: true)
             health.withLock { $0[index].probing = false }
         }
     }
@@ -228,7 +232,7 @@ package final class UpstreamPool: Sendable {
     ) async -> PoolOutcome {
         var failures = failures
         return await withTaskGroup(of: HedgeEvent.self) { group in
-            var started: [(index: Int, at: ResolverInstant)] = []
+            var started: [(index: Int, at: ResolverInstant, late: Bool)] = []
             var running = 0
             func startNext() -> Bool {
                 let position = started.count
@@ -236,7 +240,7 @@ package final class UpstreamPool: Sendable {
                 guard order.count > position, remaining > .milliseconds(1), !Task.isCancelled else { return false }
                 let index = order[position]
                 let share = remaining / (order.count - position)
-                started.append((index, clock.now))
+                started.append((index, clock.now, false))
                 running += 1
                 group.addTask { .finished(index, await self.ask(index, question, timeout: share)) }
                 let delay = hedgeDelay(index)
@@ -254,8 +258,13 @@ package final class UpstreamPool: Sendable {
                 case let .finished(index, .success(answer)):
                     group.cancelAll()
                     let now = clock.now
+                    // Only an attempt whose own hedge delay had passed was outrun; one started
+                    // later is cancelled uncharged (a late answer from the first must not cost the
+                    // second its circuit, F48-3).
                     for attempt in started
-                    where attempt.index != index && !failures.contains(where: { $0.upstream == upstreams[attempt.index].identifier }) {
+                    where attempt.index != index && attempt.late
+                        && !failures.contains(where: { $0.upstream == upstreams[attempt.index].identifier })
+                    {
                         let elapsed = now - attempt.at
                         hedgedAway(attempt.index, after: elapsed, question: question)
                         failures.append(
@@ -272,14 +281,18 @@ package final class UpstreamPool: Sendable {
                         group.cancelAll()
                         return PoolOutcome(failures: failures)
                     }
-                    // A failure starts the next at once (unless a hedge already did).
-                    if running == 0, !startNext() {
+                    // A failure starts the next at once, whatever else is still running (F48-6).
+                    if running < 2 { _ = startNext() }
+                    if running == 0 {
                         group.cancelAll()
                         return Self.exhausted(failures, first: upstreams.first)
                     }
                 case let .timer(position):
-                    // The newest attempt's delay ran out and it is still running: ask the next too.
-                    if position == started.count - 1, running > 0 { _ = startNext() }
+                    guard position >= 0, position < started.count else { continue }
+                    started[position].late = true
+                    // The newest attempt's delay ran out and it is still running: ask the next
+                    // too — at most two at a time (F48-4); a third waits for one of them to fail.
+                    if position == started.count - 1, running == 1 { _ = startNext() }
                 }
             }
             return Self.exhausted(failures, first: upstreams.first)
@@ -337,14 +350,16 @@ package final class UpstreamPool: Sendable {
         }
     }
 
-    private func ask(_ index: Int, _ question: DNSMessage.Question, timeout: Duration) async -> Result<UpstreamAnswer, DNSError> {
+    private func ask(
+        _ index: Int, _ question: DNSMessage.Question, timeout: Duration, probing: Bool = false
+    ) async -> Result<UpstreamAnswer, DNSError> {
         let start = clock.now
         let upstream = upstreams[index].identifier
         do {
             let answer = try await upstreams[index].lookup(question, timeout: timeout)
             let elapsed = clock.now - start
             metrics.recordExchange(upstream: upstream, duration: elapsed, failure: nil)
-            record(index, rtt: Self.seconds(elapsed), success: true)
+            record(index, rtt: Self.seconds(elapsed), success: true, probe: probing)
             noteReachability(index, responded: true)
             return .success(answer)
         } catch {
@@ -376,16 +391,21 @@ package final class UpstreamPool: Sendable {
     package func probeIdle(_ probe: DNSMessage.Question, idle: Duration, timeout: Duration) async {
         probeDue()
         let now = clock.now
-        let due = health.withLock { all in all.indices.filter { index in all[index].lastExchange.map { now - $0 >= idle } ?? true } }
+        // Open circuits are left to their own probes (``probeDue()``): one at a time, on their backoff.
+        let due = health.withLock { all in
+            all.indices.filter { index in !all[index].isOpen && (all[index].lastExchange.map { now - $0 >= idle } ?? true) }
+        }
         await withTaskGroup(of: Void.self) { group in
             for index in due {
-                group.addTask { _ = await self.ask(index, probe, timeout: timeout) }
+                group.addTask { _ = await self.ask(index, probe, timeout: timeout, probing: true) }
             }
         }
     }
 
     /// Updates the decayed RTT (EWMA, weight 0.3 for the new sample) and the circuit breaker.
-    private func record(_ index: Int, rtt: Double, success: Bool?) {
+    /// A probe's answer (`probe`) closes an open circuit on probation: its backoff is remembered
+    /// until a lookup is answered, and doubles if the circuit opens again before.
+    private func record(_ index: Int, rtt: Double, success: Bool?, probe: Bool = false) {
         let now = clock.now
         let (wasOpen, isOpen, backoff) = health.withLock { all in
             var entry = all[index]
@@ -405,11 +425,17 @@ package final class UpstreamPool: Sendable {
             case true?:
                 entry.consecutiveFailures = 0
                 entry.openUntil = nil
+                if probe {
+                    if entry.backoff != .zero { entry.probationBackoff = entry.backoff }
+                } else {
+                    entry.probationBackoff = .zero
+                }
                 entry.backoff = .zero
             case false?:
                 entry.consecutiveFailures += 1
                 if entry.consecutiveFailures >= failureThreshold {
-                    entry.backoff = entry.backoff == .zero ? baseBackoff : min(entry.backoff * 2, maxBackoff)
+                    let previous = entry.backoff == .zero ? entry.probationBackoff : entry.backoff
+                    entry.backoff = previous == .zero ? baseBackoff : min(previous * 2, maxBackoff)
                     entry.openUntil = now + entry.backoff
                 }
             case nil:

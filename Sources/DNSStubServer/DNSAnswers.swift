@@ -182,9 +182,15 @@ package enum DNSAnswers {
         // Without an SOA (vendor APIs, the system resolver), HTTP caches get the configured negative TTL.
         let ttl = negative ? authority.map { min($0.ttl, negativeTTL) } ?? negativeTTL : 0
         var writer = DNSResponseWriter(answering: query, rcode: rcode.rawValue)
-        if negative, let authority, query.question.name.isWithin(authority.zone) { writer.appendAuthority(authority) }
+        // Not under AD: DNSSEC proved the denial from a signed response of its own, not this SOA,
+        // which came with the plain answer (F48-5). And never longer than `negative_ttl`.
+        let authenticated = dnssec == .secure && negative && query.wantsAuthenticData
+        if negative, !authenticated, var authority, query.question.name.isWithin(authority.zone) {
+            authority.ttl = min(authority.ttl, negativeTTL)
+            writer.appendAuthority(authority)
+        }
         if code == .dnssecBogus { writer.extendedError = (6, detail ?? "DNSSEC Bogus") }
-        if dnssec == .secure, code == .nxdomain || code == .nodata, query.wantsAuthenticData { writer.markAuthentic() }
+        if authenticated { writer.markAuthentic() }
         return Answer(bytes: writer.finish(), minTTL: ttl, provenance: Provenance(source: "error", dnssec: dnssec?.name))
     }
 

@@ -57,7 +57,7 @@ import Testing
         let chained = try DNSMessage.upstreamAnswer(
             decoding: Self.response("www.hd.test", rcode: 3, answers: [cname], authorities: [Self.soaRecord("other.test")]),
             to: question, id: 0)
-        #expect(chained.answer == .nxdomain(negativeTTL: 60) && chained.authority == nil)
+        #expect(chained.answer == .nxdomain(negativeTTL: nil) && chained.authority == nil, "nor does it set the entry's life")
         let address = DNSMessage.Record(name: try DomainName("www.hd.test"), type: .a, ttl: 300, data: .address(IPAddress("198.18.0.1")!))
         let found = try DNSMessage.upstreamAnswer(
             decoding: Self.response("www.hd.test", rcode: 0, answers: [address], authorities: [Self.soaRecord("hd.test")]), to: question, id: 0)
@@ -106,6 +106,22 @@ import Testing
         let cached = await error(capped, "www.hd.test", type: .both)
         #expect(cached?.code == .nodata && cached?.authority?.ttl == 15, "what remains of the 20 s entry")
         #expect(nodata.queries == 2)
+    }
+
+    @Test func theEntrysLifeComesFromTheSOAThatIsKeptAndNeverPassesTheCap() async throws {
+        // F48-1: an SOA of another zone (TTL 0) first, then the zone's with a day's TTL.
+        let question = DNSMessage.Question(name: try DomainName("mis.soa.test"), type: .a)
+        let foreign = Self.soaRecord("other.zz", ttl: 0, minimum: 0)
+        let wire = Self.response("mis.soa.test", rcode: 3, authorities: [foreign, Self.soaRecord("test", ttl: 86400, minimum: 86400)])
+        let answer = try DNSMessage.upstreamAnswer(decoding: wire, to: question, id: 0)
+        #expect(answer.answer == .nxdomain(negativeTTL: 86400) && answer.authority?.ttl == 86400, "one SOA sets both")
+        // The engine caps the entry (negative_ttl), and the SOA handed on never outlives it.
+        let authority = NegativeAuthority(zone: try DomainName("test"), soa: Self.soa, ttl: 86400)
+        let capped = engine(ScriptedUpstream(.denied(nxdomain: true, authority)), negativeTTL: .seconds(30))
+        #expect(await error(capped, "mis.soa.test")?.authority?.ttl == 30)
+        // An entry over as it arrives (negative_ttl 0): the SOA goes with 0, not the day.
+        let uncached = engine(ScriptedUpstream(.denied(nxdomain: true, authority)), negativeTTL: .zero)
+        #expect(await error(uncached, "mis.soa.test")?.authority?.ttl == 0)
     }
 
     @Test func anUpstreamWithoutSOAGivesNone() async throws {

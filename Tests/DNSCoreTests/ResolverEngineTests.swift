@@ -421,6 +421,82 @@ import Testing
         #expect(late.hedgeDelay(0) == .seconds(1))
     }
 
+    @Test func anUpstreamThatAnswersOnlyTheProbeWaitsLongerEachTime() async throws {
+        // F48-2: it answers the probe (NS) and drops every lookup (A).
+        let tasks = DrainableTasks()
+        let useless = ScriptedUpstream("https://useless.test/q") { type in type == .ns ? .nodata : .fail(.timeout) }
+        let healthy = ScriptedUpstream("https://healthy.test/q", .addresses(["198.18.0.1"], ttl: 300))
+        let pool = UpstreamPool([useless, healthy], clock: clock, failureThreshold: 3, baseBackoff: .seconds(1), spawner: tasks, hedging: false)
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        var backoffs: [Duration] = []
+        for _ in 0..<4 {
+            while !pool.isOpen(0) { _ = await pool.query(question, deadline: clock.now + .seconds(1)) }
+            backoffs.append(pool.healthSnapshot[0].backoff)
+            clock.advance(by: pool.healthSnapshot[0].backoff)
+            _ = await pool.query(question, deadline: clock.now + .seconds(1))  // starts the probe
+            await tasks.drain()
+            #expect(!pool.isOpen(0), "the probe's answer closes it, on probation")
+        }
+        #expect(backoffs == [.seconds(1), .seconds(2), .seconds(4), .seconds(8)])
+        // The readiness loop's idle probes leave an open circuit to its own: no probe outside the backoff.
+        while !pool.isOpen(0) { _ = await pool.query(question, deadline: clock.now + .seconds(1)) }
+        let asked = useless.queries
+        await pool.probeIdle(DNSMessage.Question(name: .root, type: .ns), idle: .zero, timeout: .seconds(1))
+        #expect(useless.queries == asked && pool.isOpen(0))
+        // Once lookups are answered again, the next failure starts from the base backoff.
+        useless.reply(.addresses(["198.18.0.2"], ttl: 300))
+        clock.advance(by: .seconds(16))
+        _ = await pool.query(question, deadline: clock.now + .seconds(1))
+        await tasks.drain()
+        #expect(await pool.query(question, deadline: clock.now + .seconds(1)).upstream?.identifier == "https://useless.test/q")
+        useless.reply(.fail(.timeout))
+        while !pool.isOpen(0) { _ = await pool.query(question, deadline: clock.now + .seconds(1)) }
+        #expect(pool.healthSnapshot[0].backoff == .seconds(1))
+    }
+
+    @Test func aHedgeIsChargedOnlyWhenItsOwnDelayPassed() async throws {
+        // F48-3: the first answers late but before the second: the second is not charged.
+        let first = ScriptedUpstream("https://first.test/q", clock: clock, .slow(.milliseconds(300), ["198.18.0.1"]))
+        let second = ScriptedUpstream("https://second.test/q", clock: clock, .slow(.seconds(1), ["198.18.0.2"]))
+        let pool = UpstreamPool([first, second], clock: clock, spawner: DrainableTasks())
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        let lookup = Task { await pool.query(question, deadline: clock.now + .seconds(3)) }
+        await clock.waitForSleepers(2)  // the first's answer and its hedge timer
+        clock.advance(by: .milliseconds(200))
+        await clock.waitForSleepers(2)  // the first's answer and the second's (the last has no timer)
+        #expect(second.queries == 1)
+        clock.advance(by: .milliseconds(100))
+        let outcome = await lookup.value
+        #expect(outcome.upstream?.identifier == "https://first.test/q" && outcome.failures.isEmpty)
+        #expect(pool.healthSnapshot[1].consecutiveFailures == 0 && pool.healthSnapshot[0].consecutiveFailures == 0)
+    }
+
+    @Test func hedgingAsksAtMostTwoAtATimeAndAFailureStartsTheNextAtOnce() async throws {
+        let slow = ScriptedUpstream("https://slow.test/q", clock: clock, .slow(.seconds(10), ["198.18.0.1"]))
+        let failing = ScriptedUpstream("https://failing.test/q", .fail(.serverFailure))
+        let slower = ScriptedUpstream("https://slower.test/q", clock: clock, .slow(.seconds(10), ["198.18.0.2"]))
+        let fast = ScriptedUpstream("https://fast.test/q", .addresses(["198.18.0.3"], ttl: 300))
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        // F48-4: two late upstreams, the third is not asked while both run.
+        let two = UpstreamPool([slow, slower, fast], clock: clock, spawner: DrainableTasks())
+        let capped = Task { await two.query(question, deadline: clock.now + .seconds(30)) }
+        await clock.waitForSleepers(2)
+        clock.advance(by: .milliseconds(200))  // the slow one's delay: the slower one is asked too
+        await clock.waitForSleepers(3)  // both answers and the slower one's timer
+        clock.advance(by: .milliseconds(200))  // its delay passes too: still two, no third
+        #expect(fast.queries == 0 && slower.queries == 1)
+        capped.cancel()
+        _ = await capped.value
+        // F48-6: the second fails at once while the first still runs: the third starts at once.
+        let start = clock.now
+        let pool = UpstreamPool([slow, failing, fast], clock: clock, spawner: DrainableTasks())
+        let lookup = Task { await pool.query(question, deadline: clock.now + .seconds(30)) }
+        await clock.waitForSleepers(2)
+        clock.advance(by: .milliseconds(200))
+        let outcome = await lookup.value
+        #expect(outcome.upstream?.identifier == "https://fast.test/q" && clock.now - start == .milliseconds(200))
+    }
+
     @Test func withEveryCircuitOpenLookupsStillAskTheUpstreams() async throws {
         let broken = ScriptedUpstream("https://broken.test/q", .fail(.connectFailed))
         let pool = UpstreamPool([broken], clock: clock, failureThreshold: 3, baseBackoff: .seconds(60), spawner: DrainableTasks())

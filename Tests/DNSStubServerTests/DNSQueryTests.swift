@@ -263,6 +263,23 @@ import Testing
         #expect(try DNSMessage(decoding: bare.bytes).authorities.isEmpty && bare.minTTL == 30)
     }
 
+    @Test func theWrittenSOANeverPassesTheNegativeTTLAndNeverGoesUnderAD() throws {
+        var error = DNSError(.nxdomain, "scripted")
+        error.authority = Self.authority
+        error.authority?.ttl = 86400
+        let query = try DNSQuery(Wire.query("www.hd.test", edns: Wire.opt(dnssecOK: true)))
+        let capped = try DNSMessage(decoding: DNSAnswers.response(to: query, error, negativeTTL: 30).bytes)
+        #expect(capped.authorities.first?.ttl == 30)
+        // A proven denial (AD) goes without the SOA of the plain answer (F48-5).
+        error.dnssec = .secure
+        let proven = DNSAnswers.response(to: query, error, negativeTTL: 30).bytes
+        let message = try DNSMessage(decoding: proven)
+        #expect(proven[3] & 0x20 != 0 && message.authorities.isEmpty)
+        // Without DO/AD asked there is no AD, and the SOA goes.
+        let plain = try DNSMessage(decoding: DNSAnswers.response(to: try DNSQuery(Wire.query("www.hd.test")), error, negativeTTL: 30).bytes)
+        #expect(plain.authorities.count == 1)
+    }
+
     @Test func theSuffixOfTheQuestionNameIsFoundOnlyAtALabelBoundary() {
         let message = Wire.header() + Wire.question("ab.hd.test")
         #expect(DNSResponseWriter.suffixOffset(of: try! DomainName("hd.test"), inNameAt: 12, of: message) == 15)

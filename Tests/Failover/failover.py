@@ -232,6 +232,12 @@ def main():
     binary = os.path.abspath(arguments.binary)
     if shutil.which("iptables") is None:
         sys.exit("failover: iptables is needed (the router's drop and reset rules)")
+    probe = sh("ip", "netns", "add", f"fo-probe-{SUFFIX}", check=False)
+    if probe.returncode != 0 and ("Permission denied" in probe.stderr or "not permitted" in probe.stderr):
+        # A user namespace (the test command without root) cannot mount /run/netns.
+        print(f"failover: skipped — creating network namespaces needs root ({probe.stderr.strip()})")
+        return
+    sh("ip", "netns", "del", f"fo-probe-{SUFFIX}", check=False)
     directory = tempfile.mkdtemp(prefix="failover-")
     failures = []
     build_network()
