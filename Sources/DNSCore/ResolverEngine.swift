@@ -15,6 +15,8 @@ package final class ResolverEngine: Sendable {
     /// Where background refreshes and prefetches run (tests drain it).
     private let spawner: any TaskSpawner
     private let flights = SingleFlight<CacheKey, FetchOutcome>()
+    /// Forwarded messages in flight, by their bytes with an ID of 0: identical queries share one.
+    package let forwarding = SingleFlight<[UInt8], [UInt8]>()
     private let memo = ResolutionMemo()
     package let metrics: ResolverMetrics
     private let logger: Logger

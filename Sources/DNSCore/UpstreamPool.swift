@@ -13,12 +13,30 @@ public enum UpstreamStrategy: String, Sendable, Hashable, CaseIterable {
     case race
 }
 
-/// The answer of a pool query, or every upstream's failure.
-package struct PoolOutcome: Sendable {
-    package var answer: UpstreamAnswer?
+/// What one turn of the pool's attempt loop gives: the value an upstream answered with, or every
+/// upstream's failure.
+package struct PoolResult<Value: Sendable>: Sendable {
+    package var value: Value?
     package var upstream: (any DNSUpstream)?
     package var failures: [DNSError.Attempt]
+
+    package init(value: Value? = nil, upstream: (any DNSUpstream)? = nil, failures: [DNSError.Attempt]) {
+        self.value = value
+        self.upstream = upstream
+        self.failures = failures
+    }
 }
+
+/// The answer of an address lookup through the pool, or every upstream's failure.
+package typealias PoolOutcome = PoolResult<UpstreamAnswer>
+
+extension PoolResult where Value == UpstreamAnswer {
+    package var answer: UpstreamAnswer? { value }
+}
+
+/// One exchange with one upstream within a timeout: what the pool's attempt loop repeats. A lookup
+/// asks for addresses; forwarding sends a whole message and checks the response.
+package typealias PoolExchange<Value: Sendable> = @Sendable (any DNSUpstream, Duration) async throws(DNSError) -> Value
 
 /// Trusted upstreams with a selection strategy and a circuit breaker per upstream.
 ///
@@ -172,7 +190,7 @@ package final class UpstreamPool: Sendable {
     private func startProbe(_ index: Int) {
         metrics.recordProbe(upstream: upstreams[index].identifier)
         spawner.spawn { [self] in
-            _ = await ask(index, probe, timeout: probeTimeout, probing: true)
+            _ = await ask(index, probe, timeout: probeTimeout, probing: true, Self.lookup(probe))
             health.withLock { $0[index].probing = false }
         }
     }
@@ -180,13 +198,33 @@ package final class UpstreamPool: Sendable {
     /// Asks the upstreams until one answers or the clock's `deadline` passes. NXDOMAIN and NODATA
     /// are answers and end the search.
     package func query(_ question: DNSMessage.Question, deadline: ResolverInstant) async -> PoolOutcome {
+        await attempt(question, deadline: deadline, Self.lookup(question))
+    }
+
+    /// The exchange of an address lookup (and of a probe): `question` asked of the upstream.
+    private static func lookup(_ question: DNSMessage.Question) -> PoolExchange<UpstreamAnswer> {
+        { upstream, timeout throws(DNSError) in try await upstream.lookup(question, timeout: timeout) }
+    }
+
+    /// The attempt loop every upstream exchange goes through — address lookups, forwarded messages,
+    /// HTTPS/SVCB lookups and DNSSEC chain fetches alike: the strategy's order with open circuits
+    /// last, each upstream's share of what is left of the budget, hedging, and every exchange's
+    /// outcome recorded (RTT, circuit, reachability, metrics). Only the upstreams `eligible` accepts
+    /// are asked (forwarding needs one that carries whole messages); `question` names the work in
+    /// logs. A thrown error is the upstream's failure and moves on to the next one.
+    package func attempt<Value: Sendable>(
+        _ question: DNSMessage.Question, deadline: ResolverInstant,
+        eligible: (@Sendable (any DNSUpstream) -> Bool)? = nil, _ exchange: @escaping PoolExchange<Value>
+    ) async -> PoolResult<Value> {
         var failures: [DNSError.Attempt] = []
         var order = self.order()
+        if let eligible { order.removeAll { !eligible(upstreams[$0]) } }
+        let first = order.first.map { upstreams[$0] }
         if strategy == .race, order.count >= 2 {
             let pair = Array(order.prefix(2))
             order.removeFirst(2)
             let share = (deadline - clock.now) * 2 / (order.count + 2)
-            if let outcome = await race(question, pair, timeout: share, failures: &failures) { return outcome }
+            if let outcome = await race(question, pair, timeout: share, failures: &failures, exchange) { return outcome }
         }
         guard hedging, order.count >= 2 else {
             for (position, index) in order.enumerated() {
@@ -195,29 +233,29 @@ package final class UpstreamPool: Sendable {
                 // The remaining budget shared among the upstreams still to try: a blackholed first
                 // upstream cannot starve the others.
                 let share = remaining / (order.count - position)
-                switch await ask(index, question, timeout: share) {
-                case let .success(answer):
-                    return PoolOutcome(answer: answer, upstream: upstreams[index], failures: failures)
+                switch await ask(index, question, timeout: share, exchange) {
+                case let .success(value):
+                    return PoolResult(value: value, upstream: upstreams[index], failures: failures)
                 case let .failure(error):
                     failures.append(.init(upstream: upstreams[index].identifier, code: error.code, message: error.message))
-                    if error.code == .cancelled { return PoolOutcome(failures: failures) }
+                    if error.code == .cancelled { return PoolResult(failures: failures) }
                 }
             }
-            return Self.exhausted(failures, first: upstreams.first)
+            return Self.exhausted(failures, first: first)
         }
-        return await hedged(question, order, deadline: deadline, failures: failures)
+        return await hedged(question, order, deadline: deadline, failures: failures, first: first, exchange)
     }
 
-    private static func exhausted(_ failures: [DNSError.Attempt], first: (any DNSUpstream)?) -> PoolOutcome {
+    private static func exhausted<Value>(_ failures: [DNSError.Attempt], first: (any DNSUpstream)?) -> PoolResult<Value> {
         var failures = failures
         if failures.isEmpty, let first {
             failures.append(.init(upstream: first.identifier, code: .timeout, message: "the time budget ran out"))
         }
-        return PoolOutcome(failures: failures)
+        return PoolResult(failures: failures)
     }
 
-    private enum HedgeEvent: Sendable {
-        case finished(Int, Result<UpstreamAnswer, DNSError>)
+    private enum HedgeEvent<Value: Sendable>: Sendable {
+        case finished(Int, Result<Value, DNSError>)
         /// The hedge delay of the attempt started `position`-th ran out.
         case timer(position: Int)
     }
@@ -227,11 +265,12 @@ package final class UpstreamPool: Sendable {
     /// running when another upstream answered counts as a failed one (it did not answer in time):
     /// three in a row open its circuit like any other failures, so a blackholed upstream costs its
     /// hedge delay three times, not its share of the budget on every lookup.
-    private func hedged(
-        _ question: DNSMessage.Question, _ order: [Int], deadline: ResolverInstant, failures: [DNSError.Attempt]
-    ) async -> PoolOutcome {
+    private func hedged<Value: Sendable>(
+        _ question: DNSMessage.Question, _ order: [Int], deadline: ResolverInstant, failures: [DNSError.Attempt],
+        first: (any DNSUpstream)?, _ exchange: @escaping PoolExchange<Value>
+    ) async -> PoolResult<Value> {
         var failures = failures
-        return await withTaskGroup(of: HedgeEvent.self) { group in
+        return await withTaskGroup(of: HedgeEvent<Value>.self) { group in
             var started: [(index: Int, at: ResolverInstant, late: Bool)] = []
             var running = 0
             func startNext() -> Bool {
@@ -242,7 +281,7 @@ package final class UpstreamPool: Sendable {
                 let share = remaining / (order.count - position)
                 started.append((index, clock.now, false))
                 running += 1
-                group.addTask { .finished(index, await self.ask(index, question, timeout: share)) }
+                group.addTask { .finished(index, await self.ask(index, question, timeout: share, exchange)) }
                 let delay = hedgeDelay(index)
                 if position + 1 < order.count, delay < share {
                     group.addTask {
@@ -255,7 +294,7 @@ package final class UpstreamPool: Sendable {
             _ = startNext()
             while let event = await group.next() {
                 switch event {
-                case let .finished(index, .success(answer)):
+                case let .finished(index, .success(value)):
                     group.cancelAll()
                     let now = clock.now
                     // Only an attempt whose own hedge delay had passed was outrun; one started
@@ -273,19 +312,19 @@ package final class UpstreamPool: Sendable {
                                 message: "no answer in \(Int(Self.seconds(elapsed) * 1000)) ms, when \(upstreams[index].identifier) answered (hedged)"
                             ))
                     }
-                    return PoolOutcome(answer: answer, upstream: upstreams[index], failures: failures)
+                    return PoolResult(value: value, upstream: upstreams[index], failures: failures)
                 case let .finished(index, .failure(error)):
                     running -= 1
                     failures.append(.init(upstream: upstreams[index].identifier, code: error.code, message: error.message))
                     if error.code == .cancelled {
                         group.cancelAll()
-                        return PoolOutcome(failures: failures)
+                        return PoolResult(failures: failures)
                     }
                     // A failure starts the next at once, whatever else is still running (F48-6).
                     if running < 2 { _ = startNext() }
                     if running == 0 {
                         group.cancelAll()
-                        return Self.exhausted(failures, first: upstreams.first)
+                        return Self.exhausted(failures, first: first)
                     }
                 case let .timer(position):
                     guard position >= 0, position < started.count else { continue }
@@ -295,7 +334,7 @@ package final class UpstreamPool: Sendable {
                     if position == started.count - 1, running == 1 { _ = startNext() }
                 }
             }
-            return Self.exhausted(failures, first: upstreams.first)
+            return Self.exhausted(failures, first: first)
         }
     }
 
@@ -325,23 +364,23 @@ package final class UpstreamPool: Sendable {
         record(index, rtt: Self.seconds(elapsed), success: false)
     }
 
-    private func race(
+    private func race<Value: Sendable>(
         _ question: DNSMessage.Question, _ pair: [Int], timeout: Duration,
-        failures: inout [DNSError.Attempt]
-    ) async -> PoolOutcome? {
+        failures: inout [DNSError.Attempt], _ exchange: @escaping PoolExchange<Value>
+    ) async -> PoolResult<Value>? {
         let start = clock.now
-        return await withTaskGroup(of: (Int, Result<UpstreamAnswer, DNSError>).self) { group in
+        return await withTaskGroup(of: (Int, Result<Value, DNSError>).self) { group in
             for index in pair {
-                group.addTask { (index, await self.ask(index, question, timeout: timeout)) }
+                group.addTask { (index, await self.ask(index, question, timeout: timeout, exchange)) }
             }
             for await (index, result) in group {
                 switch result {
-                case let .success(answer):
+                case let .success(value):
                     group.cancelAll()
                     // The loser is charged the winner's time, so it does not look faster than it is.
                     let elapsed = Self.seconds(clock.now - start)
                     for loser in pair where loser != index { record(loser, rtt: elapsed, success: nil) }
-                    return PoolOutcome(answer: answer, upstream: upstreams[index], failures: failures)
+                    return PoolResult(value: value, upstream: upstreams[index], failures: failures)
                 case let .failure(error):
                     failures.append(.init(upstream: upstreams[index].identifier, code: error.code, message: error.message))
                 }
@@ -350,18 +389,20 @@ package final class UpstreamPool: Sendable {
         }
     }
 
-    private func ask(
-        _ index: Int, _ question: DNSMessage.Question, timeout: Duration, probing: Bool = false
-    ) async -> Result<UpstreamAnswer, DNSError> {
+    /// One exchange with upstream `index`, its outcome recorded: metrics, RTT, circuit, reachability.
+    private func ask<Value: Sendable>(
+        _ index: Int, _ question: DNSMessage.Question, timeout: Duration, probing: Bool = false,
+        _ exchange: PoolExchange<Value>
+    ) async -> Result<Value, DNSError> {
         let start = clock.now
         let upstream = upstreams[index].identifier
         do {
-            let answer = try await upstreams[index].lookup(question, timeout: timeout)
+            let value = try await exchange(upstreams[index], timeout)
             let elapsed = clock.now - start
             metrics.recordExchange(upstream: upstream, duration: elapsed, failure: nil)
             record(index, rtt: Self.seconds(elapsed), success: true, probe: probing)
             noteReachability(index, responded: true)
-            return .success(answer)
+            return .success(value)
         } catch {
             guard error.code != .cancelled else { return .failure(error) }
             let elapsed = clock.now - start
@@ -397,7 +438,7 @@ package final class UpstreamPool: Sendable {
         }
         await withTaskGroup(of: Void.self) { group in
             for index in due {
-                group.addTask { _ = await self.ask(index, probe, timeout: timeout, probing: true) }
+                group.addTask { _ = await self.ask(index, probe, timeout: timeout, probing: true, Self.lookup(probe)) }
             }
         }
     }

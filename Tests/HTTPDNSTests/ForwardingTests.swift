@@ -54,4 +54,32 @@ import Testing
         }
         await #expect { try await resolver.forward([1, 2, 3]) } throws: { ($0 as? DNSError)?.code == .invalidQuery }
     }
+
+    @Test func forwardedFailuresReachTheUpstreamsHealthAndReadiness() async throws {
+        // No sockets: recording fakes and a manual clock (issue 48 §2).
+        let clock = ManualClock()
+        let flaky = ScriptedExchanger("https://flaky.test/q", .respond())
+        let healthy = ScriptedExchanger("https://healthy.test/q", .respond())
+        var options = HTTPDNSOptions(timeout: .seconds(2))
+        options.hedging = false
+        let resolver = HTTPDNSResolver(options: options, upstreams: [flaky, healthy], clock: clock, spawner: DrainableTasks())
+        let answered = try DNSMessage(decoding: try await resolver.forward(try query("hd.test", .mx, id: 0x1234)))
+        #expect(answered.id == 0x1234 && flaky.exchanges == 1)
+        #expect(resolver.hasReachableUpstream(within: .seconds(30)))
+        flaky.reply(.fail(.connectFailed))
+        healthy.reply(.fail(.connectFailed))
+        await #expect { try await resolver.forward(try query("hd.test", .txt, id: 7)) } throws: {
+            ($0 as? DNSError)?.code == .connectFailed
+        }
+        #expect(!resolver.hasReachableUpstream(within: .seconds(30)), "readiness sees a forwarded failure")
+        // HTTPS/SVCB lookups ride the same loop: two more failures open the flaky one's circuit.
+        healthy.reply(.respond())
+        clock.advance(by: .milliseconds(1))
+        for _ in 0..<2 { _ = try? await resolver.serviceBindings(for: "www.hd.test") }
+        let health = resolver.upstreamHealth
+        #expect(health.map(\.upstream) == ["https://flaky.test/q", "https://healthy.test/q"])
+        #expect(health[0].health.isOpen && health[0].health.consecutiveFailures == 3)
+        #expect(flaky.events.map(\.type) == [.mx, .txt, .https, .https])
+        #expect(resolver.hasReachableUpstream(within: .seconds(30)))
+    }
 }

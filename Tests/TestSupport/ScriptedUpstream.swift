@@ -1,7 +1,8 @@
 import DNSCore
 import Synchronization
 
-/// The one scripted upstream of the test suites: answers what it is told, records every question.
+/// The scripted address upstream of the test suites: answers what it is told, records every question
+/// (``ScriptedExchanger`` is its twin for whole messages).
 ///
 /// ```swift
 /// let upstream = ScriptedUpstream(.addresses(["198.18.0.1", "2001:2::1"], ttl: 300))
