@@ -68,10 +68,17 @@ package final class ResolverEngine: Sendable {
     /// Resolves `host`: an IP literal as it is, a fresh cached answer at once, else one lookup per
     /// address family shared by every caller asking the same (single flight), served stale when
     /// the options allow. Throws the lookup's ``DNSError``.
-    package func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
+    ///
+    /// `name` is `host` parsed already, so that it is not parsed again. `afterMiss` says the caller
+    /// has just asked for a hit (``resolveWithoutWaiting(_:name:type:)``) and got none: the cache is
+    /// not asked for one again (each type's lookup still reads its entry, for stale answers and
+    /// prefetch).
+    package func resolve(
+        _ host: String, name parsedName: DomainName? = nil, type: AddressQuery = .both, afterMiss: Bool = false
+    ) async throws(DNSError) -> Resolution {
         let started = clock.now
-        var parsed: DomainName?
-        if var hit = hit(host, type, parsed: &parsed) {
+        var parsed = parsedName
+        if !afterMiss, var hit = hit(host, type, parsed: &parsed) {
             hit.elapsed = clock.now - started
             return hit
         }
@@ -97,13 +104,14 @@ package final class ResolverEngine: Sendable {
     /// literal, or a fresh answer that needs no lookup (not stale, not a remembered failure, not in
     /// its prefetch window), counted as a hit like `resolve` counts it. Nil when `resolve` would
     /// have to go out: call it then. Negative answers are nil here too.
-    package func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
-        var parsed: DomainName?
+    /// `name` is `host` parsed already, if the caller has it.
+    package func resolveWithoutWaiting(_ host: String, name: DomainName? = nil, type: AddressQuery = .both) -> Resolution? {
+        var parsed = name
         return hit(host, type, parsed: &parsed)
     }
 
     /// `resolveWithoutWaiting`, leaving the name it parsed (if it got that far) in `parsed`, so that
-    /// a miss does not parse it again.
+    /// a miss does not parse it again; a name in `parsed` on entry is used as it is.
     private func hit(_ host: String, _ type: AddressQuery, parsed: inout DomainName?) -> Resolution? {
         if let literal = IPAddress(host) {
             return Resolution(
@@ -122,10 +130,10 @@ package final class ResolverEngine: Sendable {
     /// The cached answer for `host`, fresh or stale, without any I/O: for hot paths that must not
     /// suspend. Nil when nothing usable is cached. A peek: it neither counts as a hit in the metrics
     /// nor starts a prefetch.
-    package func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
+    package func cachedResolution(for host: String, name: DomainName? = nil, type: AddressQuery = .both) -> Resolution? {
         let now = clock.now
         if let hit = memo.resolution(for: host, type: type, now: now) { return hit }
-        var parsed: DomainName?
+        var parsed = name
         return fromCache(host, type, now: now, parsed: &parsed)?.resolution
     }
 
@@ -138,7 +146,7 @@ package final class ResolverEngine: Sendable {
         -> (resolution: Resolution, usable: Resolution?)?
     {
         let generation = memo.currentGeneration
-        guard let name = try? DomainName(host) else { return nil }
+        guard let name = parsed ?? (try? DomainName(host)) else { return nil }
         parsed = name
         var outcomes: [TypeOutcome] = []
         var validUntil = now + .seconds(1)

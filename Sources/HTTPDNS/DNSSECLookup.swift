@@ -76,14 +76,16 @@ extension HTTPDNSResolver {
     ///   dropped from the cache so that the next lookup asks again.
     /// A lookup that is not a kept hit: the signed answers (DO+CD) are asked alongside it rather
     /// than after it, unless the status is known already (a stale or refreshing hit).
-    func resolveValidating(_ host: String, type: AddressQuery) async throws(DNSError) -> Resolution {
+    func resolveValidating(_ host: String, name parsed: DomainName?, type: AddressQuery) async throws(DNSError) -> Resolution {
         var known = false
-        if let cached = engine.cachedResolution(for: host, type: type) { known = dnssecMemo.status(of: cached, now: clock.now) != nil }
-        let name = known ? nil : try? DomainName(host)
+        if let cached = engine.cachedResolution(for: host, name: parsed, type: type) {
+            known = dnssecMemo.status(of: cached, now: clock.now) != nil
+        }
+        let name = known ? nil : parsed ?? (try? DomainName(host))
         async let signed = signedAnswers(name, types: type.recordTypes)
         let resolution: Resolution
         do {
-            resolution = try await engine.resolve(host, type: type)
+            resolution = try await engine.resolve(host, name: parsed, type: type)
         } catch  where error.code == .nxdomain || error.code == .nodata {
             throw await provingDenial(error, host: host, type: type, signed: await signed)
         }

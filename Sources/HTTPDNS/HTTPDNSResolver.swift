@@ -144,7 +144,7 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// The resolver of the forward zone `host` is in (the longest that holds it), or nil for the
     /// trusted upstreams.
     func forwarder(for host: String) -> HTTPDNSResolver? {
-        guard !forwards.isEmpty, let name = try? DomainName(host) else { return nil }
+        guard !forwards.isEmpty, IPAddress(host) == nil, let name = try? DomainName(host) else { return nil }
         return forwarder(for: name)
     }
 
@@ -166,79 +166,18 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// - Throws: ``/DNSCore/DNSError``: `invalid_name`, `nxdomain`, `nodata`, `rejected_private`, or the
     ///   upstreams' failures (one code when they agree, `upstream_failed` when not, each listed).
     public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
-        guard let zone = configuration.localZone else { return try await resolveTrusted(host, type: type) }
-        if let local = try await localResolution(host, type: type, zone: zone) { return local }
-        return try checkCanonicalName(try await resolveTrusted(host, type: type), zone: zone)
-    }
-
-    /// `resolve` for a name the caller found not local (``localAnswer(_:type:)`` said nil): the
-    /// engine, then the block lists' check of the canonical name.
-    package func resolvePastLocalData(_ host: String, type: AddressQuery) async throws(DNSError) -> Resolution {
-        let resolution = try await resolveTrusted(host, type: type)
-        guard let zone = configuration.localZone else { return resolution }
-        return try checkCanonicalName(resolution, zone: zone)
-    }
-
-    /// `resolveWithoutWaiting` for a name the caller found not local.
-    package func resolvePastLocalDataWithoutWaiting(_ host: String, type: AddressQuery) -> Resolution? {
-        let resolution = kept(host, type, fresh: true)
-        guard let zone = configuration.localZone, let resolution else { return resolution }
-        return try? checkCanonicalName(resolution, zone: zone)
-    }
-
-    /// `resolve` past the local data: the engine, with DNSSEC as configured.
-    private func resolveTrusted(_ host: String, type: AddressQuery) async throws(DNSError) -> Resolution {
-        if let forwarder = forwarder(for: host) { return try await forwarder.resolveTrusted(host, type: type) }
-        guard dnssecPolicy != .off else { return try await engine.resolve(host, type: type) }
-        // The hit path: a kept answer, labelled already (and not refused), returned at once without
-        // suspending (its `elapsed` is the kept one: zero).
-        if let hit = engine.resolveWithoutWaiting(host, type: type) {
-            if let status = hit.dnssec, dnssecPolicy == .report || !status.isBogus { return hit }
-            return try await applyingDNSSEC(to: hit, type: type)
-        }
-        return try await resolveValidating(host, type: type)
+        try await resolve(Lookup(host, type: type, mode: .wait))
     }
 
     /// `resolve`'s answer when it needs no lookup (an IP literal or a fresh cached answer, counted
     /// as a hit), without suspending; nil when `resolve` has to go out. For event-loop code.
     public func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
-        guard let zone = configuration.localZone else { return kept(host, type, fresh: true) }
-        return withLocalZone(zone, host, type) { kept(host, type, fresh: true) }
+        resolveNow(Lookup(host, type: type, mode: .now))
     }
 
     /// The cached answer for `host` (fresh or stale) without I/O, or nil. For hot paths.
     public func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
-        guard let zone = configuration.localZone else { return kept(host, type, fresh: false) }
-        return withLocalZone(zone, host, type) { kept(host, type, fresh: false) }
-    }
-
-    /// A kept answer without I/O — fresh only, or stale too — from the forward zone's resolver or
-    /// the engine.
-    private func kept(_ host: String, _ type: AddressQuery, fresh: Bool) -> Resolution? {
-        if let forwarder = forwarder(for: host) { return forwarder.kept(host, type, fresh: fresh) }
-        return labelledWithoutWaiting(fresh ? engine.resolveWithoutWaiting(host, type: type) : engine.cachedResolution(for: host, type: type))
-    }
-
-    /// The local answer, else `cached` unless its canonical name is blocked; nil where `resolve`
-    /// must decide.
-    private func withLocalZone(_ zone: LocalZone, _ host: String, _ type: AddressQuery, cached: () -> Resolution?) -> Resolution? {
-        switch localShortcut(host, type: type, zone: zone) {
-        case let .answer(resolution): return resolution
-        case .needsLookup: return nil
-        case .notLocal:
-            guard let resolution = cached() else { return nil }
-            return try? checkCanonicalName(resolution, zone: zone)
-        }
-    }
-
-    /// With DNSSEC on, a cached answer is usable without waiting only once its status is known
-    /// (and, under `require`, not bogus).
-    private func labelledWithoutWaiting(_ resolution: Resolution?) -> Resolution? {
-        guard var resolution, dnssecPolicy != .off, resolution.source != .literal else { return resolution }
-        guard let status = resolution.dnssec ?? dnssecMemo.status(of: resolution, now: clock.now) else { return nil }
-        if dnssecPolicy == .require, status.isBogus { return nil }
-        resolution.dnssec = status
-        return resolution
+        resolveNow(Lookup(host, type: type, mode: .peek))
     }
 
     /// Resolves `hosts` in the background to warm the cache.

@@ -40,8 +40,9 @@ extension HTTPDNSResolver {
 
     /// `resolve`'s answer from the local data, or nil when the name is not local (nor blocked).
     /// A local CNAME chain that leaves the local data is resolved from its last target as usual.
-    func localResolution(_ host: String, type: AddressQuery, zone: LocalZone) async throws(DNSError) -> Resolution? {
-        guard IPAddress(host) == nil, let name = try? DomainName(host) else { return nil }
+    /// `name` is `host` parsed (nil for an IP literal or no host name: not local).
+    func localResolution(_ host: String, name: DomainName?, type: AddressQuery, zone: LocalZone) async throws(DNSError) -> Resolution? {
+        guard let name else { return nil }
         guard let (records, continueAt) = try localRecords(name, host: host, type: type, zone: zone) else { return nil }
         let chainTTL = records.filter { $0.type == .cname }.map(\.ttl).min()
         if let target = continueAt {
@@ -80,8 +81,8 @@ extension HTTPDNSResolver {
         case answer(Resolution)
     }
 
-    func localShortcut(_ host: String, type: AddressQuery, zone: LocalZone) -> LocalShortcut {
-        guard IPAddress(host) == nil, let name = try? DomainName(host) else { return .notLocal }
+    func localShortcut(_ host: String, name: DomainName?, type: AddressQuery, zone: LocalZone) -> LocalShortcut {
+        guard let name else { return .notLocal }
         do {
             guard let (records, continueAt) = try localRecords(name, host: host, type: type, zone: zone) else { return .notLocal }
             guard continueAt == nil else { return .needsLookup }

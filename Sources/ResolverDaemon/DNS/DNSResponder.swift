@@ -26,10 +26,11 @@ enum DNSResponder {
         return cachedAnswer(query, resolver: resolver, now: now)
     }
 
-    /// A fresh cached A or AAAA for a name that is not local.
+    /// A fresh cached A or AAAA for a name that is not local: the resolver's stages past the local
+    /// data, with the name the query parser made.
     private static func cachedAnswer(_ query: DNSQuery, resolver: HTTPDNSResolver, now: ResolverInstant? = nil) -> Answer? {
         guard let type = query.addressType,
-            let resolution = resolver.resolvePastLocalDataWithoutWaiting(query.question.name.description, type: type)
+            let resolution = resolver.resolveNow(Lookup(query.question.name, type: type, mode: .now, pastLocalData: true))
         else { return nil }
         return DNSAnswers.response(to: query, resolution, now: now ?? resolver.clock.now)
     }
@@ -45,7 +46,9 @@ enum DNSResponder {
         }
     }
 
-    /// Answers `query`, looking up or forwarding as needed.
+    /// Answers `query`, looking up or forwarding as needed: what follows when
+    /// ``answerWithoutWaiting(_:resolver:now:)`` had no answer (the cache is not asked for a hit
+    /// again).
     static func answer(_ query: DNSQuery, resolver: HTTPDNSResolver) async -> Answer {
         if resolver.configuration.localZone != nil, let local = resolver.localAnswer(query.question.name, type: query.question.type) {
             if let ready = localAnswer(query, local, resolver: resolver) { return ready }
@@ -66,9 +69,10 @@ enum DNSResponder {
         if query.checkingDisabled, resolver.configuration.dnssec.policy != .off, resolver.canForward(query.question.name) {
             return await forward(query, resolver: resolver)
         }
-        if let ready = cachedAnswer(query, resolver: resolver) { return ready }
         do {
-            let resolution = try await resolver.resolvePastLocalData(query.question.name.description, type: type)
+            var lookup = Lookup(query.question.name, type: type, mode: .wait, pastLocalData: true)
+            lookup.afterMiss = true
+            let resolution = try await resolver.resolve(lookup)
             return DNSAnswers.response(to: query, resolution, now: resolver.clock.now)
         } catch {
             // A name DNS allows but a host name does not: the upstream decides (BIND says NXDOMAIN).
