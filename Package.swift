@@ -149,12 +149,16 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
-        // The daemon's DNS listeners: the stub over UDP and TCP and DNS over TLS, with the query
-        // parser and response writer (pure, fuzzed). Serves a `StubAnswering`; no daemon state.
+        // The DNS wire code every DNS transport shares: the query parser, the response writer and
+        // the answers built from the engine's results. Pure (DNSCore only) and fuzzed.
+        .target(name: "DNSWire", dependencies: ["DNSCore"]),
+
+        // The daemon's DNS listeners: the stub over UDP and TCP and DNS over TLS. Serves a
+        // `StubAnswering`; no daemon state.
         .target(
             name: "DNSStubServer",
             dependencies: [
-                "DNSCore", "DaemonListening",
+                "DNSCore", "DNSWire", "DaemonListening",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -184,7 +188,7 @@ let package = Package(
             name: "ResolverDaemon",
             dependencies: [
                 "HTTPDNS", "HijackDetection", "AddressProbing", "SystemResolver", "ResolverConfig", "DNSCore", "ResultFormatting",
-                "RedisCache", "DaemonListening", "DaemonHTTP", "DNSStubServer", "ForwardProxy",
+                "RedisCache", "DaemonListening", "DaemonHTTP", "DNSWire", "DNSStubServer", "ForwardProxy",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -287,7 +291,7 @@ let package = Package(
         .testTarget(
             name: "ResolverDaemonTests",
             dependencies: [
-                "ResolverDaemon", "DaemonHTTP", "DaemonListening", "DNSStubServer", "ForwardProxy", "HTTPDNS", "DNSCore", "ResolverConfig",
+                "ResolverDaemon", "DaemonHTTP", "DaemonListening", "DNSWire", "DNSStubServer", "ForwardProxy", "HTTPDNS", "DNSCore", "ResolverConfig",
                 "SystemResolver",
                 "TestSupport",
                 "CurlSupport",
@@ -322,7 +326,7 @@ let package = Package(
         .testTarget(
             name: "DNSStubServerTests",
             dependencies: [
-                "DNSStubServer", "DNSCore", "TestSupport",
+                "DNSStubServer", "DNSWire", "DNSCore", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,4 +1,5 @@
 import DNSCore
+import DNSWire
 import DaemonListening
 import Dispatch
 import Logging
@@ -33,8 +34,8 @@ package struct DNSStub: Service {
     package var drainGrace = ListenerLifetime.drainGrace
     package var onBound: @Sendable (SocketAddress?, SocketAddress?) -> Void = { _, _ in }
 
-    /// A stub on `host`:`port` over UDP and TCP; `lookups` is the budget of lookups in flight over
-    /// both (``maxInFlight``).
+    /// A stub on `host`:`port` over UDP and TCP; `lookups` is the budget of lookups in flight it
+    /// shares with the daemon's other listeners.
     package init(answering: any StubAnswering, host: String, port: Int, maxConnections: Int, lookups: LookupBudget) {
         self.answering = answering
         self.host = host
@@ -49,7 +50,6 @@ package struct DNSStub: Service {
     /// options, a few hundred bytes; 4,096 leaves room for any padding (RFC 8467 pads to 468).
     /// A longer datagram arrives cut and is answered FORMERR.
     static let maxQuerySize = 4_096
-    package static let maxInFlight = 1_024
 
     package func run() async throws {
         let group = MultiThreadedEventLoopGroup.singleton
@@ -113,14 +113,28 @@ enum DNSStreamListener {
     }
 }
 
-/// Queries being looked up at once, over both transports.
+/// The daemon's one admission budget: queries being looked up (and requests being routed) at once,
+/// shared by every listener that takes them — the stub over UDP and TCP, DNS over TLS and the DoH
+/// gateway — so the same work is admitted the same way whichever transport brought it. Past the
+/// limit a lookup is refused at once (dropped over UDP, SERVFAIL over TCP and DoT, 503 over HTTP):
+/// nothing queues. The limit can change while running (a reload).
 package final class LookupBudget: Sendable {
     private let running = Atomic<Int>(0)
-    let limit: Int
+    private let ceiling: Atomic<Int>
 
-    package init(limit: Int) { self.limit = limit }
+    package init(limit: Int) { ceiling = Atomic(limit) }
 
-    func enter() -> Bool {
+    /// The most lookups at once.
+    package var limit: Int { ceiling.load(ordering: .relaxed) }
+
+    /// Lookups in flight now.
+    package var inFlight: Int { running.load(ordering: .relaxed) }
+
+    /// A new limit (a reload): lookups in flight finish; new ones are admitted against it.
+    package func setLimit(_ limit: Int) { ceiling.store(limit, ordering: .relaxed) }
+
+    /// Takes a place; false (and nothing taken) when the budget is spent.
+    package func enter() -> Bool {
         guard running.add(1, ordering: .relaxed).newValue <= limit else {
             running.subtract(1, ordering: .relaxed)
             return false
@@ -128,7 +142,7 @@ package final class LookupBudget: Sendable {
         return true
     }
 
-    func leave() { running.subtract(1, ordering: .relaxed) }
+    package func leave() { running.subtract(1, ordering: .relaxed) }
 
     /// Drops since the last warning, and when that was (uptime nanoseconds).
     private let drops = Atomic<Int>(0)
@@ -153,7 +167,7 @@ package final class LookupBudget: Sendable {
 extension StubDatagram {
     /// `reply(to:cached:)` with what `answering` has without waiting, counting queries and
     /// malformed messages.
-    static func reply(to wire: [UInt8], answering: any StubAnswering, transport: StubTransport) -> Reply {
+    static func reply(to wire: [UInt8], answering: any StubAnswering, transport: DNSTransport) -> Reply {
         answering.count(.query, over: transport)
         let (reply, malformed) = reply(to: wire) { answering.answerWithoutWaiting($0) }
         if malformed { answering.count(.malformed, over: transport) }
@@ -254,7 +268,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
     private let answering: any StubAnswering
     private let lookups: LookupBudget
     /// `tcp`, or `dot` behind a TLS handler (RFC 7858: the same framing inside TLS).
-    private let transport: StubTransport
+    private let transport: DNSTransport
     private var buffer = ByteBuffer()
     private var pending = 0
     private var heldRead = false
@@ -266,7 +280,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
     /// Lookups run on the connection's loop (made when the handler is added).
     private var executor: EventLoopTaskExecutor?
 
-    package init(answering: any StubAnswering, lookups: LookupBudget, transport: StubTransport = .tcp) {
+    package init(answering: any StubAnswering, lookups: LookupBudget, transport: DNSTransport = .tcp) {
         self.answering = answering
         self.lookups = lookups
         self.transport = transport

@@ -1,3 +1,4 @@
+import DNSWire
 import DaemonListening
 import NIOCore
 import NIOPosix

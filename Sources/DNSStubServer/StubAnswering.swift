@@ -1,3 +1,4 @@
+import DNSWire
 import Logging
 import NIOCore
 
@@ -10,14 +11,14 @@ package protocol StubAnswering: Sendable {
     var logsQueries: Bool { get }
     /// Whether the question in `wire` from `client` may be answered now (the rate limit), and if
     /// not, what the client gets.
-    func admission(_ client: SocketAddress?, over transport: StubTransport, query wire: [UInt8]) -> StubAdmission
+    func admission(_ client: SocketAddress?, over transport: DNSTransport, query wire: [UInt8]) -> StubAdmission
     /// The answer when there is one without a lookup (local data, a fresh cached address), built
     /// without suspending; nil when ``answer(_:)`` has to be awaited.
     func answerWithoutWaiting(_ query: DNSQuery) -> DNSAnswers.Answer?
     /// Answers `query`, looking up or forwarding as needed.
     func answer(_ query: DNSQuery) async -> DNSAnswers.Answer
-    func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: StubTransport, started: UInt64)
-    func count(_ event: StubEvent, over transport: StubTransport)
+    func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: DNSTransport, started: UInt64)
+    func count(_ event: StubEvent, over transport: DNSTransport)
 }
 
 /// What the rate limit lets a question have.
@@ -27,10 +28,6 @@ package enum StubAdmission: Sendable, Equatable {
     /// Past the limit: this reply (REFUSED, or a truncated one that sends the client to TCP), or
     /// none.
     case limited(reply: [UInt8]?)
-}
-
-package enum StubTransport: String, Sendable {
-    case udp, tcp, dot
 }
 
 /// What the stub's listeners count.

@@ -1,5 +1,6 @@
 import CoreMetrics
 import DNSStubServer
+import DNSWire
 import Synchronization
 
 /// Every metric the daemon itself records, with its label and dimensions written once here (the
@@ -89,15 +90,17 @@ final class DaemonMetrics: Sendable {
         timer.recordNanoseconds(Int64(clamping: nanoseconds))
     }
 
-    func stubQuery(_ transport: StubTransport) { Self.pick(stubQueries, transport).increment() }
-    func stubMalformed(_ transport: StubTransport) { Self.pick(stubMalformed, transport).increment() }
-    func stubDropped(_ transport: StubTransport) { Self.pick(stubDropped, transport).increment() }
+    func stubQuery(_ transport: DNSTransport) { Self.pick(stubQueries, transport)?.increment() }
+    func stubMalformed(_ transport: DNSTransport) { Self.pick(stubMalformed, transport)?.increment() }
+    func stubDropped(_ transport: DNSTransport) { Self.pick(stubDropped, transport)?.increment() }
 
-    private static func pick(_ series: (udp: Counter, tcp: Counter, dot: Counter), _ transport: StubTransport) -> Counter {
+    /// The stub's series for `transport`; nil for DoH, which `/dns-query`'s own metrics count.
+    private static func pick(_ series: (udp: Counter, tcp: Counter, dot: Counter), _ transport: DNSTransport) -> Counter? {
         switch transport {
         case .udp: series.udp
         case .tcp: series.tcp
         case .dot: series.dot
+        case .doh: nil
         }
     }
 

@@ -1,6 +1,7 @@
 import CoreMetrics
 import DNSCore
 import DNSStubServer
+import DNSWire
 import Foundation
 import NIOCore
 import ResolverConfig

@@ -1,5 +1,6 @@
 import CoreMetrics
 import DNSCore
+import DNSWire
 import Dispatch
 import NIOCore
 import ResolverConfig
@@ -34,8 +35,6 @@ final class RateLimiter: Sendable {
     private let truncated: Counter
     static let maxBucketsPerShard = 8_192
 
-    enum Transport { case udp, tcp, dot, doh }
-
     /// What a question gets.
     enum Decision: Equatable {
         case allowed
@@ -57,7 +56,7 @@ final class RateLimiter: Sendable {
     }
 
     /// Whether a question from `client` may be answered now; a refusal is counted.
-    func decide(_ client: SocketAddress?, transport: Transport, now: UInt64 = DispatchTime.now().uptimeNanoseconds) -> Decision {
+    func decide(_ client: SocketAddress?, transport: DNSTransport, now: UInt64 = DispatchTime.now().uptimeNanoseconds) -> Decision {
         guard let client, let key = key(client) else { return .allowed }
         let table = transport == .udp ? spoofable : verified
         guard let limitedCount = table.take(key, now: now, rate: settings.queriesPerSecond, burst: settings.burst) else { return .allowed }
@@ -75,7 +74,7 @@ final class RateLimiter: Sendable {
     }
 
     /// Takes a token from `key`'s bucket in the table of `transport`; true when there was one.
-    func take(_ key: UInt128, transport: Transport = .tcp, now: UInt64) -> Bool {
+    func take(_ key: UInt128, transport: DNSTransport = .tcp, now: UInt64) -> Bool {
         (transport == .udp ? spoofable : verified).take(key, now: now, rate: settings.queriesPerSecond, burst: settings.burst) == nil
     }
 

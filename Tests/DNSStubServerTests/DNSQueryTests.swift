@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import DNSStubServer
+@testable import DNSWire
 
 @Suite struct DNSQueryTests {
     @Test func aQueryKeepsItsQuestionBytesAndFoldsTheNameForTheEngine() throws {

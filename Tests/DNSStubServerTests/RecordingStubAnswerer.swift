@@ -4,6 +4,7 @@ import NIOCore
 import Synchronization
 
 @testable import DNSStubServer
+@testable import DNSWire
 
 /// A `StubAnswering` that answers every question NXDOMAIN — at once from "the cache" or after a
 /// lookup of `delay` — and records what the listener asked of it: the names it looked up, in order,
@@ -25,7 +26,7 @@ final class RecordingStubAnswerer: StubAnswering {
     /// The events counted, as `"\(event)"`.
     var events: [String] { recorded.withLock { $0.events } }
 
-    func admission(_ client: SocketAddress?, over transport: StubTransport, query wire: [UInt8]) -> StubAdmission { .answer }
+    func admission(_ client: SocketAddress?, over transport: DNSTransport, query wire: [UInt8]) -> StubAdmission { .answer }
 
     func answerWithoutWaiting(_ query: DNSQuery) -> DNSAnswers.Answer? {
         answersWithoutWaiting ? Self.reply(query) : nil
@@ -37,9 +38,9 @@ final class RecordingStubAnswerer: StubAnswering {
         return Self.reply(query)
     }
 
-    func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: StubTransport, started: UInt64) {}
+    func logQuery(_ query: DNSQuery, _ answer: DNSAnswers.Answer, client: SocketAddress?, transport: DNSTransport, started: UInt64) {}
 
-    func count(_ event: StubEvent, over transport: StubTransport) {
+    func count(_ event: StubEvent, over transport: DNSTransport) {
         recorded.withLock { $0.events.append("\(event)") }
     }
 

@@ -7,6 +7,7 @@ import TestSupport
 import Testing
 
 @testable import DNSStubServer
+@testable import DNSWire
 
 /// DNS over TCP in an embedded pipeline: pipelined queries, backpressure, bounded work in flight.
 @Suite struct TCPQueryHandlerTests {

@@ -72,7 +72,31 @@ import struct NIOHTTP2.HTTP2StreamID
         let frames = try await connection.frames(2)
         #expect(frames.response(1).status == "200")
         #expect(try DNSMessage(decoding: frames.response(1).body).answers.first?.data == .address(IPAddress("198.18.0.77")!))
-        #expect(fixture.state.requestsInFlight.load(ordering: .relaxed) == 0)
+        #expect(fixture.state.lookups.inFlight == 0)
+    }
+
+    @Test func aDoHLookupTakesAPlaceInTheBudgetTheDNSListenersShare() async throws {
+        let fixture = try DaemonFixture(
+            upstream: ScriptedUpstream("https://doh.test/dns-query", .addresses(["198.18.0.77"], ttl: 300)),
+            extra: "limits: {max_concurrent_requests: 1}")
+        let budget = fixture.state.lookups
+        #expect(budget.limit == 1)
+        // The stub's or DoT's one lookup holds the only place (the daemon hands every listener
+        // this budget): a DoH query that needs a lookup is refused at once.
+        #expect(budget.enter())
+        let connection = try await Self.connect(fixture)
+        try await connection.send(connection.wire.headers(1, Self.get(try Self.dohPath("busy.hd.test", id: 5)), endStream: true))
+        let refused = try await connection.frames(2)
+        #expect(refused.response(1).status == "503")
+        budget.leave()
+        try await connection.send(connection.wire.headers(3, Self.get(try Self.dohPath("busy.hd.test", id: 6)), endStream: true))
+        #expect(try await connection.frames(2).response(3).status == "200")
+        #expect(budget.inFlight == 0)
+        // A reload sets the new limit on the same budget.
+        var config = fixture.state.current.config
+        config.daemon.limits.maxConcurrentRequests = 7
+        _ = fixture.state.replace(with: try Runtime(config, metrics: fixture.state.metrics.factory, logger: fixture.state.logger))
+        #expect(budget.limit == 7)
     }
 
     @Test func otherPathsGoThroughTheRouterWithThePolicy() async throws {

@@ -4,6 +4,7 @@ import TestSupport
 import Testing
 
 @testable import DNSStubServer
+@testable import DNSWire
 @testable import ResolverDaemon
 
 /// Replays the daemon fuzzers' seeds and every crasher they found (Scripts/fuzz.sh stub|doh):

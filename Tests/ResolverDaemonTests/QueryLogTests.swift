@@ -7,6 +7,7 @@ import TestSupport
 import Testing
 
 @testable import DNSStubServer
+@testable import DNSWire
 @testable import ResolverDaemon
 
 /// The query log's writer in process: every entry is written or counted as dropped, lines are

@@ -5,6 +5,7 @@ import TestSupport
 import Testing
 
 @testable import DNSStubServer
+@testable import DNSWire
 @testable import HTTPDNS
 @testable import ResolverDaemon
 

@@ -1,5 +1,6 @@
 import DNSCore
 import DNSStubServer
+import DNSWire
 import HTTPDNS
 
 /// Answers DNS queries from the engine: the wire side of `/dns-query` and of the DNS stub.

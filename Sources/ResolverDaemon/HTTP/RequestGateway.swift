@@ -1,4 +1,5 @@
 import DNSStubServer
+import DNSWire
 import DaemonHTTP
 import DaemonListening
 import Dispatch
@@ -10,16 +11,20 @@ import NIOHTTP1
 /// Where every complete request goes, whichever HTTP version brought it: the policy first
 /// (``RequestPolicy``), then
 /// - `/dns-query`: parsed, and answered at once when the engine has the answer cached (on the
-///   event loop, holding nothing), else in a task counted against `max_concurrent_requests`;
+///   event loop, holding nothing), else in a task counted against the daemon's one admission
+///   budget (`max_concurrent_requests`, shared with the stub and DoT);
 /// - anything else: the API (``Routes``), in a task, also counted.
 /// Both versions record the same metrics through here.
 final class RequestGateway: HTTPRequestHandling {
     let state: DaemonState
+    /// The DNS service the stub and DoT listeners ask too.
+    let service: DNSService
     /// The Prometheus text `/metrics` serves.
     private let exposition: @Sendable () -> [UInt8]
 
     init(state: DaemonState, exposition: @escaping @Sendable () -> [UInt8]) {
         self.state = state
+        self.service = DNSService(state: state)
         self.exposition = exposition
     }
 
@@ -51,7 +56,7 @@ final class RequestGateway: HTTPRequestHandling {
         if route == DoHRequest.path {
             return dns(request, runtime: runtime, channel: channel, started: started)
         }
-        guard enter(runtime) else { return .ready(record(Self.busy(runtime), route: route, method: request.method, started: started)) }
+        guard enter(runtime) else { return .ready(record(busy(runtime), route: route, method: request.method, started: started)) }
         let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
         let state = self.state, exposition = self.exposition
         Task {
@@ -91,26 +96,26 @@ final class RequestGateway: HTTPRequestHandling {
             metrics.dohMalformed.increment()
             return .ready(record(.text(400, "not a DNS query: \(error.reason)\n"), route: route, method: method, started: started))
         }
-        if case .limited(let reply) = state.admission(channel.remoteAddress, transport: .doh, query: wire) {
+        if case .limited(let reply) = service.admission(channel.remoteAddress, over: .doh, query: wire) {
             guard let refused = reply else {
                 return .ready(record(.text(429, "rate limited\n", headers: [("retry-after", "1")]), route: route, method: method, started: started))
             }
             return .ready(record(Self.dnsAnswer(.init(bytes: refused, minTTL: 0)), route: route, method: method, started: started))
         }
-        let resolver = runtime.resolver
-        if let answer = state.answerWithoutWaiting(query, runtime: runtime) {
+        if let answer = service.answerWithoutWaiting(query, runtime: runtime) {
             metrics.dohAnswered(post: method == "POST", nanoseconds: DispatchTime.now().uptimeNanoseconds - started)
-            state.logQuery(query, answer, client: channel.remoteAddress, transport: "doh", started: started)
+            service.logQuery(query, answer, client: channel.remoteAddress, transport: .doh, started: started)
             return .ready(Self.dnsAnswer(answer))
         }
-        guard enter(runtime) else { return .ready(record(Self.busy(runtime), route: route, method: method, started: started)) }
+        guard enter(runtime) else { return .ready(record(busy(runtime), route: route, method: method, started: started)) }
         let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
-        let client = state.queryLog == nil ? nil : channel.remoteAddress
+        let client = service.logsQueries ? channel.remoteAddress : nil
+        let service = self.service, resolver = runtime.resolver
         // On the connection's loop, where the answer is written (EventLoopTaskExecutor).
         Task(executorPreference: EventLoopTaskExecutor.forCurrentLoop()) {
-            let answer = await DNSResponder.answer(query, resolver: resolver)
+            let answer = await service.answer(query, resolver: resolver)
             self.leave()
-            self.state.logQuery(query, answer, client: client, transport: "doh", started: started)
+            service.logQuery(query, answer, client: client, transport: .doh, started: started)
             promise.succeed(self.record(Self.dnsAnswer(answer), route: route, method: method, started: started))
         }
         return .pending(promise.futureResult)
@@ -126,19 +131,13 @@ final class RequestGateway: HTTPRequestHandling {
 
     // MARK: Bookkeeping
 
-    private func enter(_ runtime: Runtime) -> Bool {
-        let running = state.requestsInFlight.add(1, ordering: .relaxed).newValue
-        guard running <= runtime.config.daemon.limits.maxConcurrentRequests else {
-            state.requestsInFlight.subtract(1, ordering: .relaxed)
-            return false
-        }
-        return true
-    }
+    /// A place in the daemon's one admission budget, which the DNS listeners share.
+    private func enter(_ runtime: Runtime) -> Bool { state.lookups.enter() }
 
-    private func leave() { state.requestsInFlight.subtract(1, ordering: .relaxed) }
+    private func leave() { state.lookups.leave() }
 
-    private static func busy(_ runtime: Runtime) -> HTTPAnswer {
-        .text(503, "too many requests in flight (limit \(runtime.config.daemon.limits.maxConcurrentRequests))\n", headers: [("retry-after", "1")])
+    private func busy(_ runtime: Runtime) -> HTTPAnswer {
+        .text(503, "too many requests in flight (limit \(state.lookups.limit))\n", headers: [("retry-after", "1")])
     }
 
     private func record(_ answer: HTTPAnswer, route: Substring, method: String, started: UInt64) -> HTTPAnswer {

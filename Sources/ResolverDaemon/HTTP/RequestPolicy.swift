@@ -1,4 +1,5 @@
 import DNSStubServer
+import DNSWire
 import DaemonHTTP
 import DaemonListening
 import Foundation

@@ -8,15 +8,15 @@ import DNSCore
 /// 1,109), so more fit in a UDP datagram before TC and a reflected answer is no larger than the peer's.
 package struct DNSResponseWriter {
     /// The UDP payload size advertised in responses, and the most sent over UDP (DNS Flag Day 2020).
-    static let udpPayloadSize: UInt16 = 1232
+    package static let udpPayloadSize: UInt16 = 1232
     /// Where the question's name starts; answers owned by it point here.
-    static let questionNameOffset = DNSQuery.headerSize
+    package static let questionNameOffset = DNSQuery.headerSize
     /// The largest DNS message there is: TCP's and DoH's 2-byte length (RFC 1035 §4.2.2,
     /// RFC 8484 §6). Records that would take a response past it are left out.
-    static let maxMessageSize = DNSMessage.maxSize
+    package static let maxMessageSize = DNSMessage.maxSize
     /// The most the OPT record adds in ``finish(extendedRcode:)``: 11 bytes, an EDE option of
     /// 6 bytes and 200 of text.
-    static let optReserve = 11 + 6 + 200
+    package static let optReserve = 11 + 6 + 200
 
     private(set) var bytes: [UInt8]
     private var answerCount: UInt16 = 0
@@ -25,10 +25,10 @@ package struct DNSResponseWriter {
     private(set) var omittedRecords = 0
     private let edns: DNSQuery.EDNS?
     /// An Extended DNS Error (RFC 8914) for the OPT record: info code and extra text.
-    var extendedError: (code: UInt16, text: String)?
+    package var extendedError: (code: UInt16, text: String)?
 
     /// Sets AD: the data is secure by our own validation (RFC 4035 §3.2.3, RFC 6840 §5.7).
-    mutating func markAuthentic() { bytes[3] |= 0x20 }
+    package mutating func markAuthentic() { bytes[3] |= 0x20 }
 
     /// Sets AA: the answer is this server's own data (local records, a blocked name).
     mutating func markAuthoritative() { bytes[2] |= 0x04 }

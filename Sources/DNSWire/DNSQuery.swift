@@ -10,10 +10,10 @@ package struct DNSQuery: Sendable {
     /// The EDNS(0) OPT record of a query (RFC 6891 §6.1.2).
     package struct EDNS: Sendable, Equatable {
         /// The UDP payload size the client can take (the OPT record's class).
-        var udpPayloadSize: UInt16
-        var version: UInt8
+        package var udpPayloadSize: UInt16
+        package var version: UInt8
         /// DNSSEC OK (RFC 3225): copied into the response's OPT record.
-        var dnssecOK: Bool
+        package var dnssecOK: Bool
     }
 
     /// Why a message cannot be answered normally. Each case decides the reply.
@@ -48,20 +48,20 @@ package struct DNSQuery: Sendable {
         }
     }
 
-    static let headerSize = 12
+    package static let headerSize = 12
 
     /// The message as received.
     package let wire: [UInt8]
-    let id: UInt16
-    let flags: UInt16
+    package let id: UInt16
+    package let flags: UInt16
     /// The question's name, type and class as the client wrote them (offset 12 up to here).
-    let questionEnd: Int
+    package let questionEnd: Int
     /// The question with its name case-folded (for the engine and the cache).
     package let question: DNSMessage.Question
-    let edns: EDNS?
+    package let edns: EDNS?
 
     /// The question's owner name in the client's letter case, in wire form.
-    var questionNameBytes: ArraySlice<UInt8> { wire[Self.headerSize..<(questionEnd - 4)] }
+    package var questionNameBytes: ArraySlice<UInt8> { wire[Self.headerSize..<(questionEnd - 4)] }
 
     var recursionDesired: Bool { flags & 0x0100 != 0 }
     package var checkingDisabled: Bool { flags & 0x0010 != 0 }
@@ -134,25 +134,25 @@ package struct DNSQuery: Sendable {
 /// A bounds-checked walk over a query's bytes.
 private struct QueryReader {
     package struct Failure: Error {
-        var reason: String
+        package var reason: String
     }
 
-    let wire: [UInt8]
-    var offset: Int
+    package let wire: [UInt8]
+    package var offset: Int
 
-    mutating func read16() throws(Failure) -> UInt16 {
+    package mutating func read16() throws(Failure) -> UInt16 {
         guard offset + 2 <= wire.count else { throw Failure(reason: "truncated at offset \(offset)") }
         defer { offset += 2 }
         return UInt16(wire[offset]) << 8 | UInt16(wire[offset + 1])
     }
 
-    mutating func read32() throws(Failure) -> UInt32 {
+    package mutating func read32() throws(Failure) -> UInt32 {
         UInt32(try read16()) << 16 | UInt32(try read16())
     }
 
     /// The question's name: labels only (a pointer in the first name can only point into the
     /// header), at most 255 octets, case-folded.
-    mutating func questionName() throws(Failure) -> DomainName {
+    package mutating func questionName() throws(Failure) -> DomainName {
         var folded: [UInt8] = []
         folded.reserveCapacity(32)
         while true {
@@ -174,7 +174,7 @@ private struct QueryReader {
     }
 
     /// Skips a name in a record (labels, ending in a root label or one pointer to earlier bytes).
-    mutating func skipName() throws(Failure) -> Bool {
+    package mutating func skipName() throws(Failure) -> Bool {
         let start = offset
         var total = 0
         while true {
@@ -201,7 +201,7 @@ private struct QueryReader {
         }
     }
 
-    mutating func skipRecord() throws(Failure) {
+    package mutating func skipRecord() throws(Failure) {
         _ = try skipName()
         offset += 8  // type, class, TTL
         let length = Int(try read16())
@@ -213,7 +213,7 @@ private struct QueryReader {
     /// - Parameter seen: an OPT record was already seen (a second one is FORMERR, RFC 6891 §6.1.1).
     /// - Returns: the OPT record's EDNS, or nil for any other record.
     /// - Throws: ``Failure`` for a record that runs past the message, or a second or misplaced OPT.
-    mutating func record(opt seen: Bool) throws(Failure) -> DNSQuery.EDNS? {
+    package mutating func record(opt seen: Bool) throws(Failure) -> DNSQuery.EDNS? {
         let ownerIsRoot = try skipName()
         let type = try read16()
         guard type == RecordType.opt.rawValue else {

@@ -49,7 +49,7 @@ package enum DNSAnswers {
 
     /// What fits in a UDP response to `query`: 512 bytes without EDNS, else its advertised size
     /// (at least 512, RFC 6891 §6.2.5) up to our own 1,232.
-    static func udpLimit(of query: DNSQuery) -> Int {
+    package static func udpLimit(of query: DNSQuery) -> Int {
         guard let edns = query.edns else { return 512 }
         return min(max(Int(edns.udpPayloadSize), 512), Int(DNSResponseWriter.udpPayloadSize))
     }
@@ -57,7 +57,7 @@ package enum DNSAnswers {
     /// `response` if it is a message DNS can carry (at most 65,535 bytes), else a SERVFAIL with
     /// its ID and flags and no sections: the last guard before a 2-byte length is written. Every
     /// response the daemon builds or forwards is bounded before it gets here.
-    static func sendable(_ response: [UInt8]) -> [UInt8] {
+    package static func sendable(_ response: [UInt8]) -> [UInt8] {
         guard response.count > DNSResponseWriter.maxMessageSize else { return response }
         guard response.count >= DNSQuery.headerSize else { return [] }
         var header = Array(response[..<DNSQuery.headerSize])
@@ -67,7 +67,7 @@ package enum DNSAnswers {
     }
 
     /// The header, question and OPT of a response with TC set: "ask again over TCP".
-    static func truncated(_ response: [UInt8], query: DNSQuery) -> [UInt8] {
+    package static func truncated(_ response: [UInt8], query: DNSQuery) -> [UInt8] {
         let rcode = response.count >= 4 ? UInt16(response[3] & 0x0f) : 0
         return DNSResponseWriter(answering: query, rcode: rcode, truncated: true).finish()
     }
@@ -81,7 +81,7 @@ package enum DNSAnswers {
         return Answer(bytes: writer.finish(), minTTL: minTTL == .max ? 0 : minTTL, provenance: provenance(of: resolution))
     }
 
-    static func provenance(of resolution: Resolution) -> Provenance {
+    package static func provenance(of resolution: Resolution) -> Provenance {
         Provenance(source: resolution.source.rawValue, upstream: resolution.upstream, dnssec: resolution.dnssec?.name)
     }
 
@@ -165,7 +165,7 @@ package enum DNSAnswers {
 
     /// As above from the code alone; `dnssec` labels a proven denial (AD) or a bogus answer (EDE 6,
     /// "DNSSEC Bogus", with `detail` as its extra text).
-    static func response(
+    package static func response(
         to query: DNSQuery, _ code: DNSError.Code, negativeTTL: UInt32, dnssec: DNSSECStatus? = nil, detail: String? = nil,
         authority: NegativeAuthority? = nil
     ) -> Answer {
@@ -198,36 +198,5 @@ package enum DNSAnswers {
     /// negative TTL (RFC 2308 §5); 0 when neither says.
     package static func minTTL(of message: DNSMessage) -> UInt32 {
         message.answers.filter { $0.type != .opt }.map(\.ttl).min() ?? message.negativeTTL ?? 0
-    }
-}
-
-/// One datagram to the stub, answered as far as it can be without a lookup.
-package enum StubDatagram {
-    package enum Reply {
-        /// Send these bytes (an error reply: small whatever the transport).
-        case now([UInt8])
-        /// Send this answer to the query (over UDP through ``fitted(_:to:)``).
-        case answer(DNSAnswers.Answer, DNSQuery)
-        /// Look the query up, then send the answer through ``fitted(_:to:)``.
-        case lookup(DNSQuery)
-        /// Send nothing (not a query).
-        case none
-    }
-
-    /// Parses `wire` and answers what needs no lookup: errors, and what `cached` knows.
-    static func reply(to wire: [UInt8], cached: (DNSQuery) -> DNSAnswers.Answer?) -> (reply: Reply, malformed: Bool) {
-        let query: DNSQuery
-        do {
-            query = try DNSQuery(wire)
-        } catch {
-            return (DNSAnswers.reply(to: error).map(Reply.now) ?? .none, true)
-        }
-        if let answer = cached(query) { return (.answer(answer, query), false) }
-        return (.lookup(query), false)
-    }
-
-    /// `response` as sent over UDP: with TC and no records when it is larger than the client takes.
-    static func fitted(_ response: [UInt8], to query: DNSQuery) -> [UInt8] {
-        response.count > DNSAnswers.udpLimit(of: query) ? DNSAnswers.truncated(response, query: query) : response
     }
 }

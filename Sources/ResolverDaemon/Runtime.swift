@@ -1,0 +1,100 @@
+import AddressProbing
+import CoreMetrics
+import Crypto
+import DNSCore
+import DNSStubServer
+import DNSWire
+import DaemonHTTP
+import DaemonListening
+import ForwardProxy
+import Foundation
+import HTTPDNS
+import HijackDetection
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import RedisCache
+import ResolverConfig
+import ServiceLifecycle
+import Synchronization
+import SystemResolver
+import UnixSignals
+
+/// What one configuration builds: the resolver, the system side, the detector, the ranker and the
+/// request policy. A reload builds a new one and swaps it in; requests in flight finish on the old.
+final class Runtime: Sendable {
+    let config: ConfigFile
+    let resolver: HTTPDNSResolver
+    let system: SystemResolver
+    let detector: HijackDetector
+    let ranker: AddressRanker
+    let policy: RequestPolicy
+    private let forwarders: [SystemResolver]
+
+    /// `logger` gets the engine's upstream events (circuit opened/closed, failures); the engine's
+    /// metrics go to `metrics`.
+    convenience init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger) throws(DNSError) {
+        let system = try SystemResolver(servers: config.lookup.systemDNS)
+        let forwarders = Mutex<[SystemResolver]>([])
+        var options = config.lookup.options
+        // An open circuit's health probe asks what readiness asks (`readiness.probe`, …, the root's NS).
+        let probe = config.readinessProbe
+        options.healthCheckName = probe.name.description
+        options.healthCheckType = probe.type
+        let resolver = try HTTPDNSResolver(
+            configuration: config.lookup.configuration, options: options,
+            fallback: config.lookup.options.fallback == .system ? system : nil, metrics: metrics, logger: logger,
+            plainDNS: { server throws(DNSError) in
+                let resolver = try SystemResolver(servers: [server])
+                forwarders.withLock { $0.append(resolver) }
+                return resolver
+            })
+        if let shared = config.daemon.sharedCache {
+            resolver.engine.attachSharedCache(Self.redisCache(shared, metrics: metrics, logger: logger))
+        }
+        self.init(config, resolver: resolver, system: system, forwarders: forwarders.withLock { $0 })
+    }
+
+    /// The `cache.shared` Redis cache (the config checked that the address is loopback or a socket).
+    static func redisCache(_ settings: DaemonSettings.SharedCacheSettings, metrics: any MetricsFactory, logger: Logger) -> RedisSharedCache {
+        let endpoint: RedisSharedCache.Endpoint =
+            if settings.redis.hasPrefix("/") {
+                .unix(path: settings.redis)
+            } else if let (address, port) = IPAddress.endpoint(settings.redis), let port {
+                .tcp(host: address.description, port: port)
+            } else {
+                .unix(path: settings.redis)
+            }
+        return RedisSharedCache(
+            endpoint: endpoint, password: settings.password, key: SymmetricKey(data: settings.key), prefix: settings.prefix,
+            timeout: settings.timeout, metrics: metrics, logger: logger)
+    }
+
+    /// A runtime around a resolver built elsewhere (tests give one with scripted upstreams).
+    /// `forwarders` are the plain-DNS upstreams of its forward zones, stopped with it.
+    init(_ config: ConfigFile, resolver: HTTPDNSResolver, system: SystemResolver, forwarders: [SystemResolver] = []) {
+        self.forwarders = forwarders
+        self.config = config
+        self.system = system
+        self.resolver = resolver
+        let probeTimeout = min(config.lookup.options.timeout, .seconds(3))
+        let caFile = config.lookup.configuration.caFile
+        detector = HijackDetector(
+            trusted: TrustedAnswers(resolver),
+            system: PlainDNSAnswers(system, timeout: probeTimeout, validator: config.lookup.configuration.dnssec.policy == .off ? nil : resolver),
+            prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile))
+        ranker = AddressRanker(
+            resolver: resolver, prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile),
+            memory: .seconds(10))
+        policy = RequestPolicy(config)
+    }
+
+    func shutdown() {
+        system.shutdown()
+        for forwarder in forwarders { forwarder.shutdown() }
+    }
+
+    /// The question that keeps readiness true while answers come from the cache (`readiness.probe`).
+    var readinessProbe: DNSMessage.Question { config.readinessProbe }
+}
