@@ -17,16 +17,8 @@ extension ResolverEngine {
         }
         let result = await forwarding.run(wire) { [self] in
             let deadline = clock.now + options.timeout
-            let outcome = await pool.attempt(question, deadline: deadline, eligible: { $0 is any MessageExchanging }) {
-                upstream, timeout throws(DNSError) in
-                guard let upstream = upstream as? any MessageExchanging else {
-                    throw DNSError(.invalidConfiguration, "\(upstream.identifier) does not carry DNS messages")
-                }
-                let response = try await upstream.exchange(wire, timeout: timeout)
-                try Self.check(response, answers: question)
-                return response
-            }
-            if let response = outcome.value { return .success(response) }
+            let outcome = await pool.attempt(.message(wire, question), deadline: deadline)
+            if let response = outcome.message { return .success(response) }
             if outcome.failures.contains(where: { $0.code == .cancelled }) { return .failure(DNSError(.cancelled, "cancelled")) }
             return .failure(DNSError.combining(outcome.failures))
         }

@@ -406,7 +406,7 @@ package final class ResolverEngine: Sendable {
                 return .answered(entry, failures: [])
             }
         }
-        let outcome = await pool.query(DNSMessage.Question(name: key.name, type: key.type), deadline: clock.now + options.timeout)
+        let outcome = await pool.attempt(.lookup(DNSMessage.Question(name: key.name, type: key.type)), deadline: clock.now + options.timeout)
         let now = clock.now
         guard let answer = outcome.answer, let upstream = outcome.upstream else {
             let error = DNSError.combining(outcome.failures)

@@ -56,6 +56,9 @@ final class DaemonState: Sendable {
     /// The one admission budget (`limits.max_concurrent_requests`): lookups and routed requests in
     /// flight over every transport — the stub (UDP, TCP), DoT and the HTTP listener share it.
     let lookups: LookupBudget
+    /// API requests that look nothing up (metrics, health, status, the page), in flight: counted
+    /// apart from ``lookups`` against the same limit, so a full budget never hides them.
+    let routesInFlight = Atomic<Int>(0)
     /// Set by the first SIGTERM: health checks fail from then on (`readiness.lame_duck`).
     private let stopping = Atomic<Bool>(false)
     /// Set once the process switched to `user:`.

@@ -75,7 +75,7 @@ import struct NIOHTTP2.HTTP2StreamID
         #expect(fixture.state.lookups.inFlight == 0)
     }
 
-    @Test func aDoHLookupTakesAPlaceInTheBudgetTheDNSListenersShare() async throws {
+    @Test func aDoHLookupTakesAPlaceInTheBudgetTheDNSListenersShareAndHealthRoutesDoNot() async throws {
         let fixture = try DaemonFixture(
             upstream: ScriptedUpstream("https://doh.test/dns-query", .addresses(["198.18.0.77"], ttl: 300)),
             extra: "limits: {max_concurrent_requests: 1}")
@@ -88,9 +88,15 @@ import struct NIOHTTP2.HTTP2StreamID
         try await connection.send(connection.wire.headers(1, Self.get(try Self.dohPath("busy.hd.test", id: 5)), endStream: true))
         let refused = try await connection.frames(2)
         #expect(refused.response(1).status == "503")
+        // `/v1/resolve` looks up too; the routes that do not still answer (an operator can read
+        // /metrics while misses fill the budget).
+        try await connection.send(connection.wire.headers(3, Self.get("/v1/resolve?host=busy.hd.test"), endStream: true))
+        #expect(try await connection.frames(2).response(3).status == "503")
+        try await connection.send(connection.wire.headers(5, Self.get("/healthz"), endStream: true))
+        #expect(try await connection.frames(2).response(5).status == "200")
         budget.leave()
-        try await connection.send(connection.wire.headers(3, Self.get(try Self.dohPath("busy.hd.test", id: 6)), endStream: true))
-        #expect(try await connection.frames(2).response(3).status == "200")
+        try await connection.send(connection.wire.headers(7, Self.get(try Self.dohPath("busy.hd.test", id: 6)), endStream: true))
+        #expect(try await connection.frames(2).response(7).status == "200")
         #expect(budget.inFlight == 0)
         // A reload sets the new limit on the same budget.
         var config = fixture.state.current.config

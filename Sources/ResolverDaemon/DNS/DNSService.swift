@@ -33,7 +33,7 @@ struct DNSService: StubAnswering {
     }
 
     func answer(_ query: DNSQuery) async -> DNSAnswers.Answer {
-        await answer(query, resolver: state.current.resolver)
+        await DNSResponder.answer(query, resolver: state.current.resolver)
     }
 
     /// `answer` with the resolver of the runtime the caller read when the query came.

@@ -13,7 +13,8 @@ import NIOHTTP1
 /// - `/dns-query`: parsed, and answered at once when the engine has the answer cached (on the
 ///   event loop, holding nothing), else in a task counted against the daemon's one admission
 ///   budget (`max_concurrent_requests`, shared with the stub and DoT);
-/// - anything else: the API (``Routes``), in a task, also counted.
+/// - anything else: the API (``Routes``), in a task: `/v1/resolve` in the same budget, the routes
+///   that look nothing up (metrics, health, status) counted apart, so a full budget never hides them.
 /// Both versions record the same metrics through here.
 final class RequestGateway: HTTPRequestHandling {
     let state: DaemonState
@@ -56,12 +57,18 @@ final class RequestGateway: HTTPRequestHandling {
         if route == DoHRequest.path {
             return dns(request, runtime: runtime, channel: channel, started: started)
         }
-        guard enter(runtime) else { return .ready(record(busy(runtime), route: route, method: request.method, started: started)) }
+        // `/v1/resolve` looks names up: a place in the DNS listeners' budget. The other routes do
+        // not, and have places of their own, so that /metrics and the health checks still answer
+        // while lookups fill the budget.
+        let looksUp = route == "/v1/resolve"
+        guard looksUp ? enter(runtime) : enterRoute(runtime) else {
+            return .ready(record(busy(runtime), route: route, method: request.method, started: started))
+        }
         let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
         let state = self.state, exposition = self.exposition
         Task {
             let answer = await Routes.answer(request, state: state, exposition: exposition)
-            self.leave()
+            if looksUp { self.leave() } else { self.leaveRoute() }
             promise.succeed(self.record(answer, route: route, method: request.method, started: started))
         }
         return .pending(promise.futureResult)
@@ -135,6 +142,18 @@ final class RequestGateway: HTTPRequestHandling {
     private func enter(_ runtime: Runtime) -> Bool { state.lookups.enter() }
 
     private func leave() { state.lookups.leave() }
+
+    /// A place for a route that looks nothing up (`limits.max_concurrent_requests` of them).
+    private func enterRoute(_ runtime: Runtime) -> Bool {
+        let running = state.routesInFlight.add(1, ordering: .relaxed).newValue
+        guard running <= runtime.config.daemon.limits.maxConcurrentRequests else {
+            state.routesInFlight.subtract(1, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    private func leaveRoute() { state.routesInFlight.subtract(1, ordering: .relaxed) }
 
     private func busy(_ runtime: Runtime) -> HTTPAnswer {
         .text(503, "too many requests in flight (limit \(state.lookups.limit))\n", headers: [("retry-after", "1")])
