@@ -120,6 +120,30 @@ public struct DomainName: Sendable, Hashable, CustomStringConvertible {
         self.wire = wire
     }
 
+    /// Whether the name is a host name as ``init(_:)`` accepts one (letters, digits, `-` and `_` in
+    /// each label, no label starting or ending with `-`): read from the wire, without a parse. A
+    /// name DNS allows but a host name does not (`a*b.example`) is relayed by the daemon, not looked
+    /// up as a host.
+    package var isHostName: Bool {
+        var index = 0
+        while index < wire.count, wire[index] != 0 {
+            let length = Int(wire[index])
+            let label = wire[(index + 1)..<min(index + 1 + length, wire.count)]
+            guard label.count == length, label.first != UInt8(ascii: "-"), label.last != UInt8(ascii: "-") else { return false }
+            for byte in label {
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                    UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+                    continue
+                default:
+                    return false
+                }
+            }
+            index += 1 + length
+        }
+        return true
+    }
+
     /// Builds a name from wire bytes already validated by the decoder and case-folded.
     package init(uncheckedWire: [UInt8]) {
         self.wire = uncheckedWire

@@ -453,11 +453,26 @@ package final class UpstreamPool: Sendable {
                     "upstream": "\(upstream)", "name": "\(question.name)", "type": "\(question.type)",
                     "code": "\(error.code.rawValue)", "error": "\(error.message)",
                 ])
-            record(index, rtt: Self.seconds(elapsed), success: false)
-            noteReachability(index, responded: error.code == .serverFailure || error.code == .refused)
+            if case .message = request, Self.followsFromTheMessage.contains(error.code) {
+                // A relayed message is the client's: what it holds can make a healthy upstream
+                // refuse it — a GET URL too long for its HTTP server (414, 431), an option it
+                // rejects with a FORMERR that echoes no question. That says nothing of the
+                // upstream's health: neither charged to its circuit nor a transport failure, or one
+                // crafted query would open every circuit and turn readiness off (F48-9).
+                record(index, rtt: Self.seconds(elapsed), success: nil)
+                noteReachability(index, responded: true)
+            } else {
+                record(index, rtt: Self.seconds(elapsed), success: false)
+                noteReachability(index, responded: error.code == .serverFailure || error.code == .refused)
+            }
             return .failure(error)
         }
     }
+
+    /// Failures of a relayed message that the message itself can cause (the upstream responded).
+    private static let followsFromTheMessage: Set<DNSError.Code> = [
+        .httpStatus, .badContentType, .malformedResponse, .mismatchedResponse, .responseTooLarge,
+    ]
 
     private func noteReachability(_ index: Int, responded: Bool) {
         let now = clock.now

@@ -118,13 +118,24 @@ enum DNSStreamListener {
 /// gateway — so the same work is admitted the same way whichever transport brought it. Past the
 /// limit a lookup is refused at once (dropped over UDP, SERVFAIL over TCP and DoT, 503 over HTTP):
 /// nothing queues. The limit can change while running (a reload).
+///
+/// UDP's source addresses can be forged, so a flood from made-up clients escapes any per-client rate
+/// limit; and one client over TCP, DoT or DoH can hold many lookups at once. So each side — UDP, and
+/// the transports whose clients proved their address — may fill `limit`, and all of them together
+/// `limit` and a quarter more (``reserveShare``): whichever side floods, the other keeps a quarter of
+/// the budget.
 package final class LookupBudget: Sendable {
     private let running = Atomic<Int>(0)
+    private let spoofable = Atomic<Int>(0)
+    private let verified = Atomic<Int>(0)
     private let ceiling: Atomic<Int>
 
     package init(limit: Int) { ceiling = Atomic(limit) }
 
-    /// The most lookups at once.
+    /// The places each side keeps from the other's flood, as a share of `limit`.
+    package static let reserveShare = 4
+
+    /// The most lookups at once from one side (UDP, or the others).
     package var limit: Int { ceiling.load(ordering: .relaxed) }
 
     /// Lookups in flight now.
@@ -133,16 +144,35 @@ package final class LookupBudget: Sendable {
     /// A new limit (a reload): lookups in flight finish; new ones are admitted against it.
     package func setLimit(_ limit: Int) { ceiling.store(limit, ordering: .relaxed) }
 
-    /// Takes a place; false (and nothing taken) when the budget is spent.
-    package func enter() -> Bool {
-        guard running.add(1, ordering: .relaxed).newValue <= limit else {
-            running.subtract(1, ordering: .relaxed)
+    /// Takes a place; false (and nothing taken) when the budget is spent. `spoofable`: the query
+    /// came over UDP.
+    package func enter(spoofable fromUDP: Bool = false) -> Bool {
+        let limit = self.limit
+        guard fromUDP ? Self.take(spoofable, below: limit) : Self.take(verified, below: limit) else { return false }
+        guard Self.take(running, below: limit + max(limit / Self.reserveShare, 1)) else {
+            if fromUDP { spoofable.subtract(1, ordering: .relaxed) } else { verified.subtract(1, ordering: .relaxed) }
             return false
         }
         return true
     }
 
-    package func leave() { running.subtract(1, ordering: .relaxed) }
+    /// Gives back a place `enter(spoofable:)` took, with the same `spoofable`.
+    package func leave(spoofable fromUDP: Bool = false) {
+        running.subtract(1, ordering: .relaxed)
+        if fromUDP { spoofable.subtract(1, ordering: .relaxed) } else { verified.subtract(1, ordering: .relaxed) }
+    }
+
+    /// Adds one to `counter` if it stays within `bound`; a refusal writes nothing, so a flood of
+    /// refused lookups never makes the count look higher than it is to the other side.
+    private static func take(_ counter: borrowing Atomic<Int>, below bound: Int) -> Bool {
+        var current = counter.load(ordering: .relaxed)
+        while current < bound {
+            let (exchanged, original) = counter.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
 
     /// Drops since the last warning, and when that was (uptime nanoseconds).
     private let drops = Atomic<Int>(0)
@@ -212,7 +242,7 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
             answering.logQuery(query, answer, client: envelope.remoteAddress, transport: .udp, started: started)
             context.write(wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))), promise: nil)
         case .lookup(let query):
-            guard lookups.enter() else {
+            guard lookups.enter(spoofable: true) else {
                 answering.count(.dropped, over: .udp)
                 lookups.reportDrop(answering.logger)
                 return
@@ -224,7 +254,7 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
             // of the burst unseen (Tests/Adversarial, the 1,024-lookup budget test).
             Task {
                 let answer = await answering.answer(query)
-                lookups.leave()
+                lookups.leave(spoofable: true)
                 let response = StubDatagram.fitted(answer.bytes, to: query)
                 if response.count < answer.bytes.count { answering.count(.truncated, over: .udp) }
                 answering.logQuery(query, answer, client: envelope.remoteAddress, transport: .udp, started: started)

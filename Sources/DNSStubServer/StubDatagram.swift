@@ -1,5 +1,9 @@
 import DNSCore
+
+// The fuzz target (Scripts/fuzz.sh) builds this file into one module with the wire code.
+#if canImport(DNSWire)
 import DNSWire
+#endif
 
 /// One datagram to the stub, answered as far as it can be without a lookup.
 package enum StubDatagram {

@@ -65,7 +65,8 @@ import Testing
         #expect(engine.pool.healthSnapshot[0].consecutiveFailures == 1, "outrun: charged as any lookup is")
     }
 
-    @Test func aResponseForAnotherQuestionOrGarbageIsThatUpstreamsFailure() async throws {
+    @Test func whatTheClientsMessageCanCauseMovesOnButIsNotChargedToTheUpstream() async throws {
+        // F48-9: a relayed message is the client's; a refusal it can cause says nothing of health.
         let mismatched = ScriptedExchanger("https://mismatched.test/q", .mismatched)
         let garbage = ScriptedExchanger("https://garbage.test/q", .garbage)
         let failing = ScriptedExchanger("https://servfail.test/q", .respond(rcode: 2))
@@ -73,14 +74,26 @@ import Testing
         let (wire, question) = try query("mail.hd.test")
         let response = try DNSMessage(decoding: try await engine.forward(wire, question: question))
         #expect(response.responseCode == .serverFailure, "an RCODE is an answer, returned as it came")
+        #expect(mismatched.exchanges == 1 && garbage.exchanges == 1, "each moved on to the next")
         let health = engine.pool.healthSnapshot
-        #expect(health.map(\.consecutiveFailures) == [1, 1, 0])
-        #expect(health[2].lastResponse != nil, "a SERVFAIL upstream is reachable")
+        #expect(health.map(\.consecutiveFailures) == [0, 0, 0])
+        #expect(health.allSatisfy { $0.lastResponse != nil && $0.lastTransportFailure == nil }, "all of them responded")
         let only = self.engine([mismatched]) { $0.hedging = false }
         await #expect { try await only.forward(wire, question: question) } throws: {
             let error = $0 as? DNSError
             return error?.code == .mismatchedResponse && error?.attempts.first?.upstream == "https://mismatched.test/q"
         }
+        // A URL too long for the upstream's HTTP server (414), five times: the circuit stays closed
+        // and readiness true; a transport failure is still charged (the first test).
+        let refusing = ScriptedExchanger("https://refusing.test/q", .fail(.httpStatus))
+        let pool = self.engine([refusing]) { $0.hedging = false }
+        for _ in 0..<5 { _ = try? await pool.forward(wire, question: question) }
+        #expect(refusing.exchanges == 5 && !pool.pool.isOpen(0))
+        #expect(pool.pool.healthSnapshot[0].isReachable(now: clock.now, window: .seconds(30)))
+        // An address lookup's HTTP failure is the upstream's own: charged as before.
+        let lookups = self.engine([refusing]) { $0.hedging = false }
+        for index in 0..<3 { _ = try? await lookups.resolve("www\(index).hd.test", type: .a) }
+        #expect(lookups.pool.isOpen(0))
     }
 
     @Test func upstreamsThatCarryOnlyAddressesAreSkippedNotCharged() async throws {

@@ -110,3 +110,57 @@ import Testing
         #expect(logs.entries.last?.metadata["since"] == "11 s")
     }
 }
+
+/// The one admission budget every listener shares: each side (UDP, whose sources can be forged, and
+/// the others) may fill the limit, all together a quarter more, so a flood on one side leaves the
+/// other a quarter (F48-7).
+@Suite struct LookupBudgetTests {
+    @Test func aUDPFloodLeavesTheOtherTransportsAQuarter() {
+        let budget = LookupBudget(limit: 8)
+        for _ in 0..<8 { #expect(budget.enter(spoofable: true)) }
+        #expect(!budget.enter(spoofable: true), "UDP stops at the limit")
+        #expect(budget.enter() && budget.enter(), "TCP, DoT and DoH still get 8 / 4")
+        #expect(!budget.enter(), "and no more while UDP holds its places")
+        #expect(budget.inFlight == 10)
+        budget.leave(spoofable: true)
+        #expect(budget.enter(), "a place UDP gives back")
+        for _ in 0..<7 { budget.leave(spoofable: true) }
+        for _ in 0..<3 { budget.leave() }
+        #expect(budget.inFlight == 0)
+    }
+
+    @Test func aFloodOverTheOtherTransportsLeavesUDPAQuarterAndAReloadMovesTheLimit() {
+        // R2 of the review: one client's TCP or DoH connections must not take every place UDP has.
+        let budget = LookupBudget(limit: 8)
+        for _ in 0..<8 { #expect(budget.enter()) }
+        #expect(!budget.enter(), "the other side stops at the limit too")
+        #expect(budget.enter(spoofable: true) && budget.enter(spoofable: true), "UDP keeps 8 / 4")
+        #expect(!budget.enter(spoofable: true))
+        budget.setLimit(12)
+        #expect(budget.enter() && budget.limit == 12 && budget.inFlight == 11)
+        for _ in 0..<9 { budget.leave() }
+        for _ in 0..<2 { budget.leave(spoofable: true) }
+        #expect(budget.inFlight == 0)
+        let tiny = LookupBudget(limit: 1)
+        #expect(tiny.enter(spoofable: true) && tiny.enter(), "a limit of 1 keeps a reserve of 1")
+        #expect(!tiny.enter(spoofable: true) && !tiny.enter())
+    }
+
+    @Test func refusalsUnderContentionNeverTakeTheReserve() async {
+        // R3 of the review: refused UDP lookups must never make the total look fuller than it is.
+        let budget = LookupBudget(limit: 64)
+        for _ in 0..<64 { _ = budget.enter(spoofable: true) }
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 {
+                group.addTask { for _ in 0..<20_000 { _ = budget.enter(spoofable: true) } }
+            }
+            group.addTask {
+                for _ in 0..<2_000 {
+                    #expect(budget.enter(), "a free reserve place is never refused")
+                    budget.leave()
+                }
+            }
+        }
+        #expect(budget.inFlight == 64)
+    }
+}

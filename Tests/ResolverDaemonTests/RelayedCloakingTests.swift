@@ -42,7 +42,12 @@ import Testing
                 answers.append(.init(name: owner, type: .cname, ttl: 300, data: .cname(target)))
                 owner = target
             }
-            let payload: [UInt8] = question.type == .txt ? [4] + Array("cdn!".utf8) : [0, 1, 0]
+            let payload: [UInt8] =
+                switch question.type {
+                case .txt: [4] + Array("cdn!".utf8)
+                case .a: [198, 18, 0, 1]
+                default: [0, 1, 0]
+                }
             let pixel = try! DomainName("pixel.tracker.test")
             switch first {
             case "dup":
@@ -131,6 +136,19 @@ import Testing
         } throws: {
             ($0 as? DNSError)?.code == .nxdomain
         }
+    }
+
+    /// F48-10: an A query for a name DNS allows but a host name does not is relayed (and the relayed
+    /// block check reads its whole chain), not looked up as a host by the engine.
+    @Test func anAddressQueryForANameThatIsNoHostNameIsRelayed() async throws {
+        let (resolver, upstream) = try resolver()
+        let name = try DomainName(presentation: "cloaked.a*b.site.test")
+        let hostName = try DomainName("cloaked.site.test")
+        #expect(!name.isHostName && hostName.isHostName)
+        let wire = DNSMessage(id: 7, flags: 0x0100, questions: [.init(name: name, type: .a)]).encode()
+        let answer = try DNSMessage(decoding: await DNSResponder.answer(try DNSQuery(wire), resolver: resolver).bytes)
+        #expect(answer.responseCode == .nameError && answer.answers.isEmpty, "blocked on the relayed chain: \(answer.responseCode) \(answer.answers)")
+        #expect(upstream.asked.withLock { $0 } == ["cloaked.a*b.site.test A"], "relayed as a message")
     }
 
     @Test func unlistedChainsAndLoopsAreRelayedAsTheUpstreamSentThem() async throws {

@@ -30,7 +30,7 @@ enum DNSResponder {
     /// A fresh cached A or AAAA for a name that is not local: the resolver's stages past the local
     /// data, with the name the query parser made.
     private static func cachedAnswer(_ query: DNSQuery, resolver: HTTPDNSResolver, now: ResolverInstant? = nil) -> Answer? {
-        guard let type = query.addressType,
+        guard let type = query.addressType, query.question.name.isHostName,
             let resolution = resolver.resolveNow(Lookup(query.question.name, type: type, mode: .now, pastLocalData: true))
         else { return nil }
         return DNSAnswers.response(to: query, resolution, now: now ?? resolver.clock.now)
@@ -65,6 +65,12 @@ enum DNSResponder {
             }
         }
         guard let type = query.addressType else { return await forward(query, resolver: resolver) }
+        // A name DNS allows but a host name does not: the upstream decides (BIND says NXDOMAIN).
+        guard query.question.name.isHostName else {
+            if resolver.canForward(query.question.name) { return await forward(query, resolver: resolver) }
+            let error = DNSError(.invalidName, "\(query.question.name) is not a host name")
+            return DNSAnswers.response(to: query, error, negativeTTL: UInt32(clamping: resolver.options.negativeTTL.components.seconds))
+        }
         // CD with validation on: the client validates itself and wants the data as the upstream
         // has it, bogus or not (RFC 4035 §3.2.2) — with the RRSIGs when it set DO.
         if query.checkingDisabled, resolver.configuration.dnssec.policy != .off, resolver.canForward(query.question.name) {
@@ -76,8 +82,6 @@ enum DNSResponder {
             let resolution = try await resolver.resolve(lookup)
             return DNSAnswers.response(to: query, resolution, now: resolver.clock.now)
         } catch {
-            // A name DNS allows but a host name does not: the upstream decides (BIND says NXDOMAIN).
-            if error.code == .invalidName, resolver.canForward(query.question.name) { return await forward(query, resolver: resolver) }
             return DNSAnswers.response(to: query, error, negativeTTL: UInt32(clamping: resolver.options.negativeTTL.components.seconds))
         }
     }
