@@ -64,10 +64,10 @@ package struct Lookup: Sendable {
     }
 
     /// This lookup, waiting.
-    package func waiting(afterMiss: Bool = false) -> Lookup {
+    package func waiting() -> Lookup {
         var lookup = self
         lookup.mode = .wait
-        lookup.afterMiss = afterMiss
+        lookup.afterMiss = false
         return lookup
     }
 }
