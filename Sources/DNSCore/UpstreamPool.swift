@@ -142,6 +142,8 @@ package final class UpstreamPool: Sendable {
     private let spawner: any TaskSpawner
     /// Whether a lookup asks the next upstream too when one has not answered within its hedge delay.
     private let hedging: Bool
+    /// Where hedged lookups' delays wait.
+    private let hedgeTimer: HedgeTimer
 
     package init(
         _ upstreams: [any DNSUpstream], strategy: UpstreamStrategy = .ordered, clock: any ResolverClock,
@@ -150,6 +152,7 @@ package final class UpstreamPool: Sendable {
         spawner: any TaskSpawner = UnstructuredTasks(), hedging: Bool = true, metrics: ResolverMetrics? = nil, logger: Logger = .silent
     ) {
         self.hedging = hedging
+        hedgeTimer = HedgeTimer(clock: clock)
         self.probe = probe
         self.probeTimeout = probeTimeout
         self.spawner = spawner
@@ -289,40 +292,85 @@ package final class UpstreamPool: Sendable {
         case timer(position: Int)
     }
 
+    /// Where a hedged lookup's attempts and its timer entries report to, and the lookup waits: a
+    /// queue with one waiter. (A task group's `next()` would need the timer to be a child task
+    /// that sleeps: see ``HedgeTimer``.) Events after the lookup ended are dropped.
+    private final class HedgeEvents: Sendable {
+        private struct State {
+            var queued: [HedgeEvent] = []
+            var waiter: CheckedContinuation<HedgeEvent, Never>?
+            var ended = false
+        }
+
+        private let state = Mutex(State())
+
+        func post(_ event: HedgeEvent) {
+            let waiter = state.withLock { state -> CheckedContinuation<HedgeEvent, Never>? in
+                guard !state.ended else { return nil }
+                guard let waiter = state.waiter else {
+                    state.queued.append(event)
+                    return nil
+                }
+                state.waiter = nil
+                return waiter
+            }
+            waiter?.resume(returning: event)
+        }
+
+        func next() async -> HedgeEvent {
+            await withCheckedContinuation { (continuation: CheckedContinuation<HedgeEvent, Never>) in
+                let ready = state.withLock { state -> HedgeEvent? in
+                    guard state.queued.isEmpty else { return state.queued.removeFirst() }
+                    state.waiter = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
+            }
+        }
+
+        func end() { state.withLock { $0.ended = true } }
+    }
+
     /// The upstreams in `order`, each one started when the one before it has failed or has not
     /// answered within its hedge delay (``hedgeDelay(_:)``); the first answer wins. An attempt still
     /// running when another upstream answered counts as a failed one (it did not answer in time):
     /// three in a row open its circuit like any other failures, so a blackholed upstream costs its
     /// hedge delay three times, not its share of the budget on every lookup.
+    ///
+    /// Attempts are child tasks (cancelled with the lookup); hedge delays are entries in the pool's
+    /// one ``HedgeTimer``, cancelled when the lookup ends. The lookup waits only while an attempt
+    /// runs, and every attempt reports once, even when cancelled: it cannot wait forever.
     private func hedged(
         _ request: PoolRequest, _ order: [Int], deadline: ResolverInstant, failures: [DNSError.Attempt],
         first: (any DNSUpstream)?
     ) async -> PoolOutcome {
         var failures = failures
-        return await withTaskGroup(of: HedgeEvent.self) { group in
+        let events = HedgeEvents()
+        var timers: [HedgeTimer.Entry] = []
+        defer {
+            events.end()
+            for entry in timers { hedgeTimer.cancel(entry) }
+        }
+        return await withDiscardingTaskGroup { group in
             var started: [(index: Int, at: ResolverInstant, late: Bool)] = []
             var running = 0
-            func startNext() -> Bool {
+            func startNext() {
                 let position = started.count
                 let remaining = deadline - clock.now
-                guard order.count > position, remaining > .milliseconds(1), !Task.isCancelled else { return false }
+                guard order.count > position, remaining > .milliseconds(1), !Task.isCancelled else { return }
                 let index = order[position]
                 let share = remaining / (order.count - position)
                 started.append((index, clock.now, false))
                 running += 1
-                group.addTask { .finished(index, await self.ask(index, request, timeout: share)) }
+                group.addTask { events.post(.finished(index, await self.ask(index, request, timeout: share))) }
                 let delay = hedgeDelay(index)
                 if position + 1 < order.count, delay < share {
-                    group.addTask {
-                        do { try await self.clock.sleep(for: delay) } catch { return .timer(position: -1) }
-                        return .timer(position: position)
-                    }
+                    timers.append(hedgeTimer.schedule(at: clock.now + delay) { events.post(.timer(position: position)) })
                 }
-                return true
             }
-            _ = startNext()
-            while let event = await group.next() {
-                switch event {
+            startNext()
+            while running > 0 {
+                switch await events.next() {
                 case let .finished(index, .success(value)):
                     group.cancelAll()
                     let now = clock.now
@@ -350,17 +398,13 @@ package final class UpstreamPool: Sendable {
                         return PoolOutcome(failures: failures)
                     }
                     // A failure starts the next at once, whatever else is still running (F48-6).
-                    if running < 2 { _ = startNext() }
-                    if running == 0 {
-                        group.cancelAll()
-                        return Self.exhausted(failures, first: first)
-                    }
+                    if running < 2 { startNext() }
                 case let .timer(position):
-                    guard position >= 0, position < started.count else { continue }
+                    guard position < started.count else { continue }
                     started[position].late = true
                     // The newest attempt's delay ran out and it is still running: ask the next
                     // too — at most two at a time (F48-4); a third waits for one of them to fail.
-                    if position == started.count - 1, running == 1 { _ = startNext() }
+                    if position == started.count - 1, running == 1 { startNext() }
                 }
             }
             return Self.exhausted(failures, first: first)
