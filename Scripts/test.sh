@@ -29,7 +29,8 @@ need_packages dnsdist dnsperf
 need_packages stubby
 # The shared cache (cache.shared) against a real Redis.
 need_packages redis-server
-# The failover test's router: iptables drops and resets between network namespaces (no sch_netem here).
+# The failover test's router: iptables drops and resets between network namespaces (no sch_netem here);
+# the lossy-link test adds drops by iptables' statistic match and delay by NFQUEUE (Tests/Failover/lossy.py).
 need_packages iptables
 need_testenv_packages
 # The Debian package and its test: built with dpkg-deb, checked by lintian, installed into a Debian 12
@@ -126,6 +127,9 @@ stage_differential() {
 stage_failover() {
     # Failover on a hostile network: namespaces joined by veth, a router that drops, resets or blocks 853.
     /usr/bin/python3 -W ignore Tests/Failover/failover.py "$(bin)/resolve"
+    # A lossy, slow link (10 % loss, 80 ms each way; iptables statistic and an NFQUEUE delayer) to a
+    # DoT upstream: every name answered and a p99 no worse than unbound's as a DoT forwarder.
+    /usr/bin/python3 -W ignore Tests/Failover/lossy.py "$(bin)/resolve" --rounds 1 --check
 }
 
 stage_validator-fuzz() {
