@@ -242,7 +242,7 @@ def main():
     directory = tempfile.mkdtemp(prefix="lossy-")
     failures = []
     failover.build_network()
-    processes, delayer = [], None
+    processes, delayer, unbound = [], None, None
     try:
         server = ResolveDaemon(in_namespace(SERVER, binary, directory), failover.server_config(failover.PRIMARY, dot=True), prefix="lossy-server-")
         processes.append(server)
@@ -279,8 +279,6 @@ def main():
                 ms = lambda value: f"{value * 1000:.0f} ms" if value is not None else "-"  # noqa: E731
                 print(f"  round {round_number + 1} {label:>8}: {answered}/{arguments.names} answered; p50 {ms(p50)}, p99 {ms(p99)}, max {ms(worst)}")
         print(f"  the delayer held {delayer.held} packets")
-        unbound.terminate()
-        unbound.wait(10)
         if arguments.check:
             for index, (ours, theirs) in enumerate(zip(rows["daemon"], rows["unbound"])):
                 if ours[0] < arguments.names:
@@ -288,6 +286,9 @@ def main():
                 if ours[2] is not None and theirs[2] is not None and ours[2] > theirs[2]:
                     failures.append(f"round {index + 1}: the daemon's p99 {ours[2] * 1000:.0f} ms > unbound's {theirs[2] * 1000:.0f} ms")
     finally:
+        if unbound:
+            unbound.terminate()
+            unbound.wait(10)
         for process in processes:
             process.stop()
         if delayer:

@@ -151,6 +151,31 @@ import Testing
         #expect(upstream.asked.withLock { $0 } == ["cloaked.a*b.site.test A"], "relayed as a message")
     }
 
+    /// R5: a query relayed whole is at most 4,096 bytes; a larger one (EDNS options) is FORMERR
+    /// here and never sent upstream.
+    @Test func aRelayedQueryAboveTheSizeCapIsAFormatErrorNotSent() async throws {
+        let (resolver, upstream) = try resolver()
+        let name = try DomainName("clean.site.test")
+        func query(size: Int) throws -> DNSQuery {
+            let bare = DNSMessage(id: 9, flags: 0x0100, questions: [.init(name: name, type: .txt)]).encode()
+            // An OPT record (11 bytes) holding one option of code 65001 that fills it up to `size`.
+            let optionLength = size - bare.count - 11 - 4
+            var wire = bare
+            wire[11] = 1  // ARCOUNT
+            wire += [0, 0, 41, 0x04, 0xD0, 0, 0, 0, 0]
+            wire += [UInt8((optionLength + 4) >> 8), UInt8((optionLength + 4) & 0xff)]
+            wire += [0xFD, 0xE9, UInt8(optionLength >> 8), UInt8(optionLength & 0xff)]
+            wire += [UInt8](repeating: 0, count: optionLength)
+            #expect(wire.count == size)
+            return try DNSQuery(wire)
+        }
+        let atTheCap = try DNSMessage(decoding: await DNSResponder.answer(try query(size: DNSResponder.maxRelayedQuery), resolver: resolver).bytes)
+        #expect(atTheCap.responseCode == .noError && upstream.asked.withLock { $0 } == ["clean.site.test TXT"])
+        let above = try DNSMessage(decoding: await DNSResponder.answer(try query(size: DNSResponder.maxRelayedQuery + 1), resolver: resolver).bytes)
+        #expect(above.responseCode == .formatError && above.answers.isEmpty)
+        #expect(upstream.asked.withLock { $0 }.count == 1, "not sent upstream")
+    }
+
     @Test func unlistedChainsAndLoopsAreRelayedAsTheUpstreamSentThem() async throws {
         let (resolver, _) = try resolver()
         let clean = try await ask(resolver, "clean.site.test", .txt)

@@ -86,9 +86,21 @@ enum DNSResponder {
         }
     }
 
+    /// The largest query relayed whole to an upstream. A query is a question and an OPT record:
+    /// a few hundred bytes, 468 when padded (RFC 8467). What a relayed query weighs is held while
+    /// it is in flight — the message, its single-flight key, a base64 GET path per upstream asked
+    /// (two with hedging) — so 64 KiB queries over TCP, DoT or DoH would multiply the memory the
+    /// lookup budget allows by a hundred (R5 of issue 48's red team).
+    static let maxRelayedQuery = 4_096
+
     static func forward(_ query: DNSQuery, resolver: HTTPDNSResolver) async -> Answer {
         guard resolver.canForward(query.question.name) else {
             return Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.notImplemented.rawValue).finish(), minTTL: 0)
+        }
+        guard query.wire.count <= maxRelayedQuery else {
+            // FORMERR: a client that sent EDNS options retries without them (RFC 6891 §7), which
+            // is what made the query this large.
+            return Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.formatError.rawValue).finish(), minTTL: 0)
         }
         do {
             var response = try await resolver.forward(query.wire)
