@@ -212,6 +212,19 @@ def warm(port):
     raise RuntimeError(f"nothing on 127.0.0.1:{port} answered n0.fo.test in 30 s")
 
 
+def tcp_timers():
+    """Each forwarder's connections to the upstream as the kernel sees them after a round (`ss -tinp`):
+    the retransmission timer (rto), the smoothed RTT and the retransmissions — the timers that set
+    a DoT forwarder's tail on this link, measured."""
+    out = subprocess.run(["ss", "-tinpH", "state", "established", "dst", SERVER_IP], capture_output=True, text=True).stdout
+    lines, rows = out.splitlines(), []
+    for head, info in zip(lines[::2], lines[1::2]):
+        process = head.split('(("')[1].split('"')[0] if '(("' in head else "?"
+        fields = dict(f.split(":", 1) for f in info.split() if ":" in f and f.split(":", 1)[0] in ("rto", "rtt", "retrans", "lost"))
+        rows.append(f"{process}: rto {fields.get('rto', '-')} ms, rtt {fields.get('rtt', '-')} ms, retrans {fields.get('retrans', '0/0')}")
+    return "; ".join(rows) or "no connection"
+
+
 def summary(results):
     answered = sorted(r for r in results if r is not None)
     if not answered:
@@ -278,6 +291,7 @@ def main():
                 rows[label].append((answered, p50, p99, worst))
                 ms = lambda value: f"{value * 1000:.0f} ms" if value is not None else "-"  # noqa: E731
                 print(f"  round {round_number + 1} {label:>8}: {answered}/{arguments.names} answered; p50 {ms(p50)}, p99 {ms(p99)}, max {ms(worst)}")
+                print(f"      TCP to the upstream now: {tcp_timers()}")
         print(f"  the delayer held {delayer.held} packets")
         if arguments.check:
             for index, (ours, theirs) in enumerate(zip(rows["daemon"], rows["unbound"])):
