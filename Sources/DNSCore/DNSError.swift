@@ -76,6 +76,9 @@ public struct DNSError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     public var code: Code
+    /// For `http_status`: the status the server answered with (0 when none was read). Beside
+    /// `code`, where it fills what would be padding: no error grows for it.
+    package var httpStatus: UInt16 = 0
     public var message: String
     /// Each upstream attempt that failed, in the order they were made.
     public var attempts: [Attempt]

@@ -22,7 +22,9 @@ package enum DoHWire {
     /// with only informational (1xx) headers. One wording for every DoH client path.
     package static func failure(status: Int?, contentType: String?, accepting types: [String] = [mediaType]) -> DNSError? {
         guard let status, status == 200 else {
-            return DNSError(.httpStatus, "HTTP status \(status.map(String.init) ?? "1xx at the end of the stream")")
+            var error = DNSError(.httpStatus, "HTTP status \(status.map(String.init) ?? "1xx at the end of the stream")")
+            error.httpStatus = UInt16(clamping: status ?? 0)
+            return error
         }
         let found = Self.mediaType(of: contentType)
         guard types.contains(found) else {

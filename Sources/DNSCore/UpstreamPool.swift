@@ -364,7 +364,9 @@ package final class UpstreamPool: Sendable {
                 running += 1
                 group.addTask { events.post(.finished(index, await self.ask(index, request, timeout: share))) }
                 let delay = hedgeDelay(index)
-                if position + 1 < order.count, delay < share {
+                // An open circuit is asked only when every closed one has failed, never as a hedge
+                // (R4 of the live red team: an open upstream was hedged to on 1,857 of 3,000 misses).
+                if position + 1 < order.count, delay < share, !isOpen(order[position + 1]) {
                     timers.append(hedgeTimer.schedule(at: clock.now + delay) { events.post(.timer(position: position)) })
                 }
             }
@@ -497,26 +499,44 @@ package final class UpstreamPool: Sendable {
                     "upstream": "\(upstream)", "name": "\(question.name)", "type": "\(question.type)",
                     "code": "\(error.code.rawValue)", "error": "\(error.message)",
                 ])
-            if case .message = request, Self.followsFromTheMessage.contains(error.code) {
+            if case .message = request, Self.followsFromTheMessage(error) {
                 // A relayed message is the client's: what it holds can make a healthy upstream
                 // refuse it — a GET URL too long for its HTTP server (414, 431), an option it
-                // rejects with a FORMERR that echoes no question. That says nothing of the
-                // upstream's health: neither charged to its circuit nor a transport failure, or one
-                // crafted query would open every circuit and turn readiness off (F48-9).
+                // rejects with a FORMERR that echoes no question, an AXFR a plain DNS server
+                // refuses. That says nothing of the upstream's health either way: not charged to
+                // its circuit, or one crafted query would open every circuit and turn readiness
+                // off (F48-9); and no response for readiness either, or an upstream answering
+                // every request 503 would look reachable (R1 of the live red team).
                 record(index, rtt: Self.seconds(elapsed), success: nil)
-                noteReachability(index, responded: true)
             } else {
-                record(index, rtt: Self.seconds(elapsed), success: false)
+                record(index, rtt: Self.seconds(elapsed), success: false, probe: probing)
                 noteReachability(index, responded: error.code == .serverFailure || error.code == .refused)
             }
             return .failure(error)
         }
     }
 
-    /// Failures of a relayed message that the message itself can cause (the upstream responded).
-    private static let followsFromTheMessage: Set<DNSError.Code> = [
-        .httpStatus, .badContentType, .malformedResponse, .mismatchedResponse, .responseTooLarge,
-    ]
+    /// Whether a relayed message's failure is one the message itself can cause.
+    private static func followsFromTheMessage(_ error: DNSError) -> Bool {
+        switch error.code {
+        case .malformedResponse, .mismatchedResponse, .responseTooLarge:
+            return true
+        case .httpStatus:
+            // What an HTTP server answers a request it will not take as sent: bad request, content
+            // too large, URI too long, unsupported media type, header fields too large. A 5xx or a
+            // 429 is the server unwell or busy, and charged as any failure; so is a wrong content
+            // type (a captive portal's page).
+            return [400, 413, 414, 415, 431].contains(error.httpStatus)
+        case .serverFailure, .refused:
+            // Only plain DNS (c-ares) reports a relayed message's RCODE as an error — over DoH and
+            // DoT the response is relayed as it came: SERVFAIL, REFUSED or NOTIMP for one message
+            // is that server's word on the message (R3). (c-ares also says REFUSED for a closed
+            // port: address lookups and probes, which are charged, find that one out.)
+            return true
+        default:
+            return false
+        }
+    }
 
     private func noteReachability(_ index: Int, responded: Bool) {
         let now = clock.now
@@ -573,6 +593,10 @@ package final class UpstreamPool: Sendable {
                 entry.backoff = .zero
             case false?:
                 entry.consecutiveFailures += 1
+                // An open circuit's backoff moves only with its probes: lookups that fail on it
+                // meanwhile (in flight when it opened, or with nothing else left) say nothing new
+                // (R4 of the live red team: one burst took it from 1 s to 60 s within a second).
+                if wasOpen && !probe { break }
                 if entry.consecutiveFailures >= failureThreshold {
                     let previous = entry.backoff == .zero ? entry.probationBackoff : entry.backoff
                     entry.backoff = previous == .zero ? baseBackoff : min(previous * 2, maxBackoff)
@@ -584,7 +608,8 @@ package final class UpstreamPool: Sendable {
             all[index] = entry
             return (wasOpen, entry.backoff != .zero, entry.backoff)
         }
-        guard wasOpen != isOpen || (isOpen && success == false) else { return }
+        // Logged and counted when it opens or closes, and when a failed probe doubles its backoff.
+        guard wasOpen != isOpen || (isOpen && success == false && probe) else { return }
         let upstream = upstreams[index].identifier
         metrics.recordCircuit(upstream: upstream, open: isOpen)
         if isOpen {

@@ -93,7 +93,8 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
                 upstreams.append(try plainDNS(server))
             }
             let child = HTTPDNSResolver(
-                configuration: HTTPDNSConfiguration(upstreams: zone.upstreams), options: Self.forwardOptions(options), upstreams: upstreams,
+                configuration: HTTPDNSConfiguration(upstreams: zone.upstreams), options: Self.forwardOptions(options, zone: zone.zones[0]),
+                upstreams: upstreams,
                 clock: clock, spawner: UnstructuredTasks(), metrics: metrics, logger: logger)
             for name in zone.zones { forwards[name] = child }
         }
@@ -103,11 +104,15 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     }
 
     /// A forward zone's options: the resolver's, with private answers allowed (an internal zone's
-    /// are what it is for) and no fallback.
-    static func forwardOptions(_ options: HTTPDNSOptions) -> HTTPDNSOptions {
+    /// are what it is for) and no fallback. Its servers' health probe asks the zone's own apex SOA,
+    /// not the daemon's readiness question: a zone's servers are sent no name outside it (an
+    /// authoritative-only server refuses the root's NS, so a probe of it never closed its circuit).
+    static func forwardOptions(_ options: HTTPDNSOptions, zone: DomainName) -> HTTPDNSOptions {
         var options = options
         options.allowPrivate = true
         options.fallback = .none
+        options.healthCheckName = zone.description
+        options.healthCheckType = .soa
         return options
     }
 

@@ -300,6 +300,7 @@ public final class SystemResolver: MessageExchanging, @unchecked Sendable {
         case ARES_ECANCELLED, ARES_EDESTRUCTION: return .failure(DNSError(.cancelled, "cancelled"))
         case ARES_ESERVFAIL: return .failure(DNSError(.serverFailure, "\(server) answered SERVFAIL"))
         case ARES_EREFUSED: return .failure(DNSError(.refused, "\(server) refused the query"))
+        case ARES_ENOTIMP: return .failure(DNSError(.refused, "\(server) does not implement the query (NOTIMP)"))
         default: return .failure(DNSError(.upstreamFailed, "\(server): \(String(cString: ares_strerror(status)))"))
         }
     }

@@ -77,7 +77,8 @@ import Testing
         #expect(mismatched.exchanges == 1 && garbage.exchanges == 1, "each moved on to the next")
         let health = engine.pool.healthSnapshot
         #expect(health.map(\.consecutiveFailures) == [0, 0, 0])
-        #expect(health.allSatisfy { $0.lastResponse != nil && $0.lastTransportFailure == nil }, "all of them responded")
+        // R1: what the message caused is no response for readiness either; the RCODE is one.
+        #expect(health.map { $0.lastResponse != nil } == [false, false, true] && health.allSatisfy { $0.lastTransportFailure == nil })
         let only = self.engine([mismatched]) { $0.hedging = false }
         await #expect { try await only.forward(wire, question: question) } throws: {
             let error = $0 as? DNSError
@@ -85,11 +86,29 @@ import Testing
         }
         // A URL too long for the upstream's HTTP server (414), five times: the circuit stays closed
         // and readiness true; a transport failure is still charged (the first test).
-        let refusing = ScriptedExchanger("https://refusing.test/q", .fail(.httpStatus))
+        let refusing = ScriptedExchanger("https://refusing.test/q", .status(414))
         let pool = self.engine([refusing]) { $0.hedging = false }
         for _ in 0..<5 { _ = try? await pool.forward(wire, question: question) }
         #expect(refusing.exchanges == 5 && !pool.pool.isOpen(0))
-        #expect(pool.pool.healthSnapshot[0].isReachable(now: clock.now, window: .seconds(30)))
+        #expect(pool.pool.healthSnapshot[0].lastResponse == nil && pool.pool.healthSnapshot[0].lastTransportFailure == nil)
+        // R1: a 503 (or 429, or a portal's page) is the server unwell, whatever was asked: charged,
+        // and never a response that would make readiness true.
+        for reply in [ScriptedExchanger.Reply.status(503), .status(429), .fail(.badContentType)] {
+            let unwell = ScriptedExchanger("https://unwell.test/q", reply)
+            let engine = self.engine([unwell]) { $0.hedging = false }
+            for _ in 0..<3 { _ = try? await engine.forward(wire, question: question) }
+            #expect(engine.pool.isOpen(0), "\(reply)")
+            #expect(
+                !engine.pool.healthSnapshot[0].isReachable(now: clock.now, window: .seconds(30)) && engine.pool.healthSnapshot[0].lastResponse == nil)
+        }
+        // R3: plain DNS reports a relayed message's RCODE as an error; REFUSED, SERVFAIL (an AXFR
+        // it will not serve) are the server's word on the message: not charged.
+        for code in [DNSError.Code.refused, .serverFailure] {
+            let plain = ScriptedExchanger("dns://127.0.0.1:5399", .fail(code))
+            let engine = self.engine([plain]) { $0.hedging = false }
+            for _ in 0..<5 { _ = try? await engine.forward(wire, question: question) }
+            #expect(plain.exchanges == 5 && !engine.pool.isOpen(0), "\(code)")
+        }
         // An address lookup's HTTP failure is the upstream's own: charged as before.
         let lookups = self.engine([refusing]) { $0.hedging = false }
         for index in 0..<3 { _ = try? await lookups.resolve("www\(index).hd.test", type: .a) }

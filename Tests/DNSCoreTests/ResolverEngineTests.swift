@@ -507,6 +507,50 @@ import Testing
         #expect(broken.queries == 4, "nothing else is left: a dead upstream is asked rather than nothing")
     }
 
+    @Test func anOpenCircuitsBackoffMovesOnlyWithItsProbes() async throws {
+        // R4: lookups failing on an open circuit (nothing else left) do not double its backoff.
+        let tasks = DrainableTasks()
+        let broken = ScriptedUpstream("https://broken.test/q", .fail(.connectFailed))
+        let pool = UpstreamPool([broken], clock: clock, failureThreshold: 3, baseBackoff: .seconds(1), spawner: tasks)
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        for _ in 0..<3 { _ = await pool.query(question, deadline: clock.now + .seconds(1)) }
+        #expect(pool.isOpen(0) && pool.healthSnapshot[0].backoff == .seconds(1))
+        for _ in 0..<10 { _ = await pool.query(question, deadline: clock.now + .seconds(1)) }
+        #expect(broken.queries == 13 && pool.healthSnapshot[0].backoff == .seconds(1), "ten lookups later: still 1 s")
+        // Its probe fails: now it doubles.
+        clock.advance(by: .seconds(1))
+        pool.probeDue()
+        await tasks.drain()
+        #expect(pool.healthSnapshot[0].backoff == .seconds(2))
+    }
+
+    @Test func anOpenCircuitIsNeverAHedgeTarget() async throws {
+        // R4: an open circuit is asked only when every closed one has failed.
+        let broken = ScriptedUpstream("https://broken.test/q", .fail(.connectFailed))
+        let slow = ScriptedUpstream("https://slow.test/q", clock: clock, .slow(.milliseconds(500), ["198.18.0.1"]))
+        let pool = UpstreamPool([broken, slow], clock: clock, failureThreshold: 3, baseBackoff: .seconds(60), spawner: DrainableTasks())
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        for _ in 0..<3 {
+            let lookup = Task { await pool.query(question, deadline: clock.now + .seconds(3)) }
+            await clock.waitForSleepers(2)  // the slow answer, and the broken one's hedge timer
+            clock.advance(by: .milliseconds(500))
+            _ = await lookup.value
+        }
+        #expect(pool.isOpen(0) && broken.queries == 3)
+        // The slow one is first now; its hedge delay (RTT 500 ms + deviations) passes: the open one
+        // is not asked, and no timer runs for it.
+        let lookup = Task { await pool.query(question, deadline: clock.now + .seconds(10)) }
+        await clock.waitForSleepers(1)
+        for _ in 0..<100 { await Task.yield() }
+        #expect(clock.sleepers == 1, "only the slow upstream's own wait, no hedge timer")
+        clock.advance(by: .milliseconds(500))
+        #expect(await lookup.value.upstream?.identifier == "https://slow.test/q" && broken.queries == 3)
+        // When the closed one fails, the open one is asked (nothing else is left).
+        slow.reply(.fail(.connectFailed))
+        _ = await pool.query(question, deadline: clock.now + .seconds(3))
+        #expect(broken.queries == 4)
+    }
+
     @Test func fastestStrategyPrefersTheLowerDecayedRTT() async throws {
         let slow = ScriptedUpstream("https://slow.test/q", .slow(.milliseconds(40), ["198.18.0.1"]))
         let fast = ScriptedUpstream("https://fast.test/q", .addresses(["198.18.0.2"], ttl: 300))

@@ -14,17 +14,18 @@ import Testing
 
     func resolver(local: LocalZone? = nil) throws -> HTTPDNSResolver {
         let options = HTTPDNSOptions()  // allowPrivate false: the rebinding guard is on
-        let child = { (upstream: ScriptedUpstream) in
+        let child = { (upstream: ScriptedUpstream, zone: String) throws in
             HTTPDNSResolver(
-                options: HTTPDNSResolver.forwardOptions(options), upstreams: [upstream], spawner: UnstructuredTasks())
+                options: HTTPDNSResolver.forwardOptions(options, zone: try DomainName(zone)), upstreams: [upstream],
+                spawner: UnstructuredTasks())
         }
-        let corpResolver = child(corp)
+        let corpResolver = try child(corp, "corp.test")
         return HTTPDNSResolver(
             configuration: HTTPDNSConfiguration(upstreams: [], localZone: local), options: options, upstreams: [trusted],
             spawner: UnstructuredTasks(),
             forwards: [
                 try DomainName("corp.test"): corpResolver, try DomainName("10.in-addr.arpa"): corpResolver,
-                try DomainName("lab.corp.test"): child(lab),
+                try DomainName("lab.corp.test"): try child(lab, "lab.corp.test"),
             ])
     }
 
@@ -50,6 +51,29 @@ import Testing
         #expect(resolver.resolveWithoutWaiting("intranet.corp.test", type: .a)?.source == .cache)
         #expect(resolver.cachedResolution(for: "x.lab.corp.test", type: .a)?.addresses.first?.ip.description == "10.7.7.7")
         #expect(resolver.canForward(try DomainName("intranet.corp.test")) == false)
+    }
+
+    /// R2 of issue 48's live red team: a zone's servers are sent no name outside it, probes
+    /// included — an open circuit's probe asks the zone's apex SOA (an authoritative-only server
+    /// refused the root's NS every time, so its circuit never closed).
+    @Test func aForwardZonesProbeAsksTheZonesOwnApex() async throws {
+        let clock = ManualClock()
+        let tasks = DrainableTasks()
+        let corp = ScriptedUpstream("dns://127.0.0.1:5399", source: .system, .fail(.timeout))
+        var options = HTTPDNSOptions(timeout: .seconds(1))
+        options.healthCheckName = "readiness.example.test"
+        let zone = try DomainName("corp.test")
+        let child = HTTPDNSResolver(
+            options: HTTPDNSResolver.forwardOptions(options, zone: zone), upstreams: [corp], clock: clock, spawner: tasks)
+        for index in 0..<3 { _ = try? await child.resolve("host\(index).corp.test", type: .a) }
+        #expect(child.engine.pool.isOpen(0))
+        corp.reply(.nodata)
+        clock.advance(by: .seconds(1))
+        child.engine.pool.probeDue()
+        await tasks.drain()
+        #expect(corp.events.last.map { "\($0.name) \($0.type)" } == "corp.test SOA")
+        #expect(corp.events.allSatisfy { $0.name.hasSuffix("corp.test") }, "no name outside the zone")
+        #expect(!child.engine.pool.isOpen(0), "the apex answered: closed")
     }
 
     @Test func prefetchAndWarmRouteByZone() async throws {

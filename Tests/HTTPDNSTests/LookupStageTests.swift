@@ -23,7 +23,8 @@ import Testing
         options.allowPrivate = true
         options.minTTL = .zero
         let corpResolver = HTTPDNSResolver(
-            options: HTTPDNSResolver.forwardOptions(options), upstreams: [corp], clock: clock, spawner: DrainableTasks())
+            options: HTTPDNSResolver.forwardOptions(options, zone: try DomainName("corp.test")), upstreams: [corp], clock: clock,
+            spawner: DrainableTasks())
         return HTTPDNSResolver(
             configuration: HTTPDNSConfiguration(upstreams: [], localZone: try builder.build()), options: options, upstreams: [trusted],
             clock: clock, spawner: tasks, forwards: [try DomainName("corp.test"): corpResolver])

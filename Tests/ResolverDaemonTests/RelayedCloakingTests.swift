@@ -151,13 +151,12 @@ import Testing
         #expect(upstream.asked.withLock { $0 } == ["cloaked.a*b.site.test A"], "relayed as a message")
     }
 
-    /// R5: a query relayed whole is at most 4,096 bytes; a larger one (EDNS options) is FORMERR
-    /// here and never sent upstream.
-    @Test func aRelayedQueryAboveTheSizeCapIsAFormatErrorNotSent() async throws {
+    /// R5: a query is at most 4,096 bytes; a larger one (EDNS options) is FORMERR — relayed types
+    /// and addresses alike, cached or not — and nothing is looked up or sent upstream.
+    @Test func aQueryAboveTheSizeCapIsAFormatErrorNeverLookedUp() async throws {
         let (resolver, upstream) = try resolver()
-        let name = try DomainName("clean.site.test")
-        func query(size: Int) throws -> DNSQuery {
-            let bare = DNSMessage(id: 9, flags: 0x0100, questions: [.init(name: name, type: .txt)]).encode()
+        func query(_ name: String, _ type: RecordType, size: Int) throws -> DNSQuery {
+            let bare = DNSMessage(id: 9, flags: 0x0100, questions: [.init(name: try DomainName(name), type: type)]).encode()
             // An OPT record (11 bytes) holding one option of code 65001 that fills it up to `size`.
             let optionLength = size - bare.count - 11 - 4
             var wire = bare
@@ -169,11 +168,19 @@ import Testing
             #expect(wire.count == size)
             return try DNSQuery(wire)
         }
-        let atTheCap = try DNSMessage(decoding: await DNSResponder.answer(try query(size: DNSResponder.maxRelayedQuery), resolver: resolver).bytes)
+        let cap = DNSResponder.maxQuery
+        let atTheCap = try DNSMessage(decoding: await DNSResponder.answer(try query("clean.site.test", .txt, size: cap), resolver: resolver).bytes)
         #expect(atTheCap.responseCode == .noError && upstream.asked.withLock { $0 } == ["clean.site.test TXT"])
-        let above = try DNSMessage(decoding: await DNSResponder.answer(try query(size: DNSResponder.maxRelayedQuery + 1), resolver: resolver).bytes)
-        #expect(above.responseCode == .formatError && above.answers.isEmpty)
-        #expect(upstream.asked.withLock { $0 }.count == 1, "not sent upstream")
+        for (name, type) in [("clean.site.test", RecordType.txt), ("other.site.test", .a), ("third.site.test", .aaaa)] {
+            let above = try query(name, type, size: cap + 1)
+            #expect(DNSResponder.answerWithoutWaiting(above, resolver: resolver).map { $0.bytes[3] & 0x0f } == 1, "FORMERR at once")
+            let answer = try DNSMessage(decoding: await DNSResponder.answer(above, resolver: resolver).bytes)
+            #expect(answer.responseCode == .formatError && answer.answers.isEmpty, "\(name) \(type)")
+        }
+        #expect(upstream.asked.withLock { $0 }.count == 1, "nothing over the cap looked up or sent upstream")
+        // An address query at the cap is looked up as any other.
+        let address = try DNSMessage(decoding: await DNSResponder.answer(try query("other.site.test", .a, size: cap), resolver: resolver).bytes)
+        #expect(address.responseCode != .formatError)
     }
 
     @Test func unlistedChainsAndLoopsAreRelayedAsTheUpstreamSentThem() async throws {

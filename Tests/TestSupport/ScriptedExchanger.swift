@@ -9,6 +9,8 @@ public final class ScriptedExchanger: MessageExchanging, @unchecked Sendable {
         /// A response echoing the question, with this RCODE and (for NOERROR) one TXT record.
         case respond(rcode: UInt8 = 0)
         case fail(DNSError.Code)
+        /// An HTTP answer with this status instead of a DNS message (`http_status`).
+        case status(UInt16)
         /// Waits this long on the clock (bounded by the granted timeout, which then fails as
         /// `timeout`), then responds.
         case slow(Duration)
@@ -83,6 +85,10 @@ public final class ScriptedExchanger: MessageExchanging, @unchecked Sendable {
         switch reply {
         case let .fail(code):
             throw DNSError(code, "scripted \(code.rawValue)")
+        case let .status(status):
+            var error = DNSError(.httpStatus, "HTTP status \(status)")
+            error.httpStatus = status
+            throw error
         case let .slow(delay):
             do {
                 if let clock { try await clock.sleep(for: min(delay, timeout)) } else { try await Task.sleep(for: min(delay, timeout)) }

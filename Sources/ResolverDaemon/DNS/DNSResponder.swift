@@ -21,6 +21,7 @@ enum DNSResponder {
         _ query: DNSQuery, resolver: HTTPDNSResolver,
         now: ResolverInstant? = nil
     ) -> Answer? {
+        guard query.wire.count <= maxQuery else { return oversized(query) }
         if resolver.configuration.localZone != nil, let local = resolver.localAnswer(query.question.name, type: query.question.type) {
             return localAnswer(query, local, resolver: resolver)
         }
@@ -51,6 +52,7 @@ enum DNSResponder {
     /// ``answerWithoutWaiting(_:resolver:now:)`` had no answer (the cache is not asked for a hit
     /// again).
     static func answer(_ query: DNSQuery, resolver: HTTPDNSResolver) async -> Answer {
+        guard query.wire.count <= maxQuery else { return oversized(query) }
         if resolver.configuration.localZone != nil, let local = resolver.localAnswer(query.question.name, type: query.question.type) {
             if let ready = localAnswer(query, local, resolver: resolver) { return ready }
             guard case let .records(records, continueAt?) = local else { return await forward(query, resolver: resolver) }
@@ -86,21 +88,23 @@ enum DNSResponder {
         }
     }
 
-    /// The largest query relayed whole to an upstream. A query is a question and an OPT record:
-    /// a few hundred bytes, 468 when padded (RFC 8467). What a relayed query weighs is held while
-    /// it is in flight — the message, its single-flight key, a base64 GET path per upstream asked
-    /// (two with hedging) — so 64 KiB queries over TCP, DoT or DoH would multiply the memory the
-    /// lookup budget allows by a hundred (R5 of issue 48's red team).
-    static let maxRelayedQuery = 4_096
+    /// The largest query answered. A query is a question and an OPT record: a few hundred bytes,
+    /// 468 when padded (RFC 8467). What a query weighs is held while its lookup is in flight — the
+    /// message with the lookup's task, and when relayed whole its single-flight key and a base64
+    /// GET path per upstream asked (two with hedging) — so 64 KiB queries over TCP, DoT or DoH
+    /// multiplied the memory the lookup budget allows (R5 of issue 48's red team: 1,024 stalled
+    /// 65,000-byte A queries held 147 MB, 100-byte ones 70 MB).
+    static let maxQuery = 4_096
+
+    /// FORMERR for a query over ``maxQuery``: a client that sent EDNS options — the only way a
+    /// query gets that large — retries without them (RFC 6891 §7). Nothing is looked up or sent.
+    static func oversized(_ query: DNSQuery) -> Answer {
+        Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.formatError.rawValue).finish(), minTTL: 0)
+    }
 
     static func forward(_ query: DNSQuery, resolver: HTTPDNSResolver) async -> Answer {
         guard resolver.canForward(query.question.name) else {
             return Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.notImplemented.rawValue).finish(), minTTL: 0)
-        }
-        guard query.wire.count <= maxRelayedQuery else {
-            // FORMERR: a client that sent EDNS options retries without them (RFC 6891 §7), which
-            // is what made the query this large.
-            return Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.formatError.rawValue).finish(), minTTL: 0)
         }
         do {
             var response = try await resolver.forward(query.wire)
@@ -118,7 +122,9 @@ enum DNSResponder {
             if resolver.configuration.dnssec.policy != .off, response.count > 3 { response[3] &= ~0x20 }
             return Answer(bytes: response, minTTL: message.map(DNSAnswers.minTTL(of:)) ?? 0, provenance: .init(source: "forwarded"))
         } catch {
-            return Answer(bytes: DNSResponseWriter(answering: query, rcode: ResponseCode.serverFailure.rawValue).finish(), minTTL: 0)
+            // REFUSED when that is what the upstreams said (a plain DNS server refusing an AXFR).
+            let rcode = error.code == .refused ? ResponseCode.refused : .serverFailure
+            return Answer(bytes: DNSResponseWriter(answering: query, rcode: rcode.rawValue).finish(), minTTL: 0)
         }
     }
 }
