@@ -68,6 +68,25 @@ def enter(namespace):
             raise OSError(ctypes.get_errno(), f"setns {namespace}")
 
 
+def can_make_namespaces(label):
+    """Whether this process may create network namespaces; says it skips when it may not (a user
+    namespace — the test command without root — cannot mount /run/netns)."""
+    probe = sh("ip", "netns", "add", f"fo-probe-{SUFFIX}", check=False)
+    if probe.returncode != 0 and ("Permission denied" in probe.stderr or "not permitted" in probe.stderr):
+        print(f"{label}: skipped — creating network namespaces needs root ({probe.stderr.strip()})")
+        return False
+    sh("ip", "netns", "del", f"fo-probe-{SUFFIX}", check=False)
+    return True
+
+
+def report(label, failures):
+    """Prints each failure and the verdict, and exits 1 when anything failed."""
+    for failure in failures:
+        print("FAIL " + failure)
+    print(f"{label}: {'all passed' if not failures else f'{len(failures)} failed'}")
+    sys.exit(1 if failures else 0)
+
+
 def tear_down():
     for namespace in (CLIENT, ROUTER, SERVER):
         sh("ip", "netns", "del", namespace, check=False)
@@ -232,12 +251,8 @@ def main():
     binary = os.path.abspath(arguments.binary)
     if shutil.which("iptables") is None:
         sys.exit("failover: iptables is needed (the router's drop and reset rules)")
-    probe = sh("ip", "netns", "add", f"fo-probe-{SUFFIX}", check=False)
-    if probe.returncode != 0 and ("Permission denied" in probe.stderr or "not permitted" in probe.stderr):
-        # A user namespace (the test command without root) cannot mount /run/netns.
-        print(f"failover: skipped — creating network namespaces needs root ({probe.stderr.strip()})")
+    if not can_make_namespaces("failover"):
         return
-    sh("ip", "netns", "del", f"fo-probe-{SUFFIX}", check=False)
     directory = tempfile.mkdtemp(prefix="failover-")
     failures = []
     build_network()
@@ -266,10 +281,7 @@ def main():
             server.stop()
         tear_down()
         shutil.rmtree(directory, ignore_errors=True)
-    for failure in failures:
-        print("FAIL " + failure)
-    print(f"failover: {'all passed' if not failures else f'{len(failures)} failed'}")
-    sys.exit(1 if failures else 0)
+    report("failover", failures)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import dns.rcode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import failover  # noqa: E402
-from failover import CA, CLIENT, ROUTER, SERVER, SERVER_IP, ResolveDaemon, in_namespace, sh  # noqa: E402
+from failover import CA, CLIENT, ROUTER, SERVER, SERVER_IP, ResolveDaemon, in_namespace  # noqa: E402
 
 DOT = failover.DOT
 UNBOUND_PORT, DAEMON_PORT = 18795, 18794
@@ -247,11 +247,8 @@ def main():
     for tool in ("iptables", "unbound"):
         if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
             sys.exit(f"lossy: {tool} is needed")
-    probe = sh("ip", "netns", "add", f"fo-probe-{failover.SUFFIX}", check=False)
-    if probe.returncode != 0 and ("Permission denied" in probe.stderr or "not permitted" in probe.stderr):
-        print(f"lossy: skipped — creating network namespaces needs root ({probe.stderr.strip()})")
+    if not failover.can_make_namespaces("lossy"):
         return
-    sh("ip", "netns", "del", f"fo-probe-{failover.SUFFIX}", check=False)
     directory = tempfile.mkdtemp(prefix="lossy-")
     failures = []
     failover.build_network()
@@ -309,10 +306,7 @@ def main():
             delayer.stop()
         failover.tear_down()
         shutil.rmtree(directory, ignore_errors=True)
-    for failure in failures:
-        print("FAIL " + failure)
-    print(f"lossy: {'all passed' if not failures else f'{len(failures)} failed'}")
-    sys.exit(1 if failures else 0)
+    failover.report("lossy", failures)
 
 
 if __name__ == "__main__":
