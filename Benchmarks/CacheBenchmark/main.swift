@@ -5,6 +5,8 @@
 //                                               /etc/hosts vs c-ares ares_getaddrinfo via DNS_SERVER
 //   cache-benchmark memory NAMES                RSS delta per cached name (A + AAAA)
 //   cache-benchmark zipf SECONDS NAMES          Zipf(1.0) lookups over NAMES names, TTLs 2-300 s
+//   cache-benchmark ours SECONDS                our hit paths alone (engine and HTTPDNSResolver, sync
+//                                               and awaited): two builds compared by bench-cache-ab.sh
 //
 // Upstreams are in-process fakes (no network) except c-ares, which asks the loopback dnsmasq that
 // Scripts/bench/bench-cache.sh starts. Output: one JSON object per line.
@@ -244,23 +246,40 @@ func asyncHits(seconds: Double) async throws {
     options.prefetch = false
     let engine = ResolverEngine(upstreams: [FakeUpstream(delay: .zero, ttl: { _ in 86_400 })], options: options)
     for name in names { _ = try await engine.resolve(name, type: .a) }
+    emit(
+        try await awaitedHits("swift-httpdns await resolve (in a task, hit)", seconds: seconds, names: names) {
+            try await engine.resolve($0, type: .a)
+        })
+    // The public façade (HTTPDNSResolver): what a library user's `await resolver.resolve(host)` pays.
+    let resolver = HTTPDNSResolver(options: options, upstreams: [FakeUpstream(delay: .zero, ttl: { _ in 86_400 })])
+    for name in names { _ = try await resolver.resolve(name, type: .a) }
+    emit(
+        try await awaitedHits("swift-httpdns HTTPDNSResolver await resolve (in a task, hit)", seconds: seconds, names: names) {
+            try await resolver.resolve($0, type: .a)
+        })
+}
+
+/// Times `lookup` awaited in a loop inside one task for `seconds`, over `names` in turn.
+func awaitedHits(
+    _ label: String, seconds: Double, names: [String], _ lookup: (String) async throws -> Resolution
+) async throws -> [String: Any] {
     var samples: [UInt64] = []
     let end = nanoseconds() + UInt64(seconds * 1e9)
     var index = 0
     let start = nanoseconds()
     while nanoseconds() < end {
         let before = nanoseconds()
-        _ = try await engine.resolve(names[index % names.count], type: .a)
+        _ = try await lookup(names[index % names.count])
         samples.append(nanoseconds() - before)
         index += 1
     }
     let elapsed = Double(nanoseconds() - start) / 1e9
     samples.sort()
-    emit([
-        "what": "swift-httpdns await resolve (in a task, hit)", "threads": 1, "operations": index,
+    return [
+        "what": label, "threads": 1, "operations": index,
         "p50_ns": samples[samples.count / 2], "p99_ns": samples[samples.count * 99 / 100],
         "ops_per_s": Double(index) / elapsed,
-    ])
+    ]
 }
 
 func residentBytes() -> Int {
@@ -397,6 +416,9 @@ case "hits" where arguments.count == 4:
     try await asyncHits(seconds: Double(arguments[2]) ?? 3)
 case "peek" where arguments.count == 3:  // only our synchronous hit path, for profiling
     try await hits(seconds: Double(arguments[2]) ?? 3, server: nil)
+case "ours" where arguments.count == 3:  // only our hit paths, sync and async (Scripts/bench/bench-cache-ab.sh)
+    try await hits(seconds: Double(arguments[2]) ?? 3, server: nil)
+    try await asyncHits(seconds: Double(arguments[2]) ?? 3)
 case "memory" where arguments.count == 3:
     try await memory(names: Int(arguments[2]) ?? 100_000)
 case "blocklist" where arguments.count == 4:
@@ -405,6 +427,6 @@ case "zipf" where arguments.count == 4:
     try await zipf(seconds: Double(arguments[2]) ?? 60, names: Int(arguments[3]) ?? 10_000)
 default:
     FileHandle.standardError.write(
-        Data("usage: cache-benchmark hits SECONDS IP:PORT | memory NAMES | zipf SECONDS NAMES | blocklist NAMES RUNS\n".utf8))
+        Data("usage: cache-benchmark hits SECONDS IP:PORT | ours SECONDS | memory NAMES | zipf SECONDS NAMES | blocklist NAMES RUNS\n".utf8))
     exit(2)
 }

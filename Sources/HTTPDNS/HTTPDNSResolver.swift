@@ -29,6 +29,9 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     let dnssecPolicy: DNSSECPolicy
     /// Split DNS: the resolver of each forward zone (``HTTPDNSConfiguration/forwardZones``).
     let forwards: [DomainName: HTTPDNSResolver]
+    /// Local data or forward zones exist: a lookup passes those stages (and, with local data, the
+    /// block check) around the cache. Without them a lookup goes straight to the cache stage.
+    let hasStagesBeforeCache: Bool
 
     public var options: HTTPDNSOptions { engine.options }
 
@@ -138,6 +141,7 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
         self.configuration = configuration
         self.dnssecPolicy = configuration.dnssec.policy
         self.forwards = forwards
+        self.hasStagesBeforeCache = configuration.localZone != nil || !forwards.isEmpty
         self.engine = ResolverEngine(
             upstreams: upstreams, options: options, fallback: fallback, clock: clock, spawner: spawner,
             metrics: metrics, logger: logger)
@@ -171,18 +175,23 @@ public final class HTTPDNSResolver: HostResolving, Sendable {
     /// - Throws: ``/DNSCore/DNSError``: `invalid_name`, `nxdomain`, `nodata`, `rejected_private`, or the
     ///   upstreams' failures (one code when they agree, `upstream_failed` when not, each listed).
     public func resolve(_ host: String, type: AddressQuery = .both) async throws(DNSError) -> Resolution {
-        try await resolve(Lookup(host, type: type, mode: .wait))
+        // Without local data or forward zones the cache is the first stage: straight to it, with no
+        // `Lookup` to build (BENCHMARKS.md "Cache hits and memory").
+        guard hasStagesBeforeCache else { return try await upstreamStage(host, name: nil, type: type, afterMiss: false) }
+        return try await resolve(Lookup(host, type: type, mode: .wait))
     }
 
     /// `resolve`'s answer when it needs no lookup (an IP literal or a fresh cached answer, counted
     /// as a hit), without suspending; nil when `resolve` has to go out. For event-loop code.
     public func resolveWithoutWaiting(_ host: String, type: AddressQuery = .both) -> Resolution? {
-        resolveNow(Lookup(host, type: type, mode: .now))
+        guard hasStagesBeforeCache else { return keptAnswer(host, name: nil, type: type, mode: .now) }
+        return resolveNow(Lookup(host, type: type, mode: .now))
     }
 
     /// The cached answer for `host` (fresh or stale) without I/O, or nil. For hot paths.
     public func cachedResolution(for host: String, type: AddressQuery = .both) -> Resolution? {
-        resolveNow(Lookup(host, type: type, mode: .peek))
+        guard hasStagesBeforeCache else { return keptAnswer(host, name: nil, type: type, mode: .peek) }
+        return resolveNow(Lookup(host, type: type, mode: .peek))
     }
 
     /// Resolves `hosts` in the background to warm the cache.

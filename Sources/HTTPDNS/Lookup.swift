@@ -84,21 +84,26 @@ extension HTTPDNSResolver {
 
     /// Runs `lookup` through the stages, waiting for the upstreams when it must.
     /// - Throws: ``/DNSCore/DNSError`` as ``resolve(_:type:)``.
-    package func resolve(_ lookup: Lookup) async throws(DNSError) -> Resolution {
-        var lookup = lookup.mode == .wait ? lookup : lookup.waiting()
+    package func resolve(_ lookup: consuming Lookup) async throws(DNSError) -> Resolution {
+        if lookup.mode != .wait { lookup = lookup.waiting() }
+        // Without local data or forward zones, the first stages and the block check are no-ops:
+        // skipped, so that a hit costs what the engine's does (BENCHMARKS.md "Cache hits").
+        guard hasStagesBeforeCache else {
+            return try await upstreamStage(lookup.host, name: lookup.name, type: lookup.type, afterMiss: lookup.afterMiss)
+        }
         if case let .answer(local) = try await localStage(&lookup) { return local }
         if let forwarder = forwarder(for: &lookup) {
             lookup.pastLocalData = true
             return try blockStage(try await forwarder.resolve(lookup))
         }
-        return try blockStage(try await upstreamStage(lookup))
+        return try blockStage(try await upstreamStage(lookup.host, name: lookup.name, type: lookup.type, afterMiss: lookup.afterMiss))
     }
 
     /// Runs `lookup` (`.now` or `.peek`) through the stages that need no waiting: the answer, or
     /// nil where a lookup is needed.
-    package func resolveNow(_ lookup: Lookup) -> Resolution? {
-        var lookup = lookup
+    package func resolveNow(_ lookup: consuming Lookup) -> Resolution? {
         if lookup.mode == .wait { lookup.mode = .now }
+        guard hasStagesBeforeCache else { return keptAnswer(lookup.host, name: lookup.name, type: lookup.type, mode: lookup.mode) }
         switch localStageNow(&lookup) {
         case let .answer(local): return local
         case .needsLookup: return nil
@@ -108,8 +113,7 @@ extension HTTPDNSResolver {
             lookup.pastLocalData = true
             return forwarder.resolveNow(lookup).flatMap { try? blockStage($0) }
         }
-        guard case let .answer(kept) = keptStage(lookup) else { return nil }
-        return try? blockStage(kept)
+        return keptAnswer(lookup.host, name: lookup.name, type: lookup.type, mode: lookup.mode).flatMap { try? blockStage($0) }
     }
 
     /// Forward zones: the resolver of the zone the name is in, which runs the stages after this one.
@@ -137,20 +141,19 @@ extension HTTPDNSResolver {
     }
 
     /// The cache, without waiting: a kept answer — fresh only (`.now`) or stale too (`.peek`) —
-    /// usable under the DNSSEC policy. (`.wait` asks the engine, which reads the cache once.)
-    private func keptStage(_ lookup: Lookup) -> StageOutcome {
-        let kept =
-            switch lookup.mode {
-            case .now, .wait: engine.resolveWithoutWaiting(lookup.host, name: lookup.name, type: lookup.type)
-            case .peek: engine.cachedResolution(for: lookup.host, name: lookup.name, type: lookup.type)
-            }
-        return labelledWithoutWaiting(kept).map { .answer($0) } ?? .needsLookup
+    /// usable under the DNSSEC policy; nil where only a lookup can answer. (`.wait` asks the
+    /// engine, which reads the cache once.)
+    func keptAnswer(_ host: String, name: DomainName?, type: AddressQuery, mode: Lookup.Mode) -> Resolution? {
+        switch mode {
+        case .now, .wait: labelledWithoutWaiting(engine.resolveWithoutWaiting(host, name: name, type: type))
+        case .peek: labelledWithoutWaiting(engine.cachedResolution(for: host, name: name, type: type))
+        }
     }
 
     /// With DNSSEC on, a cached answer is usable without waiting only once its status is known
     /// (and, under `require`, not bogus).
-    private func labelledWithoutWaiting(_ resolution: Resolution?) -> Resolution? {
-        guard var resolution, dnssecPolicy != .off, resolution.source != .literal else { return resolution }
+    private func labelledWithoutWaiting(_ resolution: consuming Resolution?) -> Resolution? {
+        guard dnssecPolicy != .off, var resolution, resolution.source != .literal else { return resolution }
         guard let status = resolution.dnssec ?? dnssecMemo.status(of: resolution, now: clock.now) else { return nil }
         if dnssecPolicy == .require, status.isBogus { return nil }
         resolution.dnssec = status
@@ -159,18 +162,16 @@ extension HTTPDNSResolver {
 
     /// The cache, DNSSEC and the upstreams, waiting: the engine's lookup (a kept answer, else single
     /// flight, the shared cache and the pool's attempt loop), validated as configured.
-    private func upstreamStage(_ lookup: Lookup) async throws(DNSError) -> Resolution {
-        guard dnssecPolicy != .off else {
-            return try await engine.resolve(lookup.host, name: lookup.name, type: lookup.type, afterMiss: lookup.afterMiss)
-        }
+    func upstreamStage(_ host: String, name: DomainName?, type: AddressQuery, afterMiss: Bool) async throws(DNSError) -> Resolution {
+        guard dnssecPolicy != .off else { return try await engine.resolve(host, name: name, type: type, afterMiss: afterMiss) }
         // The hit path: a kept answer, labelled already (and not refused), returned at once without
         // suspending (its `elapsed` is the kept one: zero); one not labelled yet, or bogus under
         // `require`, is labelled (or refused) now.
-        if !lookup.afterMiss, let hit = engine.resolveWithoutWaiting(lookup.host, name: lookup.name, type: lookup.type) {
+        if !afterMiss, let hit = engine.resolveWithoutWaiting(host, name: name, type: type) {
             if let status = hit.dnssec, dnssecPolicy == .report || !status.isBogus { return hit }
-            return try await applyingDNSSEC(to: hit, type: lookup.type)
+            return try await applyingDNSSEC(to: hit, type: type)
         }
-        return try await resolveValidating(lookup.host, name: lookup.name, type: lookup.type)
+        return try await resolveValidating(host, name: name, type: type)
     }
 
     /// The block lists' check of an answer from upstream: a listed canonical name blocks it
