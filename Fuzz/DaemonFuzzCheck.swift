@@ -30,6 +30,16 @@ func checkAnswered(_ query: DNSQuery, _ bytes: [UInt8], udp: Bool) {
     precondition(Array(bytes[12..<query.questionEnd]) == Array(query.wire[12..<query.questionEnd]), "the question's case must be kept")
     precondition((message.additionals.first { $0.type == .opt } != nil) == (query.edns != nil), "OPT exactly when the query had EDNS")
     if udp { precondition(bytes.count <= DNSAnswers.udpLimit(of: query), "larger than the client takes over UDP") }
+    if !udp, query.edns?.padded == true { checkPadded(bytes, message) }
+}
+
+/// A reply padded as DoT and DoH send it (RFC 8467's 468-byte blocks): a multiple of the block
+/// with a Padding option, the same message otherwise.
+func checkPadded(_ bytes: [UInt8], _ message: DNSMessage) {
+    let padded = EDNSPadding.padded(bytes, toMultipleOf: EDNSPadding.responseBlock)
+    precondition(padded.count % EDNSPadding.responseBlock == 0 && EDNSPadding.hasPadding(padded), "a reply not padded to the block")
+    guard let again = try? DNSMessage(decoding: padded) else { fatalError("a padded reply that does not decode") }
+    precondition(again.questions == message.questions && again.answers == message.answers, "padding changed the records")
 }
 
 /// An error reply (FORMERR, NOTIMP, BADVERS): a response with the query's ID.

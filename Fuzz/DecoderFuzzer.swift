@@ -5,7 +5,9 @@
 //  - decoding never traps: it returns a message or throws a WireError;
 //  - a decoded message re-encodes (without compression) to bytes that decode to the same message;
 //  - answer extraction for the message's own question never traps;
-//  - the same bytes read as SVCB/HTTPS RDATA decode or throw, and a decoded one keeps its keys in order.
+//  - the same bytes read as SVCB/HTTPS RDATA decode or throw, and a decoded one keeps its keys in order;
+//  - EDNS padding and its removal never trap; padding reaches the block, is idempotent and changes no
+//    record of a message; removal leaves no Padding option and never grows a message.
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
@@ -14,7 +16,22 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     {
         fatalError("SVCB parameters out of order")
     }
+    // Padding (RFC 7830/8467) of any bytes never traps; what it changes is a multiple of the block,
+    // carries the option and pads again to itself.
+    let padded = EDNSPadding.padded(bytes, toMultipleOf: EDNSPadding.queryBlock)
+    if padded != bytes {
+        precondition(padded.count % EDNSPadding.queryBlock == 0 && EDNSPadding.hasPadding(padded), "padded off the block")
+        precondition(EDNSPadding.padded(padded, toMultipleOf: EDNSPadding.queryBlock) == padded, "padding again changed it")
+        precondition(!EDNSPadding.hasPadding(EDNSPadding.unpadded(padded)), "unpadding left a Padding option")
+    }
+    let unpadded = EDNSPadding.unpadded(bytes)
+    precondition(unpadded == bytes || (unpadded.count < bytes.count && !EDNSPadding.hasPadding(unpadded)), "unpadding grew or kept padding")
     guard let message = try? DNSMessage(decoding: bytes) else { return 0 }
+    if padded != bytes {
+        guard let again = try? DNSMessage(decoding: padded), again.questions == message.questions, again.answers == message.answers,
+            again.authorities == message.authorities
+        else { fatalError("padding changed a message's records") }
+    }
     let reencoded = message.encode()
     guard let again = try? DNSMessage(decoding: reencoded), again == message else {
         fatalError("re-encoding changed the message")

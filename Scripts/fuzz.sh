@@ -36,7 +36,7 @@ codec="Sources/DNSCore/DoHWire.swift Sources/DNSCore/AddressAnswer.swift Sources
        Sources/DNSCore/IPAddress.swift Sources/DNSCore/Message.swift Sources/DNSCore/RecordType.swift Sources/DNSCore/Resolution.swift
        Sources/DNSCore/ResolverClock.swift Sources/DNSCore/ServiceBinding.swift Sources/DNSCore/DNSSECStatus.swift
        Sources/DNSCore/LocalZone.swift Sources/DNSCore/NameSet.swift Sources/DNSCore/HostPattern.swift Sources/DNSCore/WireQuestion.swift
-       Sources/DNSCore/NegativeAuthority.swift"
+       Sources/DNSCore/NegativeAuthority.swift Sources/DNSCore/EDNSPadding.swift"
 daemon="Sources/DNSWire/DNSQuery.swift Sources/DNSWire/DNSResponseWriter.swift
         Sources/DNSWire/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
 vendor="Sources/HTTPDNS/CommercialAPIs/VendorWire.swift Sources/HTTPDNS/CommercialAPIs/AlibabaWire.swift Sources/HTTPDNS/CommercialAPIs/TencentWire.swift

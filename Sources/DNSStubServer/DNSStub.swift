@@ -403,7 +403,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
             case .now(let response):
                 write(response, context: context)
             case .answer(let answer, let query):
-                write(answer.bytes, context: context)
+                write(transport.outgoing(answer.bytes, answering: query), context: context)
                 answering.logQuery(query, answer, client: context.remoteAddress, transport: transport, started: started)
             case .none:
                 // A response, or less than a header: this stream cannot be trusted to be framed
@@ -425,7 +425,8 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
                     let answer = await answering.answer(query)
                     lookups.leave()
                     answering.logQuery(query, answer, client: client, transport: transport, started: started)
-                    eventLoop.execute { handler.value.finished(answer.bytes) }
+                    let response = transport.outgoing(answer.bytes, answering: query)
+                    eventLoop.execute { handler.value.finished(response) }
                 }
             }
         }

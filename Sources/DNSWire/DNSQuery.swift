@@ -14,6 +14,9 @@ package struct DNSQuery: Sendable {
         package var version: UInt8
         /// DNSSEC OK (RFC 3225): copied into the response's OPT record.
         package var dnssecOK: Bool
+        /// The query carried a Padding option (RFC 7830): its response is padded on an encrypted
+        /// transport (RFC 8467 §4.1), never on plain DNS.
+        package var padded = false
     }
 
     /// Why a message cannot be answered normally. Each case decides the reply.
@@ -231,13 +234,17 @@ private struct QueryReader {
         guard offset + length <= wire.count else { throw Failure(reason: "the OPT record's data runs past the end") }
         // Options are (code, length, data); one that overruns the record is malformed.
         let end = offset + length
+        var padded = false
         while offset < end {
             guard offset + 4 <= end else { throw Failure(reason: "an EDNS option overruns the OPT record") }
+            let code = UInt16(wire[offset]) << 8 | UInt16(wire[offset + 1])
             let optionLength = Int(wire[offset + 2]) << 8 | Int(wire[offset + 3])
             offset += 4
             guard offset + optionLength <= end else { throw Failure(reason: "an EDNS option overruns the OPT record") }
+            padded = padded || code == EDNSPadding.optionCode
             offset += optionLength
         }
-        return DNSQuery.EDNS(udpPayloadSize: size, version: UInt8(truncatingIfNeeded: ttl >> 16), dnssecOK: ttl & 0x8000 != 0)
+        return DNSQuery.EDNS(
+            udpPayloadSize: size, version: UInt8(truncatingIfNeeded: ttl >> 16), dnssecOK: ttl & 0x8000 != 0, padded: padded)
     }
 }

@@ -30,9 +30,10 @@ struct DoTUpstream: MessageExchanging {
     }
 
     /// Sends a whole message and returns the response's bytes with the query's ID; the ID on the
-    /// wire is the connection's own.
+    /// wire is the connection's own. A message with an OPT record goes padded to a multiple of 128
+    /// bytes (RFC 8467 §4.1, ``/DNSCore/EDNSPadding``).
     func exchange(_ query: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
-        try await client.exchange(query, timeout: timeout)
+        try await client.exchange(EDNSPadding.padded(query, toMultipleOf: EDNSPadding.queryBlock), timeout: timeout)
     }
 }
 

@@ -39,8 +39,10 @@ struct DoHUpstream: MessageExchanging {
     }
 
     /// Sends a whole message and returns the response's bytes, checked only for HTTP status and
-    /// content type.
-    func exchange(_ wire: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
+    /// content type. A message with an OPT record goes padded to a multiple of 128 bytes (RFC 8467
+    /// §4.1, ``/DNSCore/EDNSPadding``).
+    func exchange(_ query: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
+        let wire = EDNSPadding.padded(query, toMultipleOf: EDNSPadding.queryBlock)
         if client.usesOwnProtocol() {
             do {
                 return try await client.exchange(wire, timeout: timeout)

@@ -16,6 +16,26 @@ import Testing
         #expect(query.recursionDesired)
     }
 
+    @Test func aPaddedQueryIsPaddedBackOnlyOnEncryptedTransports() throws {
+        let padding: [UInt8] = [0, 12, 0, 3, 0, 0, 0]
+        let padded = try DNSQuery(Wire.query("a.hd.test", edns: Wire.opt(options: [0, 10, 0, 0] + padding)))
+        let unpadded = try DNSQuery(Wire.query("a.hd.test", edns: Wire.opt(options: [0, 10, 0, 0])))
+        #expect(padded.edns?.padded == true)
+        #expect(unpadded.edns?.padded == false)
+        let response = DNSResponseWriter(answering: padded).finish()
+        for transport in DNSTransport.allCases {
+            let sent = transport.outgoing(response, answering: padded)
+            if transport.isEncrypted {
+                #expect(sent.count == EDNSPadding.responseBlock, "\(transport)")
+                #expect(EDNSPadding.hasPadding(sent))
+                #expect(try DNSMessage(decoding: sent).questions == [padded.question])
+            } else {
+                #expect(sent == response, "\(transport): never padded")
+            }
+            #expect(transport.outgoing(response, answering: unpadded) == response, "\(transport): not asked for")
+        }
+    }
+
     @Test func messagesThatGetNoReplyAtAll() {
         for wire in [[], [1, 2, 3], Array(Wire.header().prefix(11))] {
             #expect(throws: DNSQuery.Problem.self) { try DNSQuery(wire) }

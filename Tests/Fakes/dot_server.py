@@ -3,7 +3,8 @@
 
     dot_server.py PORT CERT KEY MODE LOG
 
-Every query for NAME gets A 198.18.0.10 / AAAA 2001:2::10 (TTL 300), unless MODE says otherwise:
+Every query for NAME gets A 198.18.0.10 / AAAA 2001:2::10 (TTL 300), padded to 468-byte blocks when the
+query was padded (RFC 8467), unless MODE says otherwise:
 
     reorder       answers each batch of queries read together in reverse order (RFC 7766 allows it)
     close-after-3 answers three queries on a connection, then closes it with the rest unanswered
@@ -12,7 +13,8 @@ Every query for NAME gets A 198.18.0.10 / AAAA 2001:2::10 (TTL 300), unless MODE
     other-name    answers with the question of another name (a forged answer for the wrong name)
     other-id      answers with an ID the client did not use
 
-One line per connection ("connection N") and per query ("query NAME TYPE") goes to LOG.
+One line per connection ("connection N") and per query ("query NAME TYPE size=BYTES padding=BYTES|none",
+the query's length and its EDNS Padding option's) goes to LOG.
 """
 import socket
 import ssl
@@ -20,6 +22,7 @@ import struct
 import sys
 import threading
 
+import dns.edns
 import dns.message
 import dns.rdatatype
 import dns.rrset
@@ -37,7 +40,11 @@ def log(line):
 def answer(wire):
     query = dns.message.from_wire(wire)
     question = query.question[0]
-    log(f"query {question.name.to_text(omit_final_dot=True)} {dns.rdatatype.to_text(question.rdtype)}")
+    padding = next((len(option.to_wire()) for option in query.options if option.otype == 12), None) if query.edns >= 0 else None
+    log(
+        f"query {question.name.to_text(omit_final_dot=True)} {dns.rdatatype.to_text(question.rdtype)}"
+        f" size={len(wire)} padding={'none' if padding is None else padding}"
+    )
     name = question.name
     if mode == "other-name":
         query = dns.message.make_query("www.other.test", question.rdtype)
@@ -48,6 +55,10 @@ def answer(wire):
         response.answer.append(dns.rrset.from_text(name, 300, "IN", "A", "198.18.0.10"))
     elif question.rdtype == dns.rdatatype.AAAA:
         response.answer.append(dns.rrset.from_text(name, 300, "IN", "AAAA", "2001:2::10"))
+    if padding is not None:
+        # As an RFC 8467 server does: a padded query's answer padded to 468-byte blocks.
+        size = len(response.to_wire())
+        response.use_edns(0, options=[dns.edns.GenericOption(12, b"\0" * ((468 - (size + 4) % 468) % 468))])
     out = response.to_wire()
     if mode == "other-id":
         out = struct.pack("!H", (response.id + 1) & 0xFFFF) + out[2:]

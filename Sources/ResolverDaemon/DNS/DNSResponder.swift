@@ -116,6 +116,10 @@ enum DNSResponder {
                 return DNSAnswers.response(to: query, blocked: zone.blockAnswer, ttl: zone.blockTTL)
             }
             DNSResponseWriter.restoreQuestion(&response, from: query)
+            // The upstream's padding was for this daemon's query: dropped here, so that a plain
+            // UDP or TCP client never gets it (a larger reflected answer); DoT and DoH pad again
+            // for a client that asked (DNSTransport.outgoing).
+            response = EDNSPadding.unpadded(response)
             // With validation on, AD is this daemon's word for what it proved (RFC 6840 §5.8):
             // forwarded data was not validated here, so the upstream's AD — which a lying upstream
             // sets at will — is not passed on.

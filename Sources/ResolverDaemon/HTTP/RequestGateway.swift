@@ -112,7 +112,7 @@ final class RequestGateway: HTTPRequestHandling {
         if let answer = service.answerWithoutWaiting(query, runtime: runtime) {
             metrics.dohAnswered(post: method == "POST", nanoseconds: DispatchTime.now().uptimeNanoseconds - started)
             service.logQuery(query, answer, client: channel.remoteAddress, transport: .doh, started: started)
-            return .ready(Self.dnsAnswer(answer))
+            return .ready(Self.dnsAnswer(answer, to: query))
         }
         guard enter(runtime) else { return .ready(record(busy(runtime), route: route, method: method, started: started)) }
         let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
@@ -123,14 +123,16 @@ final class RequestGateway: HTTPRequestHandling {
             let answer = await service.answer(query, resolver: resolver)
             self.leave()
             service.logQuery(query, answer, client: client, transport: .doh, started: started)
-            promise.succeed(self.record(Self.dnsAnswer(answer), route: route, method: method, started: started))
+            promise.succeed(self.record(Self.dnsAnswer(answer, to: query), route: route, method: method, started: started))
         }
         return .pending(promise.futureResult)
     }
 
-    static func dnsAnswer(_ answer: DNSResponder.Answer) -> HTTPAnswer {
+    /// `answer` as a DoH response; padded (``/DNSWire/DNSTransport/outgoing(_:answering:)``) when it
+    /// answers `query` and that query was padded.
+    static func dnsAnswer(_ answer: DNSResponder.Answer, to query: DNSQuery? = nil) -> HTTPAnswer {
         var body = ByteBuffer()
-        body.writeBytes(answer.bytes)
+        body.writeBytes(query.map { DNSTransport.doh.outgoing(answer.bytes, answering: $0) } ?? answer.bytes)
         return HTTPAnswer(
             status: 200, headers: [("content-type", "application/dns-message"), ("cache-control", "max-age=\(answer.minTTL)")],
             body: body)
