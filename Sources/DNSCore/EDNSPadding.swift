@@ -18,7 +18,8 @@ package enum EDNSPadding {
 
     /// `message` with its OPT record's padding set so that the whole message is a multiple of
     /// `block` bytes (the smallest padding that does it, 0 to `block - 1` bytes after the option's
-    /// 4-byte header). Unchanged when the message has no OPT record or more than one, does not walk
+    /// 4-byte header). Unchanged when the message has no OPT record or more than one, has records
+    /// after it (a TSIG, or records whose compression pointers would move), does not walk
     /// to its end (a name, record or option running past it, bytes left over), or would pass
     /// 65,535 bytes padded.
     package static func padded(_ message: [UInt8], toMultipleOf block: Int) -> [UInt8] {
@@ -81,7 +82,8 @@ package enum EDNSPadding {
     }
 
     /// The one OPT record's RDATA range in `message`'s additional section; nil when there is none,
-    /// more than one, or the message does not walk cleanly to its last byte.
+    /// more than one, it is not the message's last record, or the message does not walk cleanly to
+    /// its last byte.
     private static func optRecord(in message: [UInt8]) -> Range<Int>? {
         guard message.count >= 12 else { return nil }
         func count(_ at: Int) -> Int { Int(message[at]) << 8 | Int(message[at + 1]) }
@@ -106,7 +108,10 @@ package enum EDNSPadding {
             }
             offset = rdata.upperBound
         }
-        guard offset == message.count, let found else { return nil }
+        // The OPT record must be the last record: bytes after it would move, and a compression
+        // pointer in a later record into a later name would then point elsewhere (F51-P1); and a
+        // TSIG or SIG(0) record, which must come last, signs the bytes padding would change (F51-P2).
+        guard offset == message.count, let found, found.upperBound == message.count else { return nil }
         return found
     }
 

@@ -150,9 +150,11 @@ public final class SystemResolver: MessageExchanging, @unchecked Sendable {
     /// Sends a whole query message (split DNS forwards other types this way) and returns the
     /// response with the query's ID (c-ares gives each query one of its own). A response whose RCODE
     /// c-ares treats as a server failure (SERVFAIL, REFUSED, NOTIMP) is an error, as in lookups.
+    /// A client's EDNS padding is removed first: it was for an encrypted hop, and plain DNS is
+    /// never padded (F51-P3).
     public func exchange(_ query: [UInt8], timeout: Duration) async throws(DNSError) -> [UInt8] {
         let question = try DNSMessage.question(ofQuery: query)
-        let raw = try await exchange(question, wire: query, timeout: timeout)
+        let raw = try await exchange(question, wire: EDNSPadding.unpadded(query), timeout: timeout)
         guard var answer = raw.answer, answer.count >= 12 else {
             switch Self.interpret(status: raw.status, answer: nil, question: question, server: identifier) {
             case .failure(let error): throw error

@@ -98,6 +98,37 @@ import Testing
         #expect(EDNSPadding.padded(twoOPTs, toMultipleOf: 128) == twoOPTs, "a record left over")
     }
 
+    /// F51-P1/P2 of the red team: records after the OPT record — one whose owner is a compression
+    /// pointer to a name written after the OPT, or a TSIG that signs the bytes before it — would be
+    /// moved or invalidated by a rewrite, so such a message is left exactly as it is.
+    @Test func aMessageWithRecordsAfterItsOPTRecordIsLeftAlone() throws {
+        let opt = Wire.opt(options: Self.padding(40))
+        let head = Wire.header(flags: 0x8180, answers: 0, additionals: 3) + Wire.question("q.hd.test", type: 16)
+        let named = Wire.name("abc.evil.test")
+        let firstA = named + [0, 1, 0, 1, 0, 0, 1, 44, 0, 4, 192, 0, 2, 1]
+        let pointerTo = head.count + opt.count
+        let secondA = [0xc0 | UInt8(pointerTo >> 8), UInt8(pointerTo & 0xff)] + [0, 1, 0, 1, 0, 0, 1, 44, 0, 4, 192, 0, 2, 2]
+        let message = head + opt + firstA + secondA
+        let decoded = try DNSMessage(decoding: message)
+        #expect(decoded.additionals.filter { $0.type == .a }.map(\.name) == [try DomainName("abc.evil.test"), try DomainName("abc.evil.test")])
+        #expect(EDNSPadding.unpadded(message) == message)
+        #expect(EDNSPadding.padded(message, toMultipleOf: EDNSPadding.responseBlock) == message)
+        // A TSIG (type 250) after the OPT: its MAC covers the OPT record's bytes.
+        let tsig = Wire.name("k.test") + [0, 250, 0, 255, 0, 0, 0, 0, 0, 3, 1, 2, 3]
+        let signed = Wire.header(flags: 0x0100, additionals: 2) + Wire.question("q.hd.test") + opt + tsig
+        #expect(EDNSPadding.unpadded(signed) == signed)
+        #expect(EDNSPadding.padded(signed, toMultipleOf: EDNSPadding.queryBlock) == signed)
+    }
+
+    @Test func aForwardedResponseWithTwoOPTRecordsIsMalformed() throws {
+        let question = DNSMessage.Question(name: try DomainName("q.hd.test"), type: .txt)
+        let one = Wire.header(id: 0, flags: 0x8180, additionals: 1) + Wire.question("q.hd.test", type: 16) + Wire.opt()
+        try ResolverEngine.check(one, answers: question)
+        let two = Wire.header(id: 0, flags: 0x8180, additionals: 2) + Wire.question("q.hd.test", type: 16) + Wire.opt() + Wire.opt()
+        #expect(throws: DNSError.self) { try ResolverEngine.check(two, answers: question) }
+        do { try ResolverEngine.check(two, answers: question) } catch { #expect(error.code == .malformedResponse) }
+    }
+
     @Test func paddingThatWouldPassTheLargestMessageIsNotAdded() throws {
         // One option filling the OPT record up to a message of 65,000 bytes: a 468-block pad would
         // make it 65,052 (fits); at 65,520 + 4 it would pass 65,535 and is left off.

@@ -69,6 +69,23 @@ import Testing
         #expect(elapsed >= .milliseconds(350) && elapsed < .milliseconds(4500), "took \(elapsed); the attempt timeout is 5 s")
     }
 
+    /// A client's EDNS padding was for an encrypted hop: a relayed query goes to a plain DNS server
+    /// without it, its other options kept (F51-P3).
+    @Test func aRelayedQuerysPaddingIsNotSentOverPlainDNS() async throws {
+        let listener = try SilentUDPListener()
+        let resolver = try SystemResolver(servers: ["127.0.0.1:\(listener.port)"], attemptTimeout: .seconds(1), tries: 1)
+        defer { resolver.shutdown() }
+        let cookie: [UInt8] = [0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]
+        let unpadded = Wire.query("x.corp.test", type: 16, edns: Wire.opt(options: cookie))
+        let padded = EDNSPadding.padded(unpadded, toMultipleOf: EDNSPadding.queryBlock)
+        #expect(padded.count == 128 && EDNSPadding.hasPadding(padded))
+        let exchange = Task { try? await resolver.exchange(padded, timeout: .milliseconds(500)) }
+        let sent = try #require(listener.receive(withinMilliseconds: 2_000))
+        _ = await exchange.value
+        #expect(!EDNSPadding.hasPadding(sent))
+        #expect(Array(sent.dropFirst(2)) == Array(unpadded.dropFirst(2)), "the same query but for c-ares's ID")
+    }
+
     @Test func closedPortIsRefusedQuickly() async throws {
         let resolver = try SystemResolver(servers: ["127.0.0.1:\(unusedLoopbackPort())"], attemptTimeout: .seconds(1), tries: 1)
         defer { resolver.shutdown() }

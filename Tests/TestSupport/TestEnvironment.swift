@@ -154,5 +154,15 @@ public final class SilentUDPListener: @unchecked Sendable {
         (descriptor, port) = try bindLoopback(Int32(SOCK_DGRAM.rawValue))
     }
 
+    /// The next datagram sent to it, read within `milliseconds` (nil if none came): what a client
+    /// put on the wire, never answered.
+    public func receive(withinMilliseconds milliseconds: Int32) -> [UInt8]? {
+        var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        guard poll(&entry, 1, milliseconds) == 1 else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        let count = recv(descriptor, &buffer, buffer.count, 0)
+        return count > 0 ? Array(buffer[..<count]) : nil
+    }
+
     deinit { close(descriptor) }
 }
