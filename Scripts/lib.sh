@@ -200,12 +200,19 @@ CONF
 
 # One RFC 8484 GET target per line of NAMES-FILE ("name type" lines, dnsperf's format): PREFIX
 # followed by /dns-query?dns= and the base64url of an A query with ID 0, for h2load -i.
-doh_get_targets() { # names-file prefix
-    /usr/bin/python3 - "$1" "$2" <<'PY'
+doh_get_targets() { # names-file prefix [edns|padded]: an OPT record, or one padded to 128 bytes (RFC 8467)
+    /usr/bin/python3 - "$1" "$2" "${3:-}" <<'PY'
 import base64, struct, sys
+form = sys.argv[3]
 for line in open(sys.argv[1]):
     name = line.split()[0]
-    wire = struct.pack(">HHHHHH", 0, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0\0\1\0\1"
+    question = b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0\0\1\0\1"
+    wire = struct.pack(">HHHHHH", 0, 0x0100, 1, 0, 0, 1 if form else 0) + question
+    if form:
+        # OPT: root owner, payload 1232, no flags; with "padded", a Padding option to 128 bytes.
+        padding = (128 - (len(wire) + 11 + 4) % 128) % 128
+        options = struct.pack(">HH", 12, padding) + bytes(padding) if form == "padded" else b""
+        wire += b"\0" + struct.pack(">HHIH", 41, 1232, 0, len(options)) + options
     print(sys.argv[2] + "/dns-query?dns=" + base64.urlsafe_b64encode(wire).rstrip(b"=").decode())
 PY
 }

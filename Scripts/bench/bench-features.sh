@@ -9,6 +9,9 @@
 #   blocklist base + a block list of 1,000,000 names and 1,000 local records (every question is
 #             checked against them; the asked names are in neither)
 #   ratelimit base + rate_limit with a rate no client reaches (every question takes a token)
+# and, on base, the same names with an OPT record (base-edns) and with one padded to 128 bytes
+# (base-padded, its ratio against base-edns): what EDNS padding costs (RFC 8467; DoH answers padded
+# to 468 bytes, UDP answers never).
 # With COMPARE_BIN=another/resolve, three more daemons from that build (old-base, old-querylog,
 # old-ratelimit) run beside them, interleaved in the same rounds: a before/after in one run.
 # Clients, rounds interleaved, ROUNDS x SECONDS each: h2load GET (DoH, 1 connection, 64 streams) and
@@ -76,6 +79,8 @@ for name in "${daemons[@]}"; do wait_for_port 127.0.0.1 "${port[$name]}" || { ca
 
 for i in $(seq 0 999); do echo "w$i.bench.hd.test A"; done >"$work/cached.txt"
 doh_get_targets "$work/cached.txt" "" >"$work/paths.txt"
+doh_get_targets "$work/cached.txt" "" edns >"$work/paths-edns.txt"
+doh_get_targets "$work/cached.txt" "" padded >"$work/paths-padded.txt"
 for name in "${daemons[@]}"; do
     dnsperf -s 127.0.0.1 -p "$((${port[$name]} + 1))" -c 1 -q 64 -d "$work/cached.txt" -n 2 >/dev/null 2>&1
 done
@@ -97,6 +102,21 @@ for _ in $(seq 1 "$rounds"); do
             | awk '/Queries per second/ {q=$4} /Queries completed/ {n=$3} END {print q, n}')
         echo "dnsperf-udp $name $q $(( ($(cpu_ticks "${pid_of[$name]}") - before) * 10000000 / (n > 0 ? n : 1) ))" >>"$results"
     done
+    # EDNS padding (RFC 8467) on the base daemon: the same cached names asked with an OPT record,
+    # without and with a Padding option (DoH answers then padded to 468 bytes; UDP answers never).
+    for form in edns padded; do
+        sed "s|^|https://127.0.0.1:${port[base]}|" "$work/paths-$form.txt" >"$work/h2load-$form.txt"
+        before=$(cpu_ticks "${pid_of[base]}")
+        read -r q n < <(taskset -c 1 h2load -c 1 -m 64 -D "$seconds" -i "$work/h2load-$form.txt" 2>&1 \
+            | awk '/^finished in/ {q=$4; gsub(",", "", q)} /^requests:/ {n=$8} END {print q, n}')
+        echo "h2load-doh base-$form $q $(( ($(cpu_ticks "${pid_of[base]}") - before) * 10000000 / (n > 0 ? n : 1) ))" >>"$results"
+        option=()
+        [ "$form" = padded ] && option=(-E "12:$(printf '0%.0s' $(seq 1 160))")
+        before=$(cpu_ticks "${pid_of[base]}")
+        read -r q n < <(taskset -c 1 dnsperf -s 127.0.0.1 -p "$((${port[base]} + 1))" -c 1 -q 64 -e "${option[@]}" -d "$work/cached.txt" -l "$seconds" 2>&1 \
+            | awk '/Queries per second/ {q=$4} /Queries completed/ {n=$3} END {print q, n}')
+        echo "dnsperf-udp base-$form $q $(( ($(cpu_ticks "${pid_of[base]}") - before) * 10000000 / (n > 0 ? n : 1) ))" >>"$results"
+    done
 done
 lines=$(wc -l <"$work/querylog.jsonl" 2>/dev/null || echo 0)
 PYTHONPATH="$root/Scripts/bench" python3 - "$results" "$rounds" "$seconds" "$lines" <<'PY'
@@ -107,11 +127,11 @@ print(f"cached path, {sys.argv[2]} x {sys.argv[3]} s per client and daemon, roun
 print("\n| client | daemon | q/s min | median | max | median / base | CPU ns/query median | CPU / base |")
 print("|---|---|---|---|---|---|---|---|")
 for client in ("h2load-doh", "dnsperf-udp"):
-    for name in ("base", "querylog", "blocklist", "ratelimit", "old-base", "old-querylog", "old-ratelimit"):
+    for name in ("base", "base-edns", "base-padded", "querylog", "blocklist", "ratelimit", "old-base", "old-querylog", "old-ratelimit"):
         values = [float(r[2]) for r in rows if r[0] == client and r[1] == name]
         if not values:
             continue
-        reference = "old-base" if name.startswith("old-") else "base"
+        reference = "old-base" if name.startswith("old-") else "base-edns" if name == "base-padded" else "base"
         base = median(float(r[2]) for r in rows if r[0] == client and r[1] == reference)
         base_cpu = median(float(r[3]) for r in rows if r[0] == client and r[1] == reference)
         cpu = median(float(r[3]) for r in rows if r[0] == client and r[1] == name)
