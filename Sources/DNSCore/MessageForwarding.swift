@@ -26,7 +26,7 @@ extension ResolverEngine {
     }
 
     /// A forwarded response must fit a DNS message, decode, be a response with ID 0, echo the
-    /// question, and carry at most one OPT record.
+    /// question, and carry at most one OPT record, in its additional section.
     package static func check(_ response: [UInt8], answers question: DNSMessage.Question) throws(DNSError) {
         // No DNS message is longer than its 2-byte TCP length can say (RFC 8484 §6): the caller
         // could not pass a larger one on.
@@ -40,10 +40,12 @@ extension ResolverEngine {
         guard message.isResponse, message.id == 0, message.questions == [question] else {
             throw DNSError(.mismatchedResponse, "the forwarded response does not answer the query")
         }
-        // RFC 6891 §6.1.1: more than one OPT record is FORMERR; passed on, its padding could not
-        // be removed for a plain client (F51-P4).
-        guard message.additionals.lazy.filter({ $0.type == .opt }).count <= 1 else {
-            throw DNSError(.malformedResponse, "forwarded response: more than one OPT record")
+        // RFC 6891 §6.1.1: more than one OPT record, or one outside the additional section, is
+        // FORMERR; passed on, its padding could not be removed for a plain client (F51-P4).
+        guard message.additionals.lazy.filter({ $0.type == .opt }).count <= 1,
+            !message.answers.contains(where: { $0.type == .opt }), !message.authorities.contains(where: { $0.type == .opt })
+        else {
+            throw DNSError(.malformedResponse, "forwarded response: more than one OPT record, or one outside the additional section")
         }
     }
 }

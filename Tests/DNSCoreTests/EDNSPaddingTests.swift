@@ -127,6 +127,13 @@ import Testing
         let two = Wire.header(id: 0, flags: 0x8180, additionals: 2) + Wire.question("q.hd.test", type: 16) + Wire.opt() + Wire.opt()
         #expect(throws: DNSError.self) { try ResolverEngine.check(two, answers: question) }
         do { try ResolverEngine.check(two, answers: question) } catch { #expect(error.code == .malformedResponse) }
+        // An OPT record in the answer or authority section (helper-17's variant): malformed too.
+        for (answers, authorities) in [(UInt16(1), UInt16(0)), (0, 1)] {
+            let misplaced =
+                Wire.header(id: 0, flags: 0x8180, answers: answers, authorities: authorities) + Wire.question("q.hd.test", type: 16)
+                + Wire.opt()
+            #expect(throws: DNSError.self) { try ResolverEngine.check(misplaced, answers: question) }
+        }
     }
 
     @Test func paddingThatWouldPassTheLargestMessageIsNotAdded() throws {
