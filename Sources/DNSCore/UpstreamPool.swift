@@ -127,6 +127,8 @@ package final class UpstreamPool: Sendable {
     }
 
     package let upstreams: [any DNSUpstream]
+    /// Each upstream's second connection (``SecondConnectionUpstream``), where it has one.
+    private let secondConnections: [(any DNSUpstream)?]
     private let strategy: UpstreamStrategy
     private let clock: any ResolverClock
     private let failureThreshold: Int
@@ -157,6 +159,7 @@ package final class UpstreamPool: Sendable {
         self.probeTimeout = probeTimeout
         self.spawner = spawner
         self.upstreams = upstreams
+        secondConnections = upstreams.map { ($0 as? any SecondConnectionUpstream)?.makeSecondConnection() }
         self.metrics = metrics ?? ResolverMetrics(factory: nil, upstreams: upstreams.map(\.identifier))
         self.logger = logger
         self.strategy = strategy
@@ -258,7 +261,7 @@ package final class UpstreamPool: Sendable {
             let share = (deadline - clock.now) * 2 / (order.count + 2)
             if let outcome = await race(request, pair, timeout: share, failures: &failures) { return outcome }
         }
-        guard hedging, order.count >= 2 else {
+        guard hedging, order.count >= 2 || (order.count == 1 && secondConnections[order[0]] != nil) else {
             for (position, index) in order.enumerated() {
                 let remaining = deadline - clock.now
                 guard remaining > .milliseconds(1), !Task.isCancelled else { break }
@@ -287,7 +290,8 @@ package final class UpstreamPool: Sendable {
     }
 
     private enum HedgeEvent: Sendable {
-        case finished(Int, Result<PoolReply, DNSError>)
+        /// The attempt started `position`-th ended.
+        case finished(position: Int, Result<PoolReply, DNSError>)
         /// The hedge delay of the attempt started `position`-th ran out.
         case timer(position: Int)
     }
@@ -352,33 +356,56 @@ package final class UpstreamPool: Sendable {
             for entry in timers { hedgeTimer.cancel(entry) }
         }
         return await withDiscardingTaskGroup { group in
-            var started: [(index: Int, at: ResolverInstant, late: Bool)] = []
+            var started: [(index: Int, at: ResolverInstant, late: Bool, secondConnection: Bool)] = []
+            var asked = 0  // upstreams of `order` started
             var running = 0
             func startNext() {
-                let position = started.count
                 let remaining = deadline - clock.now
-                guard order.count > position, remaining > .milliseconds(1), !Task.isCancelled else { return }
-                let index = order[position]
-                let share = remaining / (order.count - position)
-                started.append((index, clock.now, false))
+                guard order.count > asked, remaining > .milliseconds(1), !Task.isCancelled else { return }
+                let index = order[asked]
+                let share = remaining / (order.count - asked)
+                asked += 1
+                let position = started.count
+                started.append((index, clock.now, false, false))
                 running += 1
-                group.addTask { events.post(.finished(index, await self.ask(index, request, timeout: share))) }
+                group.addTask { events.post(.finished(position: position, await self.ask(index, request, timeout: share))) }
                 let delay = hedgeDelay(index)
                 // An open circuit is asked only when every closed one has failed, never as a hedge
                 // (R4 of the live red team: an open upstream was hedged to on 1,857 of 3,000 misses).
-                if position + 1 < order.count, delay < share, !isOpen(order[position + 1]) {
+                if delay < share, hedgesToNext || hedgesToSecondConnection(of: index) {
                     timers.append(hedgeTimer.schedule(at: clock.now + delay) { events.post(.timer(position: position)) })
+                }
+            }
+            /// A closed upstream is left to hedge to.
+            var hedgesToNext: Bool { asked < order.count && !isOpen(order[asked]) }
+            /// No closed upstream is left to hedge to (none, or only open circuits): the same
+            /// server again, on its second connection.
+            func hedgesToSecondConnection(of index: Int) -> Bool {
+                !hedgesToNext && secondConnections[index] != nil && !isOpen(index)
+            }
+            /// The last upstream is late and there is none left: the same server again, on its second
+            /// connection, with what is left of the budget.
+            func startSecondConnection(of index: Int) {
+                let remaining = deadline - clock.now
+                guard remaining > .milliseconds(1), !Task.isCancelled else { return }
+                let position = started.count
+                started.append((index, clock.now, false, true))
+                running += 1
+                group.addTask {
+                    events.post(.finished(position: position, await self.ask(index, request, timeout: remaining, secondConnection: true)))
                 }
             }
             startNext()
             while running > 0 {
                 switch await events.next() {
-                case let .finished(index, .success(value)):
+                case let .finished(position, .success(value)):
                     group.cancelAll()
+                    let index = started[position].index
                     let now = clock.now
                     // Only an attempt whose own hedge delay had passed was outrun; one started
                     // later is cancelled uncharged (a late answer from the first must not cost the
-                    // second its circuit, F48-3).
+                    // second its circuit, F48-3). The same server answering on its second connection
+                    // outran nobody: the lateness was the first connection's (a lost segment).
                     for attempt in started
                     where attempt.index != index && attempt.late
                         && !failures.contains(where: { $0.upstream == upstreams[attempt.index].identifier })
@@ -392,8 +419,9 @@ package final class UpstreamPool: Sendable {
                             ))
                     }
                     return PoolOutcome(reply: value, upstream: upstreams[index], failures: failures)
-                case let .finished(index, .failure(error)):
+                case let .finished(position, .failure(error)):
                     running -= 1
+                    let index = started[position].index
                     failures.append(.init(upstream: upstreams[index].identifier, code: error.code, message: error.message))
                     if error.code == .cancelled {
                         group.cancelAll()
@@ -406,7 +434,12 @@ package final class UpstreamPool: Sendable {
                     started[position].late = true
                     // The newest attempt's delay ran out and it is still running: ask the next
                     // too — at most two at a time (F48-4); a third waits for one of them to fail.
-                    if position == started.count - 1, running == 1 { startNext() }
+                    guard position == started.count - 1, running == 1, !started[position].secondConnection else { continue }
+                    if hedgesToNext {
+                        startNext()
+                    } else if hedgesToSecondConnection(of: started[position].index) {
+                        startSecondConnection(of: started[position].index)
+                    }
                 }
             }
             return Self.exhausted(failures, first: first)
@@ -465,19 +498,22 @@ package final class UpstreamPool: Sendable {
     }
 
     /// One exchange with upstream `index`, its outcome recorded: metrics, RTT, circuit, reachability.
+    /// On its second connection (`secondConnection`) a failure is not charged to the upstream's circuit
+    /// or reachability: the attempt on its first connection, still running, is charged by its own end.
     private func ask(
-        _ index: Int, _ request: PoolRequest, timeout: Duration, probing: Bool = false
+        _ index: Int, _ request: PoolRequest, timeout: Duration, probing: Bool = false, secondConnection: Bool = false
     ) async -> Result<PoolReply, DNSError> {
         let start = clock.now
         let upstream = upstreams[index].identifier
         let question = request.question
+        let asked = secondConnection ? secondConnections[index] ?? upstreams[index] : upstreams[index]
         do throws(DNSError) {
             let value: PoolReply
             switch request {
             case .lookup(let question):
-                value = .answer(try await upstreams[index].lookup(question, timeout: timeout))
+                value = .answer(try await asked.lookup(question, timeout: timeout))
             case .message(let wire, let question):
-                guard let exchanging = upstreams[index] as? any MessageExchanging else {
+                guard let exchanging = asked as? any MessageExchanging else {
                     throw DNSError(.invalidConfiguration, "\(upstream) does not carry DNS messages")
                 }
                 let response = try await exchanging.exchange(wire, timeout: timeout)
@@ -499,6 +535,9 @@ package final class UpstreamPool: Sendable {
                     "upstream": "\(upstream)", "name": "\(question.name)", "type": "\(question.type)",
                     "code": "\(error.code.rawValue)", "error": "\(error.message)",
                 ])
+            if secondConnection {
+                return .failure(error)
+            }
             if case .message = request, Self.followsFromTheMessage(error) {
                 // A relayed message is the client's: what it holds can make a healthy upstream
                 // refuse it — a GET URL too long for its HTTP server (414, 431), an option it

@@ -8,7 +8,7 @@ import Foundation
 /// come (RFC 7766 §6.2.1.1), on a ``PipelineClient``: the connection is opened by libcurl with the
 /// same trust, SPKI pins and bootstrap pinning as every DoH transfer (``CurlConnection``), so
 /// `import HTTPDNS` stays free of NIO, and it is kept while queries keep coming.
-struct DoTUpstream: MessageExchanging {
+struct DoTUpstream: MessageExchanging, SecondConnectionUpstream {
     let endpoint: UpstreamEndpoint
     let client: PipelineClient<DoTFraming>
     var flaggedAliases: (@Sendable (DomainName) -> Bool)?
@@ -20,6 +20,12 @@ struct DoTUpstream: MessageExchanging {
 
     var identifier: String { endpoint.url }
     var source: Resolution.Source { .dot }
+
+    func makeSecondConnection() -> any DNSUpstream {
+        var second = DoTUpstream(endpoint: endpoint, trust: client.trust)
+        second.flaggedAliases = flaggedAliases
+        return second
+    }
 
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
         try await lookup(question, timeout: timeout).answer

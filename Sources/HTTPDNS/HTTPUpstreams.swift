@@ -7,7 +7,7 @@ import Synchronization
 /// own drives (``DoHSession`` on a ``PipelineClient``), the way DoT is driven; the shared libcurl
 /// engine carries the queries of a server that does not speak HTTP/2 (RFC 8484 §5.2 only
 /// recommends it).
-struct DoHUpstream: MessageExchanging {
+struct DoHUpstream: MessageExchanging, SecondConnectionUpstream {
     static let contentType = DoHWire.mediaType
 
     let endpoint: UpstreamEndpoint
@@ -29,6 +29,12 @@ struct DoHUpstream: MessageExchanging {
 
     var identifier: String { endpoint.url }
     var source: Resolution.Source { .doh }
+
+    func makeSecondConnection() -> any DNSUpstream {
+        var second = DoHUpstream(endpoint: endpoint, method: method, transport: transport)
+        second.flaggedAliases = flaggedAliases
+        return second
+    }
 
     func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
         try await lookup(question, timeout: timeout).answer

@@ -267,6 +267,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
                 return
             }
             connection = opened
+            UpstreamSocket.retransmitSooner(opened.socket)
             // The handshake's last read may have taken the server's first bytes (HTTP/2's SETTINGS)
             // into TLS, where poll(2) does not see them (CurlConnection): read before polling.
             readPending = true
@@ -343,7 +344,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             state.received(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), .now, &actions)
             perform()
         }
-        if closed == nil, let connection { Self.acknowledgeAtOnce(connection.socket) }
+        if closed == nil, let connection { UpstreamSocket.acknowledgeAtOnce(connection.socket) }
         // Answers that came before the close have been delivered first.
         if let closed, connection != nil {
             state.lost(closed, &actions)
@@ -351,6 +352,33 @@ private final class PipelineWorker<Framing: PipelineFraming> {
         }
         if state.wantsWrite, connection != nil { flush() }
     }
+}
+
+/// The socket options of an upstream connection (DoT, DoH on HTTP/2), set by its worker.
+enum UpstreamSocket {
+    /// What a lost segment costs on a lossy path. Every answer pipelined behind a lost segment waits
+    /// for its retransmission (head-of-line blocking), and Linux's timer for it is at least
+    /// 200 ms past the smoothed RTT, doubled after each retransmission that is lost too: on 10 % loss
+    /// with 80 ms each way, two losses of one segment in a row hold the connection 1.1 s and three
+    /// 2.6 s, which becomes the p99 of every query behind them (by the timer's arithmetic, 370 + 740
+    /// + 1,480 ms; the test command once measured a p99 of 2.67 s; BENCHMARKS.md, "The lossy link").
+    /// A DNS pipeline is
+    /// a thin stream (a few small segments in flight), the case the kernel's linear timeouts are for
+    /// (`TCP_THIN_LINEAR_TIMEOUTS`: no doubling for the first six retransmissions while fewer than
+    /// four segments are in flight), and its segments are too small for a spurious retransmission to
+    /// cost anything but a few bytes: the floor goes to ``minimumRetransmissionTimeout``
+    /// (`TCP_RTO_MIN_US`, Linux 6.15; older kernels refuse it and keep 200 ms).
+    static func retransmitSooner(_ socket: Int32) {
+        var on: Int32 = 1
+        _ = setsockopt(socket, Int32(IPPROTO_TCP), 16 /* TCP_THIN_LINEAR_TIMEOUTS */, &on, socklen_t(MemoryLayout<Int32>.size))
+        let (seconds, attoseconds) = minimumRetransmissionTimeout.components
+        var floor = Int32(seconds * 1_000_000 + attoseconds / 1_000_000_000_000)
+        _ = setsockopt(socket, Int32(IPPROTO_TCP), 45 /* TCP_RTO_MIN_US */, &floor, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// The retransmission timer's floor on an upstream connection: the timer is still the smoothed RTT
+    /// plus four mean deviations (RFC 6298), only not less than this past the RTT.
+    static var minimumRetransmissionTimeout: Duration { .milliseconds(50) }
 
     /// Servers write pipelined answers one by one, and those without TCP_NODELAY (BIND 9.18's and
     /// unbound's DoT) hold the second until the first is acknowledged (Nagle), while Linux delays

@@ -396,6 +396,69 @@ import Testing
         #expect(direct.upstream?.identifier == "https://healthy.test/q" && stalled.queries == 3)
     }
 
+    /// One upstream whose first connection is stalled (a lost segment holds every answer behind it)
+    /// and whose second connection answers.
+    final class TwoConnections: SecondConnectionUpstream, @unchecked Sendable {
+        // Safety: both parts are immutable; ScriptedUpstream is thread-safe.
+        let first: ScriptedUpstream
+        let second: ScriptedUpstream
+        init(first: ScriptedUpstream, second: ScriptedUpstream) { (self.first, self.second) = (first, second) }
+        var identifier: String { first.identifier }
+        var source: Resolution.Source { .dot }
+        func query(_ question: DNSMessage.Question, timeout: Duration) async throws(DNSError) -> AddressAnswer {
+            try await first.query(question, timeout: timeout)
+        }
+        func makeSecondConnection() -> any DNSUpstream { second }
+    }
+
+    @Test func aLoneUpstreamLatePastItsHedgeDelayIsAskedAgainOnItsSecondConnectionUncharged() async throws {
+        let first = ScriptedUpstream("tls://only.test", clock: clock, .slow(.seconds(10), ["198.18.0.9"]))
+        let second = ScriptedUpstream("tls://only.test", clock: clock, .slow(.milliseconds(160), ["198.18.0.1"]))
+        let pool = UpstreamPool([TwoConnections(first: first, second: second)], clock: clock, failureThreshold: 1, spawner: DrainableTasks())
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        let started = clock.now
+        let lookup = Task { await pool.query(question, deadline: clock.now + .seconds(3)) }
+        await clock.waitForSleepers(2)  // the first connection's wait, and the hedge timer
+        #expect(second.queries == 0, "not asked before the hedge delay")
+        clock.advance(by: .milliseconds(200))  // the unmeasured hedge delay
+        await clock.waitForSleepers(2)  // the first connection's wait, and the second's
+        #expect(second.queries == 1 && first.queries == 1)
+        clock.advance(by: .milliseconds(160))
+        let outcome = await lookup.value
+        guard case .addresses(let addresses, _)? = outcome.answer?.answer else {
+            Issue.record("no answer: \(outcome.failures)")
+            return
+        }
+        #expect(addresses.map(\.ip.description) == ["198.18.0.1"], "the second connection's answer")
+        #expect(clock.now - started == .milliseconds(360), "the hedge delay and the second connection's round trip")
+        #expect(outcome.failures.isEmpty, "the same server answered: nothing failed")
+        #expect(pool.healthSnapshot[0].consecutiveFailures == 0 && !pool.isOpen(0), "its lateness was the connection's, not the server's")
+        // With another upstream left whose circuit is open, the second connection is asked, not it
+        // (an open circuit is asked only when everything else failed).
+        let broken = ScriptedUpstream("https://broken.test/q", .fail(.serverFailure))
+        let stalled = ScriptedUpstream("tls://two.test", clock: clock, .slow(.seconds(10), ["198.18.0.9"]))
+        let spare = ScriptedUpstream("tls://two.test", clock: clock, .slow(.milliseconds(160), ["198.18.0.2"]))
+        let mixed = UpstreamPool(
+            [broken, TwoConnections(first: stalled, second: spare)], clock: clock, failureThreshold: 1, spawner: DrainableTasks())
+        for round in 1...2 {
+            let lookup = Task { await mixed.query(question, deadline: clock.now + .seconds(3)) }
+            await clock.waitForSleepers(2)
+            #expect(mixed.isOpen(0) && broken.queries == 1, "opened by its first failure, not asked again")
+            clock.advance(by: mixed.hedgeDelay(1))
+            await clock.waitForSleepers(2)
+            #expect(spare.queries == round)
+            clock.advance(by: .milliseconds(160))
+            #expect(await lookup.value.upstream?.identifier == "tls://two.test")
+        }
+        // Without hedging the second connection is never asked.
+        let plain = UpstreamPool([TwoConnections(first: first, second: second)], clock: clock, spawner: DrainableTasks(), hedging: false)
+        let waited = Task { await plain.query(question, deadline: clock.now + .seconds(1)) }
+        await clock.waitForSleepers(1)
+        #expect(clock.sleepers == 1, "no hedge timer")
+        clock.advance(by: .seconds(1))
+        #expect(await waited.value.reply == nil && second.queries == 1)
+    }
+
     @Test func theHedgeDelayIsTheMeasuredRTTPlusFourDeviationsWithinItsBounds() async throws {
         let slow = ScriptedUpstream("https://slow.test/q", clock: clock, .slow(.milliseconds(100), ["198.18.0.9"]))
         let other = ScriptedUpstream("https://other.test/q", .addresses(["198.18.0.1"], ttl: 300))

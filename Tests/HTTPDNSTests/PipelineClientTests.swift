@@ -4,6 +4,10 @@ import Testing
 
 @testable import HTTPDNS
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The pipeline client's decisions that outlive a connection: how long "this server has no HTTP/2"
 /// lasts, and which DoT IDs a new query may take.
 @Suite struct PipelineClientTests {
@@ -74,5 +78,31 @@ import Testing
             if inFlight.count > 128 { inFlight.removeFirst() }
         }
         #expect(collisions == 0 && mislabelled == 0)
+    }
+}
+
+/// What an upstream connection's socket is told: linear retransmission timeouts for a thin stream and
+/// a 50 ms floor on the timer past the RTT (the lossy link's tail, BENCHMARKS.md). Read back from the
+/// kernel, so a setting that silently failed shows.
+@Suite struct UpstreamSocketTests {
+    @Test func anUpstreamSocketRetransmitsSooner() throws {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(socket >= 0)
+        defer { close(socket) }
+        func option(_ name: Int32) -> Int32? {
+            var value: Int32 = 0
+            var size = socklen_t(MemoryLayout<Int32>.size)
+            return getsockopt(socket, Int32(IPPROTO_TCP), name, &value, &size) == 0 ? value : nil
+        }
+        #expect(option(16) == 0, "the kernel's default: exponential backoff")
+        let defaultFloor = option(45)
+        UpstreamSocket.retransmitSooner(socket)
+        #expect(option(16) == 1, "TCP_THIN_LINEAR_TIMEOUTS")
+        if let defaultFloor {
+            // Linux 6.15 and later: the floor is kept in jiffies, so it reads back rounded up.
+            #expect(defaultFloor >= 200_000)
+            let floor = try #require(option(45))
+            #expect((50_000..<60_000).contains(floor), "TCP_RTO_MIN_US read back as \(floor) µs")
+        }
     }
 }
