@@ -197,9 +197,9 @@ extension DNSUpstream {
 
 /// An upstream whose queries share one connection (pipelined DoT, DoH over HTTP/2): on a lossy path
 /// every answer behind a lost segment waits for TCP's retransmission, which no other query on that
-/// connection can overtake. ``UpstreamPool`` asks a query late past its hedge delay again on a second
-/// connection to the same server when there is no other upstream to hedge to (a retransmission of
-/// the resolver's own, as a browser's or unbound's is a new query).
+/// connection can overtake. The resolver's upstream pool asks a query late past its hedge delay
+/// again on a second connection to the same server when there is no other upstream to hedge to (a
+/// retransmission of the resolver's own, as a browser's or unbound's is a new query).
 public protocol SecondConnectionUpstream: DNSUpstream {
     /// The same server, with the same trust, over a connection of its own (opened when first asked,
     /// closed when idle). Called once, when the pool is made.
