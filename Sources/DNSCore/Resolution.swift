@@ -202,7 +202,7 @@ extension DNSUpstream {
 /// retransmission of the resolver's own, as a browser's or unbound's is a new query).
 public protocol SecondConnectionUpstream: DNSUpstream {
     /// The same server, with the same trust, over a connection of its own (opened when first asked,
-    /// closed when idle). Called once, when the pool is made.
+    /// closed when idle). Called once, when a pool that hedges is made.
     func makeSecondConnection() -> any DNSUpstream
 }
 

@@ -39,6 +39,8 @@ package final class ResolverMetrics: Sendable {
     private let latency: [String: CoreMetrics.Timer]
     private let circuit: [String: Gauge]
     private let probes: [String: Counter]
+    /// Queries asked again on an upstream's second connection, by upstream.
+    private let secondConnectionQueries: [String: Counter]
     private let factory: any MetricsFactory
     /// Failure counters by upstream and code, made on first use (failures are rare).
     private let failures = Mutex<[String: Counter]>([:])
@@ -61,7 +63,10 @@ package final class ResolverMetrics: Sendable {
         var latency: [String: CoreMetrics.Timer] = [:]
         var circuit: [String: Gauge] = [:]
         var probes: [String: Counter] = [:]
+        var secondConnectionQueries: [String: Counter] = [:]
         for upstream in upstreams {
+            secondConnectionQueries[upstream] = Counter(
+                label: "httpdns_upstream_second_connection_queries_total", dimensions: [("upstream", upstream)], factory: factory)
             probes[upstream] = Counter(label: "httpdns_upstream_probes_total", dimensions: [("upstream", upstream)], factory: factory)
             latency[upstream] = CoreMetrics.Timer(
                 label: "httpdns_upstream_duration_seconds",
@@ -73,6 +78,12 @@ package final class ResolverMetrics: Sendable {
         self.latency = latency
         self.circuit = circuit
         self.probes = probes
+        self.secondConnectionQueries = secondConnectionQueries
+    }
+
+    /// Counts a query asked again on `upstream`'s second connection (its first connection stalled).
+    package func recordSecondConnectionQuery(upstream: String) {
+        secondConnectionQueries[upstream]?.increment()
     }
 
     /// Counts a health probe of `upstream`'s open circuit.

@@ -75,6 +75,27 @@ package enum PoolRequest: Sendable {
     }
 }
 
+/// How many queries an upstream's second connection may take (gRPC's hedging throttle): each
+/// lookup on the first connection earns a quarter of one, each query on the second spends one,
+/// and at most twenty are saved up — a burst of twenty, then at most a quarter more queries than
+/// lookups however the server behaves.
+package struct HedgeBudget: Sendable {
+    package static let burst = 20.0
+    package static let earnedPerLookup = 0.25
+    package private(set) var tokens = HedgeBudget.burst
+
+    package init() {}
+
+    package mutating func earn() { tokens = min(Self.burst, tokens + Self.earnedPerLookup) }
+
+    /// Spends one query when there is one.
+    package mutating func take() -> Bool {
+        guard tokens >= 1 else { return false }
+        tokens -= 1
+        return true
+    }
+}
+
 /// Trusted upstreams with a selection strategy and a circuit breaker per upstream.
 ///
 /// An upstream that fails `failureThreshold` times in a row has its circuit opened: it goes last
@@ -110,6 +131,12 @@ package final class UpstreamPool: Sendable {
         package var lastResponse: ResolverInstant? = nil
         /// When an exchange with it last failed below DNS: refused, timed out, TLS, HTTP, garbage.
         package var lastTransportFailure: ResolverInstant? = nil
+
+        /// Queries its second connection may still take.
+        package var secondConnectionBudget = HedgeBudget()
+        /// Until when its second connection is not asked, after it failed other than by a timeout
+        /// (refused, reset, TLS): one failed lookup there costs up to three handshakes (F60-3).
+        package var secondConnectionRestsUntil: ResolverInstant? = nil
 
         /// Reachable: it responded within `window` of `now`, and nothing failed since.
         package func isReachable(now: ResolverInstant, window: Duration) -> Bool {
@@ -159,7 +186,8 @@ package final class UpstreamPool: Sendable {
         self.probeTimeout = probeTimeout
         self.spawner = spawner
         self.upstreams = upstreams
-        secondConnections = upstreams.map { ($0 as? any SecondConnectionUpstream)?.makeSecondConnection() }
+        // Made only where they can be asked (F60-4: each is a thread and a connection).
+        secondConnections = upstreams.map { hedging ? ($0 as? any SecondConnectionUpstream)?.makeSecondConnection() : nil }
         self.metrics = metrics ?? ResolverMetrics(factory: nil, upstreams: upstreams.map(\.identifier))
         self.logger = logger
         self.strategy = strategy
@@ -366,6 +394,7 @@ package final class UpstreamPool: Sendable {
                 let share = remaining / (order.count - asked)
                 asked += 1
                 let position = started.count
+                if secondConnections[index] != nil { refillSecondConnection(index) }
                 started.append((index, clock.now, false, false))
                 running += 1
                 group.addTask { events.post(.finished(position: position, await self.ask(index, request, timeout: share))) }
@@ -379,15 +408,20 @@ package final class UpstreamPool: Sendable {
             /// A closed upstream is left to hedge to.
             var hedgesToNext: Bool { asked < order.count && !isOpen(order[asked]) }
             /// No closed upstream is left to hedge to (none, or only open circuits): the same
-            /// server again, on its second connection.
+            /// server again, on its second connection — unless its hedge delay is at its 1 s bound:
+            /// answers that take that long are a slow or busy server's, which a second copy of each
+            /// query would only load more (F60-1), not a connection stalled by a lost segment.
             func hedgesToSecondConnection(of index: Int) -> Bool {
-                !hedgesToNext && secondConnections[index] != nil && !isOpen(index)
+                !hedgesToNext && secondConnections[index] != nil && !isOpen(index) && hedgeDelay(index) < Self.maxHedgeDelay
             }
             /// The last upstream is late and there is none left: the same server again, on its second
-            /// connection, with what is left of the budget.
-            func startSecondConnection(of index: Int) {
+            /// connection, with what is left of the time — when its budget has a query left and the
+            /// second connection is not resting.
+            func startSecondConnection(after late: Int) {
+                let index = started[late].index
                 let remaining = deadline - clock.now
-                guard remaining > .milliseconds(1), !Task.isCancelled else { return }
+                guard remaining > .milliseconds(1), !Task.isCancelled, takeSecondConnectionToken(index) else { return }
+                metrics.recordSecondConnectionQuery(upstream: upstreams[index].identifier)
                 let position = started.count
                 started.append((index, clock.now, false, true))
                 running += 1
@@ -438,11 +472,28 @@ package final class UpstreamPool: Sendable {
                     if hedgesToNext {
                         startNext()
                     } else if hedgesToSecondConnection(of: started[position].index) {
-                        startSecondConnection(of: started[position].index)
+                        startSecondConnection(after: position)
                     }
                 }
             }
             return Self.exhausted(failures, first: first)
+        }
+    }
+
+    /// How long a second connection that failed rests.
+    package static let secondConnectionRest = Duration.seconds(10)
+
+    private func refillSecondConnection(_ index: Int) {
+        health.withLock { $0[index].secondConnectionBudget.earn() }
+    }
+
+    /// Takes a query of upstream `index`'s second-connection budget, unless there is none or the
+    /// second connection rests.
+    private func takeSecondConnectionToken(_ index: Int) -> Bool {
+        let now = clock.now
+        return health.withLock { all in
+            if let until = all[index].secondConnectionRestsUntil, now < until { return false }
+            return all[index].secondConnectionBudget.take()
         }
     }
 
@@ -456,6 +507,9 @@ package final class UpstreamPool: Sendable {
         let seconds = min(max(rtt + 4 * deviation, 0.05), 1)
         return .nanoseconds(Int64(seconds * 1e9))
     }
+
+    /// The hedge delay's upper bound.
+    static let maxHedgeDelay = Duration.seconds(1)
 
     static let unmeasuredHedgeDelay = Duration.milliseconds(200)
 
@@ -536,6 +590,9 @@ package final class UpstreamPool: Sendable {
                     "code": "\(error.code.rawValue)", "error": "\(error.message)",
                 ])
             if secondConnection {
+                if error.code != .timeout {
+                    health.withLock { $0[index].secondConnectionRestsUntil = clock.now + Self.secondConnectionRest }
+                }
                 return .failure(error)
             }
             if case .message = request, Self.followsFromTheMessage(error) {

@@ -25,6 +25,9 @@ final class PipelineClient<Framing: PipelineFraming>: Sendable {
         var waiters: [UInt64: CheckedContinuation<Result<[UInt8], DNSError>, Never>] = [:]
         var nextToken: UInt64 = 0
         var running = false
+        /// Queries whose callers cancelled them, counted: the worker drops them from its queue
+        /// when this moved (``PipelineState/dropWaiting(where:)``).
+        var cancellations: UInt64 = 0
     }
 
     let endpoint: UpstreamEndpoint
@@ -109,7 +112,11 @@ final class PipelineClient<Framing: PipelineFraming>: Sendable {
                 }
             }
         } onCancel: {
-            finish(token, .failure(DNSError(.cancelled, "cancelled")))
+            let waiter = shared.withLock { shared in
+                shared.cancellations &+= 1
+                return shared.waiters.removeValue(forKey: token)
+            }
+            waiter?.resume(returning: .failure(DNSError(.cancelled, "cancelled")))
         }
         return try result.get()
     }
@@ -191,6 +198,8 @@ private final class PipelineWorker<Framing: PipelineFraming> {
     var connection: CurlConnection?
     var state: PipelineState<Framing>
     var actions: [PipelineAction] = []
+    /// ``PipelineClient/Shared/cancellations`` when the queue was last cleared of cancelled queries.
+    var seenCancellations: UInt64 = 0
     /// The last read stopped at ``readBudget`` with more perhaps waiting (inside TLS, where poll(2)
     /// does not see it): the next turn reads again before it polls.
     var readPending = false
@@ -225,6 +234,7 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             state.tick(now, &actions)
             perform()
             if connection != nil {
+                dropCancelled()
                 state.send(.now)
                 flush()
                 if readPending { receive() } else { poll(until: state.wake(now)) }
@@ -233,6 +243,17 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             }
             state.closeIfIdle(.now, &actions)
             perform()
+        }
+    }
+
+    /// Clears the queue of queries whose callers are gone, when some were cancelled or put back by a
+    /// lost connection since the last time: one lock for the walk, and no walk otherwise.
+    func dropCancelled() {
+        guard !state.waiting.isEmpty else { return }
+        client.shared.withLock { shared in
+            guard state.requeued || shared.cancellations != seenCancellations else { return }
+            seenCancellations = shared.cancellations
+            state.dropWaiting { shared.waiters[$0] == nil }
         }
     }
 

@@ -104,6 +104,16 @@ struct PipelineState<Framing: PipelineFraming> {
         waiting.append(contentsOf: jobs)
     }
 
+    /// Queries put back to wait by a lost connection since the last ``dropWaiting(where:)``.
+    private(set) var requeued = false
+
+    /// Drops the waiting queries whose callers are gone (`isGone`: cancelled — another connection or
+    /// upstream answered them), so that a replaced connection does not send them again (F60-2).
+    mutating func dropWaiting(where isGone: (UInt64) -> Bool) {
+        requeued = false
+        waiting.removeAll { isGone($0.token) }
+    }
+
     /// The turn's decisions before any I/O: queries whose time is up fail, a drained connection
     /// closes, and a connection is asked for when queries wait and none is open.
     mutating func tick(_ now: ContinuousClock.Instant, _ actions: inout [Action]) {
@@ -196,6 +206,7 @@ struct PipelineState<Framing: PipelineFraming> {
                 actions.append(.finish(job.token, .failure(DNSError(.connectFailed, why))))
             } else {
                 waiting.append(job)
+                requeued = true
             }
         }
         inFlight = [:]

@@ -450,6 +450,23 @@ import Testing
             clock.advance(by: .milliseconds(160))
             #expect(await lookup.value.upstream?.identifier == "tls://two.test")
         }
+        // A server whose answers take a second — its hedge delay at the 1 s bound — is slow or busy,
+        // not stalled by a lost segment: it is not sent a second copy of each query (F60-1).
+        let slowFirst = ScriptedUpstream("tls://slow.test", clock: clock, .slow(.seconds(1), ["198.18.0.3"]))
+        let slowSecond = ScriptedUpstream("tls://slow.test", clock: clock, .slow(.seconds(10), ["198.18.0.4"]))
+        let slowPool = UpstreamPool([TwoConnections(first: slowFirst, second: slowSecond)], clock: clock, spawner: DrainableTasks())
+        let training = Task { await slowPool.query(question, deadline: clock.now + .seconds(3)) }
+        await clock.waitForSleepers(2)
+        clock.advance(by: .milliseconds(200))  // unmeasured: the second connection is asked
+        await clock.waitForSleepers(2)
+        clock.advance(by: .milliseconds(800))
+        #expect(await training.value.upstream?.identifier == "tls://slow.test" && slowSecond.queries == 1)
+        #expect(slowPool.hedgeDelay(0) == .seconds(1), "RTT 1 s: the delay is at its bound")
+        let waitedForFirst = Task { await slowPool.query(question, deadline: clock.now + .seconds(3)) }
+        await clock.waitForSleepers(1)
+        #expect(clock.sleepers == 1, "no hedge timer")
+        clock.advance(by: .seconds(1))
+        #expect(await waitedForFirst.value.upstream?.identifier == "tls://slow.test" && slowSecond.queries == 1, "not asked again")
         // Without hedging the second connection is never asked.
         let plain = UpstreamPool([TwoConnections(first: first, second: second)], clock: clock, spawner: DrainableTasks(), hedging: false)
         let waited = Task { await plain.query(question, deadline: clock.now + .seconds(1)) }
@@ -457,6 +474,52 @@ import Testing
         #expect(clock.sleepers == 1, "no hedge timer")
         clock.advance(by: .seconds(1))
         #expect(await waited.value.reply == nil && second.queries == 1)
+    }
+
+    /// F60-3: a second connection that fails other than by a timeout (closed after the handshake,
+    /// reset on path) rests 10 s: one failed lookup there costs up to three handshakes.
+    @Test func aSecondConnectionThatFailsRestsTenSeconds() async throws {
+        let first = ScriptedUpstream("tls://rest.test", clock: clock, .slow(.milliseconds(300), ["198.18.0.5"]))
+        let second = ScriptedUpstream("tls://rest.test", .fail(.connectFailed))
+        let pool = UpstreamPool([TwoConnections(first: first, second: second)], clock: clock, spawner: DrainableTasks())
+        let question = DNSMessage.Question(name: try DomainName("www.hd.test"), type: .a)
+        let one = Task { await pool.query(question, deadline: clock.now + .seconds(3)) }
+        await clock.waitForSleepers(2)
+        clock.advance(by: .milliseconds(200))  // the unmeasured hedge delay: the second fails at once
+        for _ in 0..<10_000 where second.queries == 0 { await Task.yield() }
+        #expect(second.queries == 1)
+        let failedAt = clock.now
+        clock.advance(by: .milliseconds(100))
+        #expect(await one.value.upstream?.identifier == "tls://rest.test", "the first connection's answer")
+        #expect(pool.healthSnapshot[0].secondConnectionRestsUntil == failedAt + .seconds(10))
+        #expect(pool.healthSnapshot[0].consecutiveFailures == 0, "not charged to the server")
+        // Late again within the rest: the second connection is not asked.
+        first.reply(.slow(.milliseconds(950), ["198.18.0.5"]))
+        let delay = pool.hedgeDelay(0)
+        #expect(delay < .milliseconds(950))
+        let two = Task { await pool.query(question, deadline: clock.now + .seconds(3)) }
+        await clock.waitForSleepers(2)
+        clock.advance(by: delay)
+        for _ in 0..<1_000 { await Task.yield() }  // the hedge timer's turn: it asks nobody
+        clock.advance(by: .milliseconds(950) - delay)
+        #expect(await two.value.upstream?.identifier == "tls://rest.test" && second.queries == 1)
+    }
+
+    @Test func theSecondConnectionsBudgetIsABurstOfTwentyThenAQuarterPerLookup() {
+        var budget = HedgeBudget()
+        var taken = 0
+        while budget.take() { taken += 1 }
+        #expect(taken == 20, "the burst")
+        // A server that stalls every lookup: one in four is asked again, no more.
+        taken = 0
+        for _ in 0..<400 {
+            budget.earn()
+            if budget.take() { taken += 1 }
+        }
+        #expect(taken == 100)
+        // Lookups that need no second copy save up to the burst again, not past it.
+        for _ in 0..<1_000 { budget.earn() }
+        #expect(budget.tokens == HedgeBudget.burst)
     }
 
     @Test func theHedgeDelayIsTheMeasuredRTTPlusFourDeviationsWithinItsBounds() async throws {

@@ -188,6 +188,28 @@ import Testing
         #expect(tokens.allSatisfy { Self.succeeded(script.finished[$0]) != nil })
     }
 
+    /// F60-2: queries whose callers are gone (another connection or upstream answered them) are not
+    /// sent again when their connection is replaced; the others are.
+    @Test func queriesWhoseCallersAreGoneAreNotSentAgainOnANewConnection() throws {
+        var script = Script()
+        let tokens = try (0..<4).map { try script.ask("g\($0).pipe.test").token }
+        script.turn(at: 0)
+        #expect(script.written().count == 4)
+        #expect(!script.state.requeued)
+        script.lose("the connection went silent")
+        #expect(script.state.requeued && script.state.waiting.count == 4)
+        let gone: Set<UInt64> = [tokens[0], tokens[2]]
+        script.state.dropWaiting { gone.contains($0) }
+        #expect(!script.state.requeued)
+        #expect(script.state.waiting.map(\.token) == [tokens[1], tokens[3]])
+        script.turn(at: 1)
+        let again = script.written()
+        #expect(again.count == 2, "only the two still waited for")
+        script.receive(again.flatMap { Self.answer($0.message) }, at: 2)
+        #expect(Self.succeeded(script.finished[tokens[1]]) != nil && Self.succeeded(script.finished[tokens[3]]) != nil)
+        #expect(script.finished[tokens[0]] == nil && script.finished[tokens[2]] == nil, "their callers were resumed already")
+    }
+
     /// A server that answers four queries a connection and closes: ten queries are answered on
     /// three connections, none fails.
     @Test func aServerThatCapsQueriesPerConnectionAnswersThemAll() throws {

@@ -134,6 +134,46 @@ import Glibc
         #expect(try await dig(["www.hd.test", "AAAA"]) == ["2001:2::10"])
     }
 
+    /// F60-5: a daemon that cannot take its stub's port exits 2 with the reason — also while its
+    /// readiness probe's DoT worker is mid-connection. (Exit handlers ran while that thread was in
+    /// libcrypto: SIGSEGV in 4 to 5 of 8 runs before.)
+    @Test func aDaemonThatCannotListenExitsCleanlyWhileADoTConnectionIsUnderWay() async throws {
+        try TestEnvironment.requireRunning()
+        let server = try await fakeServer("silent")
+        defer {
+            kill(server.pid, SIGKILL)
+            try? FileManager.default.removeItem(at: server.log)
+        }
+        let dnsPort = 18528
+        let taken = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(taken) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(dnsPort).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(taken, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        try #require(bound == 0, "the stub's port is taken for the test")
+        let config = FileManager.default.temporaryDirectory.appendingPathComponent("taken-\(UUID().uuidString).yaml")
+        defer { try? FileManager.default.removeItem(at: config) }
+        try """
+        upstreams:
+          - {dot: "127.0.0.1:\(server.port)", tls_name: doh-a.test}
+        ca_file: \(TestEnvironment.caFile)
+        allow_private: true
+        system_dns: ["127.0.0.9:9"]
+        listen: "127.0.0.1:18529"
+        dns_listen: "127.0.0.1:\(dnsPort)"
+        readiness: {probe: ready.hd.test}
+        """.write(to: config, atomically: true, encoding: .utf8)
+        for run in 1...8 {
+            let output = try await CLI.run(["daemon", "--config", config.path])
+            #expect(output.status == 2, "run \(run): exit \(output.status) (a signal is not an exit): \(output.stderr.suffix(600))")
+            #expect(output.stderr.contains("Address already in use"), "run \(run): \(output.stderr.suffix(600))")
+        }
+    }
+
     /// Runs the fake DoT server in `mode` and returns its port, PID and log.
     func fakeServer(_ mode: String) async throws -> (port: Int, pid: Int32, log: URL) {
         try await FakeDoTServer.start(mode)
