@@ -144,17 +144,8 @@ import Glibc
             kill(server.pid, SIGKILL)
             try? FileManager.default.removeItem(at: server.log)
         }
-        let dnsPort = 18528
-        let taken = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        defer { close(taken) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(dnsPort).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(taken, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        try #require(bound == 0, "the stub's port is taken for the test")
+        let taken = try SilentUDPListener()  // holds the stub's port
+        let dnsPort = taken.port
         let config = FileManager.default.temporaryDirectory.appendingPathComponent("taken-\(UUID().uuidString).yaml")
         defer { try? FileManager.default.removeItem(at: config) }
         try """
@@ -172,6 +163,7 @@ import Glibc
             #expect(output.status == 2, "run \(run): exit \(output.status) (a signal is not an exit): \(output.stderr.suffix(600))")
             #expect(output.stderr.contains("Address already in use"), "run \(run): \(output.stderr.suffix(600))")
         }
+        withExtendedLifetime(taken) {}
     }
 
     /// Runs the fake DoT server in `mode` and returns its port, PID and log.
