@@ -76,17 +76,18 @@ package enum PoolRequest: Sendable {
 }
 
 /// How many queries an upstream's second connection may take (gRPC's hedging throttle): each
-/// lookup on the first connection earns a quarter of one, each query on the second spends one,
-/// and at most twenty are saved up — a burst of twenty, then at most a quarter more queries than
-/// lookups however the server behaves.
+/// answer its first connection gives within the hedge delay earns a quarter of one, each query on
+/// the second spends one, and at most twenty are saved up. Earned by answers in time, not by
+/// lookups: a server that is late because it is busy earns nothing while it is, so a burst at its
+/// capacity costs it twenty copies at most, not a quarter of the burst (F60-6).
 package struct HedgeBudget: Sendable {
     package static let burst = 20.0
-    package static let earnedPerLookup = 0.25
+    package static let earnedPerAnswer = 0.25
     package private(set) var tokens = HedgeBudget.burst
 
     package init() {}
 
-    package mutating func earn() { tokens = min(Self.burst, tokens + Self.earnedPerLookup) }
+    package mutating func earn() { tokens = min(Self.burst, tokens + Self.earnedPerAnswer) }
 
     /// Spends one query when there is one.
     package mutating func take() -> Bool {
@@ -394,7 +395,6 @@ package final class UpstreamPool: Sendable {
                 let share = remaining / (order.count - asked)
                 asked += 1
                 let position = started.count
-                if secondConnections[index] != nil { refillSecondConnection(index) }
                 started.append((index, clock.now, false, false))
                 running += 1
                 group.addTask { events.post(.finished(position: position, await self.ask(index, request, timeout: share))) }
@@ -435,6 +435,10 @@ package final class UpstreamPool: Sendable {
                 case let .finished(position, .success(value)):
                     group.cancelAll()
                     let index = started[position].index
+                    // An answer on the first connection within its hedge delay earns the second's budget.
+                    if !started[position].late, !started[position].secondConnection, secondConnections[index] != nil {
+                        earnSecondConnection(index)
+                    }
                     let now = clock.now
                     // Only an attempt whose own hedge delay had passed was outrun; one started
                     // later is cancelled uncharged (a late answer from the first must not cost the
@@ -483,7 +487,7 @@ package final class UpstreamPool: Sendable {
     /// How long a second connection that failed rests.
     package static let secondConnectionRest = Duration.seconds(10)
 
-    private func refillSecondConnection(_ index: Int) {
+    private func earnSecondConnection(_ index: Int) {
         health.withLock { $0[index].secondConnectionBudget.earn() }
     }
 

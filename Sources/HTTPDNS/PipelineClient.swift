@@ -97,14 +97,20 @@ final class PipelineClient<Framing: PipelineFraming>: Sendable {
             await withCheckedContinuation { continuation in
                 // The worker is woken only by the query that finds the queue empty: it takes the
                 // whole queue when it wakes, so a burst costs one wake.
-                let (startWorker, wake) = shared.withLock { shared in
+                let (startWorker, wake, cancelled) = shared.withLock { shared in
+                    // Cancelled before the handler was installed: its `onCancel` ran already and
+                    // found no waiter, so nothing would resume this one but the answer or the
+                    // deadline — and a hedged lookup waits for its cancelled attempts to end.
+                    guard !Task.isCancelled else { return (false, false, true) }
                     shared.waiters[token] = continuation
                     let wasEmpty = shared.queue.isEmpty
                     shared.queue.append(Job(token: token, wire: query, deadline: .now + timeout))
                     defer { shared.running = true }
-                    return (!shared.running, wasEmpty)
+                    return (!shared.running, wasEmpty, false)
                 }
-                if startWorker {
+                if cancelled {
+                    continuation.resume(returning: .failure(DNSError(.cancelled, "cancelled")))
+                } else if startWorker {
                     IOThread.start(name: threadName) { [self] in PipelineWorker(client: self).run() }
                 } else if wake {
                     var one: UInt8 = 1

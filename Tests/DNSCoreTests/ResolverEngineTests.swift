@@ -433,6 +433,7 @@ import Testing
         #expect(clock.now - started == .milliseconds(360), "the hedge delay and the second connection's round trip")
         #expect(outcome.failures.isEmpty, "the same server answered: nothing failed")
         #expect(pool.healthSnapshot[0].consecutiveFailures == 0 && !pool.isOpen(0), "its lateness was the connection's, not the server's")
+        #expect(pool.healthSnapshot[0].secondConnectionBudget.tokens == HedgeBudget.burst - 1, "one copy spent, nothing earned by a late answer")
         // With another upstream left whose circuit is open, the second connection is asked, not it
         // (an open circuit is asked only when everything else failed).
         let broken = ScriptedUpstream("https://broken.test/q", .fail(.serverFailure))
@@ -467,6 +468,7 @@ import Testing
         #expect(clock.sleepers == 1, "no hedge timer")
         clock.advance(by: .seconds(1))
         #expect(await waitedForFirst.value.upstream?.identifier == "tls://slow.test" && slowSecond.queries == 1, "not asked again")
+        #expect(slowPool.healthSnapshot[0].secondConnectionBudget.tokens == HedgeBudget.burst - 0.75, "an answer in time earns a quarter")
         // Without hedging the second connection is never asked.
         let plain = UpstreamPool([TwoConnections(first: first, second: second)], clock: clock, spawner: DrainableTasks(), hedging: false)
         let waited = Task { await plain.query(question, deadline: clock.now + .seconds(1)) }
@@ -505,19 +507,22 @@ import Testing
         #expect(await two.value.upstream?.identifier == "tls://rest.test" && second.queries == 1)
     }
 
-    @Test func theSecondConnectionsBudgetIsABurstOfTwentyThenAQuarterPerLookup() {
+    @Test func theSecondConnectionsBudgetIsABurstOfTwentyThenAQuarterPerAnswerInTime() {
         var budget = HedgeBudget()
         var taken = 0
         while budget.take() { taken += 1 }
         #expect(taken == 20, "the burst")
-        // A server that stalls every lookup: one in four is asked again, no more.
+        // A server late on every lookup (busy: F60-6) earns nothing: no more copies at all.
+        let more = budget.take()
+        #expect(!more)
+        // Answers in time earn a quarter each: one copy per four of them, no more.
         taken = 0
         for _ in 0..<400 {
             budget.earn()
             if budget.take() { taken += 1 }
         }
         #expect(taken == 100)
-        // Lookups that need no second copy save up to the burst again, not past it.
+        // Answers that need no copy save up to the burst again, not past it.
         for _ in 0..<1_000 { budget.earn() }
         #expect(budget.tokens == HedgeBudget.burst)
     }
