@@ -468,7 +468,7 @@ import Testing
         #expect(clock.sleepers == 1, "no hedge timer")
         clock.advance(by: .seconds(1))
         #expect(await waitedForFirst.value.upstream?.identifier == "tls://slow.test" && slowSecond.queries == 1, "not asked again")
-        #expect(slowPool.healthSnapshot[0].secondConnectionBudget.tokens == HedgeBudget.burst - 0.75, "an answer in time earns a quarter")
+        #expect(slowPool.healthSnapshot[0].secondConnectionBudget.tokens == HedgeBudget.burst - 1, "an answer at the bound earns nothing")
         // Without hedging the second connection is never asked.
         let plain = UpstreamPool([TwoConnections(first: first, second: second)], clock: clock, spawner: DrainableTasks(), hedging: false)
         let waited = Task { await plain.query(question, deadline: clock.now + .seconds(1)) }
@@ -500,7 +500,8 @@ import Testing
         let delay = pool.hedgeDelay(0)
         #expect(delay < .milliseconds(950))
         let two = Task { await pool.query(question, deadline: clock.now + .seconds(3)) }
-        await clock.waitForSleepers(2)
+        await clock.waitForSleepers(1)
+        #expect(clock.sleepers == 1, "resting: no hedge timer at all")
         clock.advance(by: delay)
         for _ in 0..<1_000 { await Task.yield() }  // the hedge timer's turn: it asks nobody
         clock.advance(by: .milliseconds(950) - delay)
