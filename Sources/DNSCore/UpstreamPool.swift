@@ -425,7 +425,7 @@ package final class UpstreamPool: Sendable {
             /// answers that take that long are a slow or busy server's, which a second copy of each
             /// query would only load more (F60-1), not a connection stalled by a lost segment.
             func hedgesToSecondConnection(of index: Int) -> Bool {
-                !hedgesToNext && secondConnections[index] != nil && !isOpen(index) && hedgeDelay(index) < Self.maxHedgeDelay
+                !hedgesToNext && mayAskSecondConnection(index)
             }
             /// The last upstream is late and there is none left: the same server again, on its second
             /// connection, with what is left of the time — when its budget has a query left and the
@@ -508,8 +508,14 @@ package final class UpstreamPool: Sendable {
     /// Holds a query of upstream `index`'s second-connection budget for a lookup, when it has one,
     /// the second connection is not resting and the hedge delay is under its bound.
     private func reserveSecondConnection(_ index: Int) -> Bool {
-        guard hedging, secondConnections[index] != nil, !isOpen(index), hedgeDelay(index) < Self.maxHedgeDelay else { return false }
+        guard hedging, mayAskSecondConnection(index) else { return false }
         return takeSecondConnectionToken(index)
+    }
+
+    /// Upstream `index` has a second connection, its circuit is closed, and its hedge delay is under
+    /// its bound (at the bound it is a slow or busy server, not a stalled connection: F60-1).
+    private func mayAskSecondConnection(_ index: Int) -> Bool {
+        secondConnections[index] != nil && !isOpen(index) && hedgeDelay(index) < Self.maxHedgeDelay
     }
 
     private func refundSecondConnection(_ index: Int) {
@@ -537,7 +543,7 @@ package final class UpstreamPool: Sendable {
     package func hedgeDelay(_ index: Int) -> Duration {
         let (rtt, deviation) = health.withLock { ($0[index].answeredRTT, $0[index].rttDeviation) }
         guard let rtt else { return Self.unmeasuredHedgeDelay }
-        let seconds = min(max(rtt + 4 * deviation, 0.05), 1)
+        let seconds = min(max(rtt + 4 * deviation, 0.05), Self.seconds(Self.maxHedgeDelay))
         return .nanoseconds(Int64(seconds * 1e9))
     }
 
