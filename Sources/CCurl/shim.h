@@ -105,6 +105,9 @@ void *d2i_X509(void **out, const unsigned char **in, long length);
 void *OPENSSL_sk_new_null(void);
 int OPENSSL_sk_push(void *stack, const void *data);
 int X509_up_ref(void *certificate);
+/* 1 when the certificate's subjectAltName holds the IP address of chklen (4 or 16) bytes at chk
+   (RFC 9462 §4.2: a designated resolver's certificate names the address that designated it). */
+int X509_check_ip(void *certificate, const unsigned char *chk, size_t chklen, unsigned int flags);
 
 static inline void httpdns_tls_record_clear(httpdns_tls_record *record) {
     if (record->chain) OPENSSL_sk_pop_free(record->chain, X509_free);

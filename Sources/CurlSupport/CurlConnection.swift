@@ -99,6 +99,20 @@ package final class CurlConnection: @unchecked Sendable {
         }
     }
 
+    /// Whether the DER certificate `der` names the IP address `address` (4 or 16 bytes) among its
+    /// subject alternative names (OpenSSL's `X509_check_ip`). Bound: `d2i_X509` reads at most
+    /// `der.count` bytes; a certificate that does not decode names nothing.
+    package static func certificate(_ der: [UInt8], namesAddress address: [UInt8]) -> Bool {
+        guard !der.isEmpty, der.count <= 64 * 1024, address.count == 4 || address.count == 16 else { return false }
+        let certificate = der.withUnsafeBufferPointer { buffer -> UnsafeMutableRawPointer? in
+            var cursor = buffer.baseAddress
+            return d2i_X509(nil, &cursor, buffer.count)
+        }
+        guard let certificate else { return false }
+        defer { X509_free(certificate) }
+        return address.withUnsafeBufferPointer { X509_check_ip(certificate, $0.baseAddress, $0.count, 0) } == 1
+    }
+
     /// The DER certificates of the chain OpenSSL verified, as the handshake recorded it (see
     /// shim.h). Bound: each certificate is written by `i2d_X509` into an array of the length the same
     /// call reported first; a chain or certificate that cannot be read leaves the chain empty (the

@@ -43,7 +43,7 @@ public struct ServiceBinding: Sendable, Hashable {
 
         /// The presentation name of `key` (`keyNNNNN` for unknown ones).
         public static func name(of key: UInt16) -> String {
-            let names = ["mandatory", "alpn", "no-default-alpn", "port", "ipv4hint", "ech", "ipv6hint"]
+            let names = ["mandatory", "alpn", "no-default-alpn", "port", "ipv4hint", "ech", "ipv6hint", "dohpath"]
             return Int(key) < names.count ? names[Int(key)] : "key\(key)"
         }
     }
@@ -56,6 +56,60 @@ public struct ServiceBinding: Sendable, Hashable {
     public var parameters: [Parameter]
 
     public var isAlias: Bool { priority == 0 }
+
+    /// A record to encode (``rdata``): `parameters` are kept in key order, as the wire needs them.
+    public init(priority: UInt16, target: DomainName, parameters: [Parameter]) {
+        self.priority = priority
+        self.target = target
+        self.parameters = parameters.sorted { $0.key < $1.key }
+    }
+
+    /// The record's RDATA (RFC 9460 §2.2): the priority, the target uncompressed, then each
+    /// parameter as key, length and value in key order; what ``init(rdata:)`` decodes back (hints
+    /// of the other family are left out of `ipv4hint` and `ipv6hint`). A
+    /// value over 65,535 bytes is cut to its length field's reach, and the whole RDATA's length is
+    /// the writer's to check (a DNS record holds 65,535 bytes).
+    public var rdata: [UInt8] {
+        var out: [UInt8] = [UInt8(priority >> 8), UInt8(truncatingIfNeeded: priority)]
+        out += target.wire
+        for parameter in parameters {
+            var value = Self.value(of: parameter)
+            if value.count > 0xffff { value.removeLast(value.count - 0xffff) }
+            let key = parameter.key
+            out += [UInt8(key >> 8), UInt8(truncatingIfNeeded: key), UInt8(value.count >> 8), UInt8(truncatingIfNeeded: value.count)]
+            out += value
+        }
+        return out
+    }
+
+    /// A parameter's value in wire form. ALPN identifiers over 255 bytes or empty are left out (a
+    /// length byte cannot say them).
+    private static func value(of parameter: Parameter) -> [UInt8] {
+        switch parameter {
+        case let .mandatory(keys): return keys.flatMap { [UInt8($0 >> 8), UInt8(truncatingIfNeeded: $0)] }
+        case let .alpn(identifiers):
+            return identifiers.flatMap { identifier -> [UInt8] in
+                let bytes = Array(identifier.utf8)
+                return (1...255).contains(bytes.count) ? [UInt8(bytes.count)] + bytes : []
+            }
+        case .noDefaultALPN: return []
+        case let .port(port): return [UInt8(port >> 8), UInt8(truncatingIfNeeded: port)]
+        case let .ipv4Hint(addresses): return addresses.filter { $0.family == .ipv4 }.flatMap(\.bytes)
+        case let .ipv6Hint(addresses): return addresses.filter { $0.family == .ipv6 }.flatMap(\.bytes)
+        case let .ech(config): return config
+        case let .unknown(_, value): return value
+        }
+    }
+
+    /// The URI template of a DoH endpoint (`dohpath`, key 7, RFC 9461 §5), e.g.
+    /// `/dns-query{?dns}`; nil without one, or when it is not UTF-8.
+    public var dohPath: String? {
+        for case let .unknown(7, value) in parameters { return String(validating: value, as: UTF8.self) }
+        return nil
+    }
+
+    /// A `dohpath` parameter (key 7) holding `template`.
+    public static func dohPath(_ template: String) -> Parameter { .unknown(key: 7, value: Array(template.utf8)) }
 
     /// Decodes and checks RDATA: an uncompressed target name, keys strictly increasing, each value in
     /// its key's format, `mandatory` naming only keys that are present (and never itself).

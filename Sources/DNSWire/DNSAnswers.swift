@@ -155,6 +155,29 @@ package enum DNSAnswers {
         return Answer(bytes: writer.finish(), minTTL: mode == .refused ? 0 : ttl, provenance: Provenance(source: "blocked"))
     }
 
+    /// The response to a question at or under `resolver.arpa` (RFC 9462), answered here and never
+    /// forwarded: `_dns.resolver.arpa` SVCB gets `designations` (NODATA when there are none); any
+    /// other type there, or `resolver.arpa` itself, NODATA; any other name under it NXDOMAIN.
+    /// Authoritative, with a synthesized SOA for `resolver.arpa` in negative answers so that a
+    /// downstream cache may keep them (RFC 2308 §5). Nil for a name outside `resolver.arpa`.
+    package static func response(to query: DNSQuery, resolverArpa designations: [ServiceBinding], ttl: UInt32) -> Answer? {
+        let name = query.question.name
+        guard ResolverDiscovery.isSpecialUse(name) else { return nil }
+        let exists = name == ResolverDiscovery.name || name == ResolverDiscovery.zone
+        var writer = DNSResponseWriter(answering: query, rcode: exists ? 0 : ResponseCode.nameError.rawValue)
+        writer.markAuthoritative()
+        if name == ResolverDiscovery.name, query.question.type == .svcb, !designations.isEmpty {
+            for record in designations {
+                writer.appendRecord(owner: DNSResponseWriter.questionNameOffset, type: .svcb, ttl: ttl, rdata: record.rdata)
+            }
+        } else {
+            let soa = DNSMessage.SOA(
+                primary: ResolverDiscovery.zone, mailbox: .root, serial: 1, refresh: 3600, retry: 600, expire: 86400, minimum: ttl)
+            writer.appendAuthority(NegativeAuthority(zone: ResolverDiscovery.zone, soa: soa, ttl: ttl))
+        }
+        return Answer(bytes: writer.finish(), minTTL: ttl, provenance: Provenance(source: "local"))
+    }
+
     /// The response to a lookup that ended in `code`: NXDOMAIN and NODATA with `negativeTTL` for
     /// HTTP caches, the rest with their RCODE.
     /// A negative answer carries the zone's SOA in its authority section when the upstream sent

@@ -73,6 +73,14 @@ public struct UpstreamEndpoint: Sendable, Hashable {
     /// DoH connection before any query is sent (a DoH server without HTTP/2 is then refused, as its
     /// HTTP/1.1 transfers would go unchecked). Default: none.
     public var certificateHashes: [[UInt8]] = []
+    /// The unencrypted resolver that designated this one by DDR (RFC 9462 §4.2, verified
+    /// discovery): the server's certificate must also name this IP address (subjectAltName),
+    /// checked like ``certificateHashes`` on each DoT or DoH connection before any query (DoH on
+    /// HTTP/2 only). Default: none.
+    public var designatingResolver: IPAddress?
+    /// Whether each connection's verified chain is checked beyond the name: certificate hashes, or
+    /// the designating resolver's address.
+    package var checksChainOnConnection: Bool { !certificateHashes.isEmpty || designatingResolver != nil }
     /// Names per batch request (vendor services; 1 for DoH and JSON, which ask one name at a time).
     public var batchSize = 1
 
@@ -255,13 +263,13 @@ public struct HTTPDNSConfiguration: Sendable, Hashable {
                 "upstream \(upstream.url) has no bootstrap address for \(upstream.host); "
                     + "add one (--bootstrap \(upstream.host)=IP) so that reaching it needs no DNS")
         }
-        for upstream in upstreams + forwardZones.flatMap(\.upstreams) where !upstream.certificateHashes.isEmpty {
+        for upstream in upstreams + forwardZones.flatMap(\.upstreams) where upstream.checksChainOnConnection {
             switch upstream.kind {
             case .doh, .dot: continue
             case .json, .vendor:
                 throw DNSError(
                     .invalidConfiguration,
-                    "upstream \(upstream.url) has certificate hashes, which are checked on DoH and DoT connections only")
+                    "upstream \(upstream.url) has certificate hashes or a designating resolver, which are checked on DoH and DoT connections only")
             }
         }
         if let caFile {

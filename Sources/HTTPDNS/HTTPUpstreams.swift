@@ -57,12 +57,13 @@ struct DoHUpstream: MessageExchanging, SecondConnectionUpstream {
                 guard !client.usesOwnProtocol() else { throw error }
             }
         }
-        guard endpoint.certificateHashes.isEmpty else {
+        guard !endpoint.checksChainOnConnection else {
             // libcurl's pooled transfers do not show the chain of a reused connection: refused
-            // rather than asked without the check the hashes promise.
+            // rather than asked without the check the hashes (or the designation) promise.
+            let what = endpoint.certificateHashes.isEmpty ? "the address its certificate must name (DDR)" : "its certificate hashes (a DNS stamp's)"
             throw DNSError(
                 .tlsFailed,
-                "\(endpoint.host) does not speak HTTP/2, and its certificate hashes (a DNS stamp's) are checked on this client's own HTTP/2 connection only; refused over HTTP/1.1"
+                "\(endpoint.host) does not speak HTTP/2, and \(what) is checked on this client's own HTTP/2 connection only; refused over HTTP/1.1"
             )
         }
         return try await exchangeOverHTTP1(wire, timeout: timeout)

@@ -138,7 +138,7 @@ final class PipelineClient<Framing: PipelineFraming>: Sendable {
         let name = endpoint.tlsName ?? endpoint.host
         let authority = IPAddress(name)?.urlHost ?? name
         var request = CurlRequest(url: "https://\(authority):\(endpoint.port)/", timeout: budget, trust: trust)
-        request.collectsCertificates = !endpoint.certificateHashes.isEmpty
+        request.collectsCertificates = endpoint.checksChainOnConnection
         let addresses =
             endpoint.hostIsLiteral
             ? (name == endpoint.host ? [] : [IPAddress(endpoint.host).map(\.urlHost) ?? endpoint.host])
@@ -151,6 +151,12 @@ final class PipelineClient<Framing: PipelineFraming>: Sendable {
 
     /// Whether a certificate of `chain` (DER) has a `tbsCertificate` whose SHA-256 is one of the
     /// endpoint's hashes; true when it has none.
+    /// Whether the leaf of the verified `chain` names `address` (DDR's verified discovery).
+    func certificateNames(_ address: IPAddress, _ chain: [[UInt8]]) -> Bool {
+        guard let leaf = chain.first else { return false }
+        return CurlConnection.certificate(leaf, namesAddress: address.bytes)
+    }
+
     func chainMatchesHashes(_ chain: [[UInt8]]) -> Bool {
         guard !endpoint.certificateHashes.isEmpty else { return true }
         return chain.contains { certificate in
@@ -285,6 +291,11 @@ private final class PipelineWorker<Framing: PipelineFraming> {
             let opened = try CurlConnection.open(client.connectRequest(budget: deadline - .now), http2: client.http2)
             guard client.chainMatchesHashes(opened.certificates) else {
                 let message = "no certificate of the server's verified chain matches the stamp's certificate hashes"
+                state.connectFailed(DNSError(.tlsFailed, message), &actions)
+                return
+            }
+            if let designating = client.endpoint.designatingResolver, !client.certificateNames(designating, opened.certificates) {
+                let message = "the certificate does not name \(designating), the resolver that designated this one (RFC 9462 §4.2)"
                 state.connectFailed(DNSError(.tlsFailed, message), &actions)
                 return
             }

@@ -138,6 +138,20 @@ package struct DaemonSettings: Sendable {
     package var queryLog: QueryLog?
     /// `rate_limit`: questions per second per client network, or nil (no limit, the default).
     package var rateLimit: RateLimit?
+    /// `ddr`: how `_dns.resolver.arpa` is answered (RFC 9462).
+    package var ddr = DDR()
+
+    /// `ddr`: the daemon answers `_dns.resolver.arpa` itself, never forwarding it, with SVCB
+    /// records for its DoH and DoT listeners (`ddr: off`: with NODATA).
+    package struct DDR: Sendable, Hashable {
+        /// Advertise the encrypted listeners (default true).
+        package var enabled = true
+        /// The name their certificate is valid for, the records' target; nil: the certificate's
+        /// first DNS name.
+        package var name: DomainName?
+        /// The records' TTL in seconds (default 300).
+        package var ttl: UInt32 = 300
+    }
 
     /// `rate_limit`: a token bucket per client network on the stub (UDP, TCP) and DoH.
     package struct RateLimit: Sendable, Hashable {
@@ -349,7 +363,7 @@ private struct Reader {
             "dns_listen", "watch", "timeout", "strategy", "hedging", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
             "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl", "forward", "query_log",
-            "rate_limit", "dot_listen",
+            "rate_limit", "dot_listen", "ddr",
         ]
         var dnssec = DNSSECSettings()
         var local = LocalZone.Builder()
@@ -414,6 +428,7 @@ private struct Reader {
                 do { dnssec.anchors = try TrustAnchors(presentation: text) } catch { throw fail(value, key, "\(file): \(error)") }
             case "query_log": config.daemon.queryLog = try queryLog(value)
             case "rate_limit": config.daemon.rateLimit = try rateLimit(value)
+            case "ddr": config.daemon.ddr = try ddr(value)
             case "forward":
                 guard case let .sequence(list) = value, !list.isEmpty else { throw fail(value, key, "expected a list of {zones, upstreams}") }
                 for (index, item) in list.enumerated() { forwardZones.append(try forwardZone(item, "forward[\(index)]")) }
@@ -433,6 +448,9 @@ private struct Reader {
         guard !upstreams.isEmpty else { throw fail(root, "upstreams", "at least one trusted upstream is required") }
         if config.daemon.dotListen != nil, config.daemon.tls == nil {
             throw fail(root, "dot_listen", "needs tls: (the certificate DNS over TLS is served with)")
+        }
+        if config.daemon.ddr.name != nil, config.daemon.tls == nil {
+            throw fail(root, "ddr", "name: is the certificate's name for the encrypted listeners, which need tls:")
         }
         for (key, value) in localNodes {
             switch key {
@@ -832,6 +850,32 @@ private struct Reader {
         }
         guard let certificate, let key else { throw fail(node, "tls", "needs both cert and key") }
         return DaemonSettings.TLSFiles(certificate: certificate, key: key)
+    }
+
+    /// `ddr: on | off | {name: NAME, ttl: SECONDS}`.
+    func ddr(_ node: Node) throws(DNSError) -> DaemonSettings.DDR {
+        var ddr = DaemonSettings.DDR()
+        if case let .scalar(scalar) = node {
+            switch scalar.string.lowercased() {
+            case "on", "true", "yes": return ddr
+            case "off", "false", "no":
+                ddr.enabled = false
+                return ddr
+            default: throw fail(node, "ddr", "expected on, off or {name: NAME, ttl: SECONDS}, got '\(scalar.string)'")
+            }
+        }
+        for (name, _, value) in try mapping(node, "ddr", allowed: ["name", "ttl"]) {
+            switch name {
+            case "name":
+                let text = try string(value, "ddr.name")
+                do { ddr.name = try DomainName(text) } catch { throw fail(value, "ddr.name", error.message) }
+                guard ddr.name != .root, IPAddress(text) == nil else {
+                    throw fail(value, "ddr.name", "expected the DNS name the certificate is valid for, got '\(text)'")
+                }
+            default: ddr.ttl = UInt32(try integer(value, "ddr.ttl", 0...86_400))
+            }
+        }
+        return ddr
     }
 
     func limits(_ node: Node) throws(DNSError) -> DaemonSettings.Limits {

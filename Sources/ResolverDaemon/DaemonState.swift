@@ -200,10 +200,13 @@ final class DaemonState: Sendable {
         return DNSResponder.Answer(bytes: DNSResponseWriter(answering: query, rcode: rcode.rawValue).finish(), minTTL: 0)
     }
 
-    /// The answer when there is one without waiting: the health-check name's, else a fresh cached
+    /// The answer when there is one without waiting: the health-check name's, `resolver.arpa`'s
+    /// (RFC 9462, never forwarded: ``Runtime/Discovery``), else a fresh cached
     /// A or AAAA (``DNSResponder/answerWithoutWaiting(_:resolver:now:)``). `runtime` is the one the
     /// caller read (``current`` takes a lock).
     func answerWithoutWaiting(_ query: DNSQuery, runtime: Runtime) -> DNSResponder.Answer? {
-        healthAnswer(query, runtime: runtime) ?? DNSResponder.answerWithoutWaiting(query, resolver: runtime.resolver)
+        healthAnswer(query, runtime: runtime)
+            ?? DNSAnswers.response(to: query, resolverArpa: runtime.discovery.records, ttl: runtime.discovery.ttl)
+            ?? DNSResponder.answerWithoutWaiting(query, resolver: runtime.resolver)
     }
 }

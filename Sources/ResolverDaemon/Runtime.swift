@@ -30,6 +30,9 @@ final class Runtime: Sendable {
     let detector: HijackDetector
     let ranker: AddressRanker
     let policy: RequestPolicy
+    /// The SVCB records `_dns.resolver.arpa` is answered with (RFC 9462): this daemon's DoH and DoT
+    /// listeners, or none (``Discovery``).
+    let discovery: Discovery
     private let forwarders: [SystemResolver]
 
     /// `logger` gets the engine's upstream events (circuit opened/closed, failures); the engine's
@@ -88,11 +91,55 @@ final class Runtime: Sendable {
             resolver: resolver, prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile),
             memory: .seconds(10))
         policy = RequestPolicy(config)
+        discovery = Discovery(config)
     }
 
     func shutdown() {
         system.shutdown()
         for forwarder in forwarders { forwarder.shutdown() }
+    }
+
+    /// What `_dns.resolver.arpa` is answered with (`ddr:`, RFC 9462): SVCB records for the HTTPS
+    /// listener (DoH) when it has `tls:` and `/dns-query` needs no token, and for the DoT listener;
+    /// their target is `ddr.name`, else the certificate's first DNS name. No records — NODATA —
+    /// with `ddr: off`, without an encrypted listener, or without a name; ``problem`` says which.
+    struct Discovery: Sendable {
+        var records: [ServiceBinding] = []
+        var ttl: UInt32
+        /// Why nothing is advertised though DDR is on and a listener is encrypted, for the log.
+        var problem: String?
+
+        init(_ config: ConfigFile) {
+            let settings = config.daemon.ddr
+            ttl = settings.ttl
+            guard settings.enabled, let tls = config.daemon.tls else { return }
+            let doh = config.daemon.protectDNSQuery && config.daemon.authToken != nil ? nil : Self.listener(config.daemon.listen)
+            let dot = config.daemon.dotListen.flatMap(Self.listener)
+            guard doh != nil || dot != nil else { return }
+            guard let name = settings.name ?? Self.certificateName(tls.certificate) else {
+                problem = "ddr: \(tls.certificate) names no DNS name (only addresses): set ddr.name to the name clients verify it for"
+                return
+            }
+            records = ResolverDiscovery.advertisement(name: name, doh: doh, dot: dot)
+        }
+
+        /// A listener's port, and its address unless it is a wildcard.
+        static func listener(_ text: String) -> ResolverDiscovery.Listener? {
+            guard let (address, port) = IPAddress.endpoint(text), let port, let port16 = UInt16(exactly: port) else { return nil }
+            let wildcard = address.bytes.allSatisfy { $0 == 0 }
+            return ResolverDiscovery.Listener(port: port16, address: wildcard ? nil : address)
+        }
+
+        /// The first DNS name among the subject alternative names of the chain's first certificate.
+        static func certificateName(_ file: String) -> DomainName? {
+            guard let leaf = try? NIOSSLCertificate.fromPEMFile(file).first else { return nil }
+            for name in leaf._subjectAlternativeNames() where name.nameType == .dnsName {
+                let text = name.contents.withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) }
+                // A wildcard names no one host a client could be sent to.
+                if !text.hasPrefix("*"), IPAddress(text) == nil, let domain = try? DomainName(text) { return domain }
+            }
+            return nil
+        }
     }
 
     /// The question that keeps readiness true while answers come from the cache (`readiness.probe`).

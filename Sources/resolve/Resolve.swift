@@ -358,14 +358,32 @@ struct Lookup: AsyncParsableCommand {
     @Argument(help: "Host names (or IP literals, returned as they are).")
     var hosts: [String] = []
 
+    @Option(
+        name: .customLong("ddr"),
+        help: ArgumentHelp(
+            "Discover the encrypted resolvers the plain DNS resolver at IP designates (RFC 9462 DDR), verify them "
+                + "(the certificate must name IP) and look HOSTs up through the verified ones only.", valueName: "IP[:PORT]"))
+    var ddr: String?
+
     func validate() throws {
-        if hosts.isEmpty { throw ValidationError("give at least one HOST") }
+        if let ddr {
+            guard IPAddress.endpoint(ddr) != nil else { throw ValidationError("--ddr takes the IP[:PORT] of a plain DNS resolver, not '\(ddr)'") }
+            let given = [
+                ("--doh", options.doh.isEmpty), ("--dot", options.dot.isEmpty), ("--json-api", options.jsonAPI.isEmpty),
+                ("--stamp", options.stamps.isEmpty), ("--preset", options.presets.isEmpty),
+            ].filter { !$0.1 }.map(\.0)
+            if !given.isEmpty { throw ValidationError("--ddr discovers the resolvers to ask; drop \(given.joined(separator: ", "))") }
+            if options.serviceBindingType != nil { throw ValidationError("--ddr looks up addresses (--type a, aaaa or both)") }
+        } else if hosts.isEmpty {
+            throw ValidationError("give at least one HOST")
+        }
         if options.serviceBindingType == nil { _ = try options.addressQuery }
         _ = try options.dnssecPolicy
         if options.trustAnchors != nil { _ = try options.loadTrustAnchors() }
     }
 
     func run() async throws {
+        if let ddr { try await Discovery.run(ddr, hosts: hosts, options: options) }
         let resolver = try options.makeResolver()
         if let recordType = options.serviceBindingType {
             try await lookUpServiceBindings(recordType, with: resolver)

@@ -139,6 +139,12 @@ import Testing
         ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {lame_duck: -1}\n", "c.yaml:3: readiness.lame_duck: expected a number of seconds"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {dns_name: 'a b'}\n", "c.yaml:3: readiness.dns_name:"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nuser: no-such-user-here\n", "c.yaml:3: user: no user 'no-such-user-here' on this system"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: maybe\n", "c.yaml:3: ddr: expected on, off or {name: NAME, ttl: SECONDS}"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: 'a b'}\n", "c.yaml:3: ddr.name:"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: 192.0.2.1}\n", "c.yaml:3: ddr.name: expected the DNS name"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {ttl: 86401}\n", "c.yaml:3: ddr.ttl:"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {target: x.test}\n", "c.yaml:3: ddr.target: unknown key"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: dns.test}\n", "ddr: name: is the certificate's name for the encrypted listeners, which need tls:"),
     ])
     func errorsNameTheLineAndKey(text: String, expected: String) {
         do {
@@ -183,6 +189,16 @@ import Testing
         #expect(try limit("queries_per_second: 10, action: drop, slip: 3")?.slip == 3)
         #expect(try limit("queries_per_second: 10, slip: 0")?.slip == 0)
         #expect(throws: DNSError.self) { try limit("queries_per_second: 10, slip: 11") }
+    }
+
+    @Test func ddrIsOnByDefaultAndReadsItsNameAndTTL() throws {
+        let base = "upstreams:\n  - doh: https://127.0.0.1/q\ntls: {cert: /etc/hostname, key: /etc/hostname}\n"
+        let plain = try ConfigFile.parse(base)
+        #expect(plain.daemon.ddr.enabled && plain.daemon.ddr.name == nil && plain.daemon.ddr.ttl == 300)
+        #expect(try ConfigFile.parse(base + "ddr: off\n").daemon.ddr.enabled == false)
+        #expect(try ConfigFile.parse(base + "ddr: on\n").daemon.ddr.enabled)
+        let named = try ConfigFile.parse(base + "ddr: {name: DNS.Example.test., ttl: 60}\n").daemon.ddr
+        #expect(named.enabled && named.name?.description == "dns.example.test" && named.ttl == 60)
     }
 
     @Test func unreadableFileIsAClearError() {

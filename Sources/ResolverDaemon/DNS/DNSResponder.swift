@@ -53,6 +53,9 @@ enum DNSResponder {
     /// again).
     static func answer(_ query: DNSQuery, resolver: HTTPDNSResolver) async -> Answer {
         guard query.wire.count <= maxQuery else { return oversized(query) }
+        // `resolver.arpa` is answered before this (``DaemonState/answerWithoutWaiting(_:runtime:)``);
+        // should a path come here with it, it is still not forwarded (RFC 9462 §6.1).
+        if let special = DNSAnswers.response(to: query, resolverArpa: [], ttl: 0) { return special }
         if resolver.configuration.localZone != nil, let local = resolver.localAnswer(query.question.name, type: query.question.type) {
             if let ready = localAnswer(query, local, resolver: resolver) { return ready }
             guard case let .records(records, continueAt?) = local else { return await forward(query, resolver: resolver) }

@@ -1,0 +1,94 @@
+import Testing
+
+@testable import DNSCore
+
+/// DDR (RFC 9462): the SVCB records a resolver advertises, their wire form read back, and what a
+/// client makes of hostile or unusable ones.
+@Suite struct ResolverDiscoveryTests {
+    let name = try! DomainName("dns.example.test")
+
+    @Test func theSpecialUseZoneCoversItsNamesOnly() throws {
+        #expect(ResolverDiscovery.name.description == "_dns.resolver.arpa")
+        #expect(ResolverDiscovery.isSpecialUse(ResolverDiscovery.name))
+        #expect(ResolverDiscovery.isSpecialUse(try DomainName("resolver.arpa")))
+        #expect(ResolverDiscovery.isSpecialUse(try DomainName("x._dns.RESOLVER.arpa")))
+        #expect(!ResolverDiscovery.isSpecialUse(try DomainName("myresolver.arpa")))
+        #expect(!ResolverDiscovery.isSpecialUse(try DomainName("arpa")))
+        #expect(!ResolverDiscovery.isSpecialUse(try DomainName("resolver.arpa.test")))
+    }
+
+    @Test func theAdvertisementEncodesAndDecodesBack() throws {
+        let records = ResolverDiscovery.advertisement(
+            name: name, doh: .init(port: 8443, address: IPAddress("192.0.2.53")), dot: .init(port: 853, address: IPAddress("2001:db8::53")))
+        #expect(records.count == 2)
+        let decoded = try records.map { try ServiceBinding(rdata: $0.rdata) }
+        #expect(decoded == records)
+        #expect(decoded[0].priority == 1 && decoded[0].target == name)
+        #expect(decoded[0].alpn == ["h2", "http/1.1"] && decoded[0].port == 8443 && decoded[0].dohPath == "/dns-query{?dns}")
+        #expect(decoded[0].ipv4Hints == [IPAddress("192.0.2.53")!] && decoded[0].ipv6Hints.isEmpty)
+        #expect(decoded[1].priority == 2 && decoded[1].alpn == ["dot"] && decoded[1].port == 853 && decoded[1].dohPath == nil)
+        #expect(decoded[1].ipv6Hints == [IPAddress("2001:db8::53")!])
+        // What dig prints for it: 1 dns.example.test. alpn="h2,http/1.1" port=8443 ipv4hint=192.0.2.53 dohpath=/dns-query{?dns}
+        #expect(ServiceBinding.Parameter.name(of: 7) == "dohpath")
+        // Only the DoT listener, on every address: no hint.
+        let dotOnly = ResolverDiscovery.advertisement(name: name, doh: nil, dot: .init(port: 853))
+        #expect(dotOnly.count == 1 && dotOnly[0].ipv4Hints.isEmpty && dotOnly[0].ipv6Hints.isEmpty && dotOnly[0].priority == 2)
+        #expect(ResolverDiscovery.advertisement(name: name, doh: nil, dot: nil).isEmpty)
+    }
+
+    @Test func theEncoderWritesParametersInKeyOrderAndLeavesOutWhatCannotBeSaid() throws {
+        let record = ServiceBinding(
+            priority: 3, target: name,
+            parameters: [.port(53), .ipv4Hint([IPAddress("192.0.2.1")!, IPAddress("2001:db8::1")!]), .alpn(["dot", "", String(repeating: "x", count: 256)])])
+        #expect(record.parameters.map(\.key) == [1, 3, 4])
+        let decoded = try ServiceBinding(rdata: record.rdata)
+        #expect(decoded.alpn == ["dot"])
+        #expect(decoded.ipv4Hints == [IPAddress("192.0.2.1")!])
+        #expect(decoded.port == 53)
+    }
+
+    @Test func aClientTakesDoHAndDoTInPriorityOrder() throws {
+        let records = ResolverDiscovery.advertisement(name: name, doh: .init(port: 443), dot: .init(port: 8853)).reversed()
+        let (designations, skipped) = ResolverDiscovery.designations(Array(records))
+        #expect(skipped.isEmpty)
+        #expect(designations.map(\.transport) == [.doh(path: "/dns-query"), .dot])
+        #expect(designations.map(\.port) == [443, 8853])
+        #expect(designations.allSatisfy { $0.target == name && $0.hints.isEmpty })
+        // One record offering both: two designations at its priority; defaults 443 and 853.
+        let both = ServiceBinding(priority: 5, target: name, parameters: [.alpn(["h2", "dot"]), ServiceBinding.dohPath("/q{?dns}")])
+        let (two, none) = ResolverDiscovery.designations([both])
+        #expect(none.isEmpty)
+        #expect(two.map(\.transport) == [.doh(path: "/q"), .dot] && two.map(\.port) == [443, 853] && two.allSatisfy { $0.priority == 5 })
+    }
+
+    @Test func unusableRecordsAreSkippedWithTheirReason() throws {
+        let alias = ServiceBinding(priority: 0, target: name, parameters: [])
+        let owner = ServiceBinding(priority: 1, target: .root, parameters: [.alpn(["dot"])])
+        let noALPN = ServiceBinding(priority: 1, target: name, parameters: [.port(853)])
+        let noPath = ServiceBinding(priority: 1, target: name, parameters: [.alpn(["h2"])])
+        let relative = ServiceBinding(priority: 1, target: name, parameters: [.alpn(["h2"]), ServiceBinding.dohPath("dns-query{?dns}")])
+        let noVariable = ServiceBinding(priority: 1, target: name, parameters: [.alpn(["h2"]), ServiceBinding.dohPath("/dns-query")])
+        let quic = ServiceBinding(priority: 1, target: name, parameters: [.alpn(["doq"])])
+        let notUTF8 = ServiceBinding(priority: 1, target: name, parameters: [.alpn(["h2"]), .unknown(key: 7, value: [0x2f, 0xff, 0xfe])])
+        let (designations, skipped) = ResolverDiscovery.designations([alias, owner, noALPN, noPath, relative, noVariable, quic, notUTF8])
+        #expect(designations.isEmpty)
+        #expect(skipped.count == 8)
+        #expect(skipped[0].reason.contains("AliasMode"))
+        #expect(skipped[1].reason.contains("'.'"))
+        #expect(skipped.contains { $0.reason.contains("no alpn") })
+        #expect(skipped.filter { $0.reason.contains("dohpath") }.count == 4)
+        #expect(skipped.contains { $0.reason.contains("doq") })
+        // A record with a bad dohpath but also dot: the DoT designation stands, the DoH one is skipped.
+        let mixed = ServiceBinding(priority: 2, target: name, parameters: [.alpn(["h2", "dot"])])
+        let (one, why) = ResolverDiscovery.designations([mixed])
+        #expect(one.map(\.transport) == [.dot] && why.count == 1)
+    }
+
+    @Test func theTemplatesPathIsWhatComesBeforeItsVariable() {
+        #expect(ResolverDiscovery.path(ofTemplate: "/dns-query{?dns}") == "/dns-query")
+        #expect(ResolverDiscovery.path(ofTemplate: "/{?dns}") == "/")
+        #expect(ResolverDiscovery.path(ofTemplate: "/a{?dns}b") == "/a")
+        #expect(ResolverDiscovery.path(ofTemplate: "/a{?dn") == nil)
+        #expect(ResolverDiscovery.path(ofTemplate: "") == nil)
+    }
+}
