@@ -42,6 +42,23 @@ need_testenv_packages() {
         iproute2 util-linux
 }
 
+# Python peers Debian 12 does not package at a version that has the feature under test, installed
+# from PyPI (pinned by version and hash) into .build/pydeps, which the tests put on PYTHONPATH:
+# dnspython 2.7 for its DDR client (RFC 9462, Resolver.try_ddr; Debian's 2.3 has none).
+need_python_peers() {
+    local target="$root/.build/pydeps"
+    [ -f "$target/dns/_ddr.py" ] && return 0
+    need_packages python3-pip
+    local requirements
+    requirements=$(mktemp)
+    echo "dnspython==2.7.0 --hash=sha256:b4c34b7d10b51bcc3a5071e7b8dee77939f1e878477eeecc965e9835f63c6c86" >"$requirements"
+    echo "installing into $target: dnspython 2.7.0 (the DDR client)" >&2
+    /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes --target "$target" -r "$requirements" \
+        2>&1 | grep -v "Running pip as the 'root' user" >&2 || true
+    rm -f "$requirements"
+    [ -f "$target/dns/_ddr.py" ] || { echo "need_python_peers: dnspython 2.7.0 did not install into $target" >&2; exit 1; }
+}
+
 # Runs the rest of the calling script in a network namespace of its own with only loopback up, so
 # that nothing it starts — servers, tests, a mistaken dial — can send a packet off this machine,
 # whatever an address in the test data says (198.18.0.0/15, 192.0.2.0/24 route off-machine here).

@@ -33,6 +33,8 @@ need_packages redis-server
 # the lossy-link test adds drops by iptables' statistic match and delay by NFQUEUE (Tests/Failover/lossy.py).
 need_packages iptables
 need_testenv_packages
+# dnspython 2.7's DDR client (Resolver.try_ddr), the peer of the daemon's resolver.arpa answers.
+need_python_peers
 # The Debian package and its test: built with dpkg-deb, checked by lintian, installed into a Debian 12
 # root that debootstrap fetches from the apt mirror now, before the network is cut.
 need_packages dpkg-dev lintian binutils debootstrap

@@ -1,4 +1,5 @@
 import Foundation
+
 /// One HTTP transfer for ``CurlEngine``: what to send, where to connect, and how to trust the peer.
 package struct CurlRequest: Sendable {
     package var url: String

@@ -112,14 +112,17 @@ public enum ResolverDiscovery {
             var found = false
             if alpn.contains("h2") || alpn.contains("http/1.1") {
                 if let template = record.dohPath, template.hasPrefix("/"), let path = Self.path(ofTemplate: template) {
-                    designations.append(Designation(transport: .doh(path: path), target: record.target, port: record.port ?? 443, priority: record.priority, hints: hints))
+                    designations.append(
+                        Designation(
+                            transport: .doh(path: path), target: record.target, port: record.port ?? 443, priority: record.priority, hints: hints))
                     found = true
                 } else {
                     skip("alpn offers HTTP but dohpath is missing, or is not a path with {?dns}")
                 }
             }
             if alpn.contains("dot") {
-                designations.append(Designation(transport: .dot, target: record.target, port: record.port ?? 853, priority: record.priority, hints: hints))
+                designations.append(
+                    Designation(transport: .dot, target: record.target, port: record.port ?? 853, priority: record.priority, hints: hints))
                 found = true
             }
             if !found, !(alpn.contains("h2") || alpn.contains("http/1.1")) {

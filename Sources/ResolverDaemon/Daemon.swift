@@ -84,6 +84,7 @@ package final class Daemon: Sendable {
         if let proxy = config.daemon.proxyListen { _ = try Self.listenAddress(proxy, key: "proxy_listen") }
         state = DaemonState(runtime: runtime, configPath: configPath, adjust: adjust, metrics: DaemonMetrics(factory: metrics), logger: logger)
         Self.logLocalData(config, logger: logger)
+        Self.logDiscovery(runtime.discovery, logger: logger)
         self.exposition = exposition
         self.signals = signals
         self.notifier = notifier
@@ -386,6 +387,16 @@ package final class Daemon: Sendable {
 extension Daemon {
     /// What the local data holds: records, and what each block or allow list gave (lines it could
     /// not read are counted, not fatal: public lists mix formats).
+    /// What `_dns.resolver.arpa` advertises (RFC 9462), or why nothing is though it could be.
+    static func logDiscovery(_ discovery: Runtime.Discovery, logger: Logger) {
+        if let problem = discovery.problem {
+            logger.warning("\(problem)")
+        } else if !discovery.records.isEmpty {
+            let what = discovery.records.map { "\($0.alpn.contains("dot") ? "dot" : "doh") port \($0.port ?? 0)" }.joined(separator: ", ")
+            logger.info("ddr: _dns.resolver.arpa designates \(what) as \(discovery.records[0].target)")
+        }
+    }
+
     static func logLocalData(_ config: ConfigFile, logger: Logger) {
         guard let zone = config.lookup.configuration.localZone else { return }
         logger.notice(

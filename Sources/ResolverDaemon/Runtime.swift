@@ -131,15 +131,24 @@ final class Runtime: Sendable {
         }
 
         /// The first DNS name among the subject alternative names of the chain's first certificate.
+        /// A file that cannot be read (a reload after `user:` dropped the privileges that read it,
+        /// as the TLS context is kept then) gives the name read from it last.
         static func certificateName(_ file: String) -> DomainName? {
-            guard let leaf = try? NIOSSLCertificate.fromPEMFile(file).first else { return nil }
+            guard let leaf = try? NIOSSLCertificate.fromPEMFile(file).first else {
+                return namesRead.withLock { $0[file] }
+            }
             for name in leaf._subjectAlternativeNames() where name.nameType == .dnsName {
                 let text = name.contents.withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) }
                 // A wildcard names no one host a client could be sent to.
-                if !text.hasPrefix("*"), IPAddress(text) == nil, let domain = try? DomainName(text) { return domain }
+                if !text.hasPrefix("*"), IPAddress(text) == nil, let domain = try? DomainName(text) {
+                    namesRead.withLock { $0[file] = domain }
+                    return domain
+                }
             }
             return nil
         }
+
+        private static let namesRead = Mutex<[String: DomainName]>([:])
     }
 
     /// The question that keeps readiness true while answers come from the cache (`readiness.probe`).

@@ -115,7 +115,9 @@ enum Discovery {
         }
     }
 
-    static func report(server: String, records: [ServiceBinding], checked: [Checked], skipped: [ResolverDiscovery.Skipped], error: String?, json: Bool) {
+    static func report(
+        server: String, records: [ServiceBinding], checked: [Checked], skipped: [ResolverDiscovery.Skipped], error: String?, json: Bool
+    ) {
         if json {
             var object = JSONObject()
             object["server"] = .string(server)
@@ -155,7 +157,9 @@ enum Discovery {
             return
         }
         let count = checked.count
-        print("\(ResolverDiscovery.name) at \(server): \(count) designated resolver\(count == 1 ? "" : "s")\(count == 0 && records.isEmpty ? " (no SVCB records)" : "")")
+        print(
+            "\(ResolverDiscovery.name) at \(server): \(count) designated resolver\(count == 1 ? "" : "s")\(count == 0 && records.isEmpty ? " (no SVCB records)" : "")"
+        )
         for item in checked {
             let via = (item.endpoint?.bootstrap ?? []).map(\.description).joined(separator: ",")
             let verdict = item.error.map { "not verified: \($0)" } ?? "verified"

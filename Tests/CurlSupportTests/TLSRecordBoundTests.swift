@@ -11,6 +11,11 @@ import Testing
 @Suite struct TLSRecordBoundTests {
     /// A self-signed certificate naming `names` DNS names (each adds 18 bytes of DER), as DER.
     static func certificate(names: Int) throws -> [UInt8] {
+        try certificate(subjectAltName: (0..<names).map { String(format: "DNS:n%04d.bound.test", $0) }.joined(separator: ","))
+    }
+
+    /// A self-signed certificate with `subjectAltName` (openssl's syntax), as DER.
+    static func certificate(subjectAltName: String) throws -> [UInt8] {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("chain-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -20,7 +25,7 @@ import Testing
         process.arguments = [
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
             directory.appendingPathComponent("key.pem").path, "-subj", "/CN=bound.test", "-days", "1", "-outform", "DER", "-out", out.path,
-            "-addext", "subjectAltName=" + (0..<names).map { String(format: "DNS:n%04d.bound.test", $0) }.joined(separator: ","),
+            "-addext", "subjectAltName=" + subjectAltName,
         ]
         process.standardError = FileHandle.nullDevice
         try process.run()
@@ -43,6 +48,26 @@ import Testing
         }
         record.chain = stack
         return record
+    }
+
+    /// DDR's check (RFC 9462 §4.2): the certificate's IP addresses, read by `X509_check_ip` from a
+    /// certificate `d2i_X509` decodes from at most 64 KiB of DER.
+    @Test func aCertificateNamesTheAddressesOfItsSubjectAltNameOnly() throws {
+        let der = try Self.certificate(subjectAltName: "DNS:daemon.test,IP:127.0.0.1,IP:::1")
+        #expect(CurlConnection.certificate(der, namesAddress: [127, 0, 0, 1]))
+        #expect(CurlConnection.certificate(der, namesAddress: Array(repeating: 0, count: 15) + [1]))
+        #expect(!CurlConnection.certificate(der, namesAddress: [127, 0, 0, 2]))
+        #expect(!CurlConnection.certificate(der, namesAddress: [127, 0, 0, 1, 0]), "an address is 4 or 16 bytes")
+        #expect(!CurlConnection.certificate(der, namesAddress: []))
+        let named = try Self.certificate(subjectAltName: "DNS:daemon.test,DNS:127.0.0.1")
+        #expect(!CurlConnection.certificate(named, namesAddress: [127, 0, 0, 1]), "a DNS name spelling the address is not the address")
+        // The bound: DER with trailing bytes up to exactly 64 KiB is read (the certificate is its
+        // prefix); one byte more is not read at all. Cut short, it does not decode.
+        let atBound = der + Array(repeating: 0, count: 64 * 1024 - der.count)
+        #expect(CurlConnection.certificate(atBound, namesAddress: [127, 0, 0, 1]))
+        #expect(!CurlConnection.certificate(atBound + [0], namesAddress: [127, 0, 0, 1]))
+        #expect(!CurlConnection.certificate(Array(der.dropLast()), namesAddress: [127, 0, 0, 1]))
+        #expect(!CurlConnection.certificate([], namesAddress: [127, 0, 0, 1]))
     }
 
     @Test func sixteenCertificatesAreReadAndSeventeenAreNone() throws {

@@ -144,7 +144,10 @@ import Testing
         ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: 192.0.2.1}\n", "c.yaml:3: ddr.name: expected the DNS name"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {ttl: 86401}\n", "c.yaml:3: ddr.ttl:"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {target: x.test}\n", "c.yaml:3: ddr.target: unknown key"),
-        ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: dns.test}\n", "ddr: name: is the certificate's name for the encrypted listeners, which need tls:"),
+        (
+            "upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: dns.test}\n",
+            "ddr: name: is the certificate's name for the encrypted listeners, which need tls:"
+        ),
     ])
     func errorsNameTheLineAndKey(text: String, expected: String) {
         do {

@@ -67,7 +67,9 @@ struct Reloader: Service {
             if !(state.privilegesDropped.load(ordering: .relaxed) && config.daemon.tls == running.daemon.tls) {
                 _ = try Daemon.tlsContext(config)
             }
-            let old = state.replace(with: try Runtime(config, metrics: state.metrics.factory, logger: logger))
+            let runtime = try Runtime(config, metrics: state.metrics.factory, logger: logger)
+            Daemon.logDiscovery(runtime.discovery, logger: logger)
+            let old = state.replace(with: runtime)
             state.forget(except: Set(config.daemon.watch.map(\.host)))
             // Lookups still running on the old runtime finish with its upstreams; its c-ares
             // thread is stopped once they had time to.
