@@ -69,9 +69,11 @@ enum Discovery {
         throw ExitCode(failed ? Exit.failed : Exit.ok)
     }
 
-    /// The upstream a designation describes — reached at its address hints, else at the address
-    /// that was asked (RFC 9462 §4.2), its certificate checked for the target name and for
-    /// `address` — and whether it answers `_dns.resolver.arpa` SVCB over that connection.
+    /// The upstream a designation describes — reached at the address that was asked, its
+    /// certificate checked for the target name and for that address (RFC 9462 §4.2) — and whether
+    /// it answers `_dns.resolver.arpa` SVCB over that connection. The record's address hints are
+    /// not dialled: they came over plain DNS, where a forger writes them, and a forged address is
+    /// never dialled in this project (as dnspython's `try_ddr`, which uses the asked address too).
     static func verify(_ designation: ResolverDiscovery.Designation, designatedBy address: IPAddress, settings: LookupSettings) async -> Checked {
         var checked = Checked(designation: designation)
         let host = designation.target.description
@@ -87,7 +89,7 @@ enum Discovery {
             checked.error = error.message
             return checked
         }
-        endpoint.bootstrap = designation.hints.isEmpty ? [address] : designation.hints
+        endpoint.bootstrap = [address]
         endpoint.designatingResolver = address
         checked.endpoint = endpoint
         var configuration = settings.configuration
@@ -137,6 +139,7 @@ enum Discovery {
                     entry["port"] = .int(Int(item.designation.port))
                     entry["priority"] = .int(Int(item.designation.priority))
                     entry["addresses"] = .array((item.endpoint?.bootstrap ?? []).map { .string($0.description) })
+                    entry["hints"] = .array(item.designation.hints.map { .string($0.description) })
                     entry["verified"] = .bool(item.verified)
                     if let error = item.error { entry["error"] = .string(error) }
                     return .object(entry)

@@ -3,15 +3,19 @@
 
     ddr_forger.py IP PORT RECORD...
 
-Answers `_dns.resolver.arpa` SVCB over UDP with the SVCB RECORDs given in presentation format
+With TRAP=IP:PORT in the environment it also listens there on TCP and prints "trap connection" for each
+connection accepted: the address a forged hint names, which no client should dial. Answers `_dns.resolver.arpa` SVCB over UDP with the SVCB RECORDs given in presentation format
 (`1 doh-a.test. alpn=h2 port=18443 key7="/dns-query{?dns}"`), every other question with REFUSED,
 until killed. Prints "ready" once bound.
 """
+import os
 import socket
 import sys
+import threading
 
 import dns.flags
 import dns.message
+import dns.name
 import dns.rcode
 import dns.rdata
 import dns.rdataclass
@@ -20,6 +24,20 @@ import dns.rrset
 
 ip, port, texts = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 records = [dns.rdata.from_text(dns.rdataclass.IN, dns.rdatatype.SVCB, text) for text in texts]
+if os.environ.get("TRAP"):
+    trap_host, _, trap_port = os.environ["TRAP"].rpartition(":")
+    trap = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    trap.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    trap.bind((trap_host, int(trap_port)))
+    trap.listen(16)
+
+    def accept():
+        while True:
+            connection, _ = trap.accept()
+            print("trap connection", flush=True)
+            connection.close()
+
+    threading.Thread(target=accept, daemon=True).start()
 sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM)
 sock.bind((ip, port))
 print("ready", flush=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A DNS-over-TLS server on loopback that misbehaves on purpose, for the DoT upstream's tests.
 
-    dot_server.py PORT CERT KEY MODE LOG
+    dot_server.py [IP:]PORT CERT KEY MODE LOG
 
 Every query for NAME gets A 198.18.0.10 / AAAA 2001:2::10 (TTL 300), padded to 468-byte blocks when the
 query was padded (RFC 8467), unless MODE says otherwise:
@@ -27,7 +27,10 @@ import dns.message
 import dns.rdatatype
 import dns.rrset
 
-port, cert, key, mode, log_path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+# PORT, or IP:PORT for another loopback address.
+host, _, port_text = sys.argv[1].rpartition(":")
+host, port = host or "127.0.0.1", int(port_text)
+cert, key, mode, log_path = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 log_lock = threading.Lock()
 connections = 0
 
@@ -104,7 +107,7 @@ context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(cert, key)
 listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("127.0.0.1", port))
+listener.bind((host, port))
 listener.listen(64)
 log("listening")
 while True:

@@ -122,42 +122,66 @@ extension DaemonSuites {
             #expect(status == 1 && Self.designations(discovery).isEmpty, "\(discovery)")
         }
 
-        /// An on-path forger answers the plain DDR question with designations an attacker can
-        /// build without a certificate naming the address asked: a trusted certificate for its own
-        /// name (json.test) that does not name the resolver; the real doh-a.test, whose certificate
-        /// names 127.0.0.1 but not the forger's address; a certificate from another CA; no hints
-        /// (the asked address has no such server); no dohpath (a downgrade to nothing). Neither
-        /// client verifies any, and nothing is looked up.
+        /// An on-path forger answers the plain DDR question, and serves DoT at the address that
+        /// was asked, with what an attacker can hold: a trusted certificate for a name of its own
+        /// (json.test, which names no address), and one from another CA (doh-untrusted.test). Its
+        /// designations: its own name (the certificate is valid for it but does not name the
+        /// resolver); the victim's resolver name doh-a.test (no certificate for it); the other CA's;
+        /// a hint sending the client to an address of the forger's choosing (a trap listener); an
+        /// HTTP designation without dohpath (a downgrade to nothing). Neither client verifies any,
+        /// nothing is looked up, and the hint's address is never dialled.
         @Test func aForgersDesignationsAreNeverUsed() async throws {
             try TestEnvironment.requireRunning()
-            let doh = TestEnvironment.dohPort
-            let records = [
-                "1 json.test. alpn=h2 port=\(doh) ipv4hint=127.0.0.3 key7=\"/dns-query{?dns}\"",
-                "2 doh-a.test. alpn=h2,dot port=\(doh) ipv4hint=127.0.0.1 key7=\"/dns-query{?dns}\"",
-                "3 doh-untrusted.test. alpn=h2 port=\(doh) ipv4hint=127.0.0.1 key7=\"/dns-query{?dns}\"",
-                "4 doh-a.test. alpn=h2 port=\(doh) key7=\"/dns-query{?dns}\"",
-                "5 doh-a.test. alpn=h2 port=\(doh) ipv4hint=127.0.0.1",
-            ]
-            let log = FileManager.default.temporaryDirectory.appendingPathComponent("ddr-forger-\(UUID().uuidString).log").path
-            let pid = try #require(
-                try await CLI.startDetached(
-                    ["/usr/bin/python3", "\(TestEnvironment.root)/Tests/Fakes/ddr_forger.py", Self.forger, "\(Self.forgerPort)"] + records, log: log))
+            let own = 18565, untrusted = 18567, trap = "127.0.0.63:18566"
+            var pids: [Int32] = []
+            var logs: [String] = []
             defer {
-                kill(pid, SIGKILL)
-                try? FileManager.default.removeItem(atPath: log)
+                for pid in pids { kill(pid, SIGKILL) }
+                for log in logs { try? FileManager.default.removeItem(atPath: log) }
             }
-            for _ in 0..<50 where !((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("ready") {
-                try await Task.sleep(for: .milliseconds(100))
+            /// Starts a server; waits until `ready` is in `readyLog` (default: its output).
+            func start(_ arguments: [String], until ready: String, in readyLog: String? = nil) async throws -> String {
+                let log = FileManager.default.temporaryDirectory.appendingPathComponent("ddr-forger-\(UUID().uuidString).log").path
+                logs.append(log)
+                pids.append(try #require(try await CLI.startDetached(arguments, log: log)))
+                for _ in 0..<50 where !((try? String(contentsOfFile: readyLog ?? log, encoding: .utf8)) ?? "").contains(ready) {
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                return log
             }
+            for (port, certificate) in [(own, "json.test"), (untrusted, "doh-untrusted.test")] {
+                let log = FileManager.default.temporaryDirectory.appendingPathComponent("ddr-dot-\(port)-\(UUID().uuidString).log").path
+                logs.append(log)
+                _ = try await start(
+                    [
+                        "/usr/bin/python3", "\(TestEnvironment.root)/Tests/Fakes/dot_server.py", "\(Self.forger):\(port)",
+                        "\(Self.ca)/\(certificate).pem", "\(Self.ca)/\(certificate).key", "ok", log,
+                    ], until: "listening", in: log)
+            }
+            let records = [
+                "1 json.test. alpn=dot port=\(own)",
+                "2 doh-a.test. alpn=dot port=\(own)",
+                "3 doh-untrusted.test. alpn=dot port=\(untrusted)",
+                "4 json.test. alpn=dot port=18566 ipv4hint=127.0.0.63",
+                "5 doh-a.test. alpn=h2 port=\(own) ipv4hint=127.0.0.1",
+            ]
+            let forgerLog = try await start(
+                ["/usr/bin/env", "TRAP=\(trap)", "/usr/bin/python3", "\(TestEnvironment.root)/Tests/Fakes/ddr_forger.py", Self.forger, "\(Self.forgerPort)"]
+                    + records, until: "ready")
             let (status, discovery, rest) = try await Self.discover("\(Self.forger):\(Self.forgerPort)", ["www.hd.test"])
             #expect(status == 1 && rest.isEmpty, "\(rest)")
             let found = Self.designations(discovery)
-            #expect(found.count == 5, "\(discovery)")
-            #expect(found.allSatisfy { $0["verified"] as? Bool == false }, "\(found)")
-            #expect(found.filter { ($0["error"] as? String)?.contains("does not name \(Self.forger)") == true }.count == 3, "\(found)")
+            #expect(found.count == 4, "\(discovery)")
+            #expect(found.allSatisfy { $0["verified"] as? Bool == false && $0["addresses"] as? [String] == [Self.forger] }, "\(found)")
+            let errors = found.map { $0["error"] as? String ?? "" }
+            #expect(errors[0].contains("does not name \(Self.forger)"), "its own name: valid, but not for the address: \(errors)")
+            #expect(errors[1].contains("doh-a.test") && !errors[1].contains("does not name"), "no certificate for the victim's name: \(errors)")
+            #expect(errors[2].contains("doh-untrusted.test"), "another CA: \(errors)")
             #expect((discovery["skipped"] as? [[String: Any]])?.count == 1, "\(discovery)")
             let kept = try await Self.dnspython(Self.forger, Self.forgerPort)
             #expect(kept.map { $0["kind"] as? String } == ["Do53"], "\(kept)")
+            let trapped = (try? String(contentsOfFile: forgerLog, encoding: .utf8)) ?? ""
+            #expect(!trapped.contains("trap connection"), "the forged hint's address was dialled")
         }
 
         /// Waits until the daemon's stub answers (it is up before its upstream is ready).
