@@ -166,7 +166,10 @@ extension DaemonSuites {
                 "5 doh-a.test. alpn=h2 port=\(own) ipv4hint=127.0.0.1",
             ]
             let forgerLog = try await start(
-                ["/usr/bin/env", "TRAP=\(trap)", "/usr/bin/python3", "\(TestEnvironment.root)/Tests/Fakes/ddr_forger.py", Self.forger, "\(Self.forgerPort)"]
+                [
+                    "/usr/bin/env", "TRAP=\(trap)", "/usr/bin/python3", "\(TestEnvironment.root)/Tests/Fakes/ddr_forger.py", Self.forger,
+                    "\(Self.forgerPort)",
+                ]
                     + records, until: "ready")
             let (status, discovery, rest) = try await Self.discover("\(Self.forger):\(Self.forgerPort)", ["www.hd.test"])
             #expect(status == 1 && rest.isEmpty, "\(rest)")
