@@ -77,16 +77,38 @@ public enum ResolverDiscovery {
     public struct Skipped: Sendable, Hashable {
         public var record: ServiceBinding
         public var reason: String
+
+        public init(record: ServiceBinding, reason: String) {
+            self.record = record
+            self.reason = reason
+        }
     }
 
-    /// The path of a `dohpath` URI template: what comes before its `{?dns}` (nil without one).
+    /// The path of a `dohpath` URI template of the form `/PATH{?dns}` — the form DoH servers
+    /// advertise (RFC 9461 §5) — or nil for any other: a template with more after `{?dns}` or
+    /// other variables, or a path with characters outside RFC 3986's `pchar` and `/` (no `?`,
+    /// `#`, spaces or control bytes: nothing a forger could use to change the URL it becomes).
     static func path(ofTemplate template: String) -> String? {
         let bytes = Array(template.utf8), marker = Array("{?dns}".utf8)
-        guard bytes.count >= marker.count else { return nil }
-        for start in 0...(bytes.count - marker.count) where bytes[start..<start + marker.count].elementsEqual(marker) {
-            return String(decoding: bytes[..<start], as: UTF8.self)
+        guard bytes.count > marker.count, bytes.first == UInt8(ascii: "/"), bytes.suffix(marker.count).elementsEqual(marker) else { return nil }
+        let path = bytes.dropLast(marker.count)
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:@/%".utf8)
+        guard path.allSatisfy(allowed.contains) else { return nil }
+        return String(decoding: path, as: UTF8.self)
+    }
+
+    /// `text` with every byte outside printable ASCII as `\xNN`: what came over plain DNS reaches a
+    /// terminal only so (F62-4: escape sequences could repaint a refusal as "verified").
+    static func printable(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            if (0x20...0x7e).contains(byte), byte != UInt8(ascii: "\\") {
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            } else {
+                out += "\\x" + (byte < 16 ? "0" : "") + String(byte, radix: 16)
+            }
         }
-        return nil
+        return out
     }
 
     /// What `records` (the SVCB answer for `_dns.resolver.arpa`) designate, in priority order — a
@@ -107,6 +129,17 @@ public enum ResolverDiscovery {
                 skip("the target is '.', the owner name, which no certificate can name")
                 continue
             }
+            // The target becomes a URL's host and the TLS name: a host name, never an address
+            // (a certificate for an address would stand in for the name check) or anything a URL
+            // parser reads otherwise (`evil.test:1@127.0.0.1`).
+            guard record.target.isHostName, !record.target.description.contains("_") else {
+                skip("the target is not a host name")
+                continue
+            }
+            if IPAddress(record.target.description) != nil || record.target.description.split(separator: ".").last?.allSatisfy(\.isNumber) == true {
+                skip("the target is an IP address, not a name")
+                continue
+            }
             let alpn = record.alpn
             let hints = record.ipv4Hints + record.ipv6Hints
             var found = false
@@ -117,7 +150,7 @@ public enum ResolverDiscovery {
                             transport: .doh(path: path), target: record.target, port: record.port ?? 443, priority: record.priority, hints: hints))
                     found = true
                 } else {
-                    skip("alpn offers HTTP but dohpath is missing, or is not a path with {?dns}")
+                    skip("alpn offers HTTP but dohpath is missing, or is not of the form /PATH{?dns}")
                 }
             }
             if alpn.contains("dot") {
@@ -126,7 +159,9 @@ public enum ResolverDiscovery {
                 found = true
             }
             if !found, !(alpn.contains("h2") || alpn.contains("http/1.1")) {
-                skip(alpn.isEmpty ? "no alpn: no transport is named" : "no transport this client speaks (alpn \(alpn.joined(separator: ",")))")
+                skip(
+                    alpn.isEmpty
+                        ? "no alpn: no transport is named" : "no transport this client speaks (alpn \(printable(alpn.joined(separator: ","))))")
             }
         }
         return (designations, skipped)

@@ -51,6 +51,12 @@ public struct ResolverOptions: Sendable, Hashable {
     /// stalled upstream costs a lookup that delay, not its share of ``timeout``. The question then
     /// goes to two upstreams. Default true; the `race` strategy asks two from the start.
     public var hedging = true
+    /// Names at or under `resolver.arpa` (RFC 9462) are never sent upstream — every lookup,
+    /// forwarded message and HTTPS/SVCB lookup of one fails with `nxdomain` at once — as a
+    /// forwarder must (§6.1): `_dns.resolver.arpa` names the resolver asked, and an upstream's
+    /// answer would designate the upstream. The daemon sets it; a client asking a designated
+    /// resolver about itself (`resolve lookup --ddr`) does not. Default false.
+    public var keepsResolverArpa = false
     /// The name a background probe asks an upstream whose circuit is open (dnsdist's `checkName`):
     /// a tripped upstream is asked again by lookups only after it has answered this, so that no
     /// user waits on a dead upstream's trial. The probe passes on an answer, NXDOMAIN or NODATA;

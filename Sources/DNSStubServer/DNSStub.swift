@@ -33,6 +33,8 @@ package struct DNSStub: Service {
     /// What open TCP connections get to finish at shutdown.
     package var drainGrace = ListenerLifetime.drainGrace
     package var onBound: @Sendable (SocketAddress?, SocketAddress?) -> Void = { _, _ in }
+    /// PROXY v2 headers from trusted proxies (`trusted_proxies:`), or nil to read none.
+    package var proxyProtocol: ProxyProtocolPolicy?
 
     /// A stub on `host`:`port` over UDP and TCP; `lookups` is the budget of lookups in flight it
     /// shares with the daemon's other listeners.
@@ -53,7 +55,7 @@ package struct DNSStub: Service {
 
     package func run() async throws {
         let group = MultiThreadedEventLoopGroup.singleton
-        let answering = self.answering, lookups = self.lookups
+        let answering = self.answering, lookups = self.lookups, proxyProtocol = self.proxyProtocol
         let udp = try await DatagramBootstrap(group: group)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
             // Up to 32 datagrams per recvmmsg, and a read cycle takes up to 4 of those before the
@@ -66,7 +68,8 @@ package struct DNSStub: Service {
             .channelOption(.maxMessagesPerRead, value: 4)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(UDPQueryHandler(answering: answering, lookups: lookups))
+                    try channel.pipeline.syncOperations.addHandler(
+                        UDPQueryHandler(answering: answering, lookups: lookups, proxyProtocol: proxyProtocol))
                 }
             }
             .bind(host: host, port: port).get()
@@ -77,7 +80,14 @@ package struct DNSStub: Service {
                 answering.count(.connectionRejected(reason: "limit"), over: .tcp)
             } handlers: { channel in
                 let guardHandler = ConnectionGuard(deadline: .seconds(3600))
-                try channel.pipeline.syncOperations.addHandlers([guardHandler, TCPQueryHandler(answering: answering, lookups: lookups)])
+                try channel.pipeline.syncOperations.addHandler(guardHandler)
+                var client: ConnectionClient?
+                if let proxyProtocol {
+                    let (handler, box) = proxyProtocol.handler()
+                    try channel.pipeline.syncOperations.addHandler(handler)
+                    client = box
+                }
+                try channel.pipeline.syncOperations.addHandler(TCPQueryHandler(answering: answering, lookups: lookups, client: client))
                 guardHandler.protocolReady()
             }
         } catch {
@@ -215,16 +225,38 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
     /// of the loop go out in one `sendmmsg`, not one `sendmsg` each.
     let flushScheduled = Atomic<Bool>(false)
 
-    init(answering: any StubAnswering, lookups: LookupBudget) {
+    /// PROXY v2 from trusted proxies: each of their datagrams starts with a header.
+    let proxyProtocol: ProxyProtocolPolicy?
+
+    init(answering: any StubAnswering, lookups: LookupBudget, proxyProtocol: ProxyProtocolPolicy? = nil) {
         self.answering = answering
         self.lookups = lookups
+        self.proxyProtocol = proxyProtocol
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
-        let wire = Array(buffer: envelope.data)
+        var wire = Array(buffer: envelope.data)
+        // The client: a trusted proxy's header names it (required from such a proxy: a datagram
+        // without a whole one is dropped); anyone else's datagram is read as a query, never for a header.
+        var client = envelope.remoteAddress
+        if let policy = proxyProtocol, policy.trusts(envelope.remoteAddress) {
+            switch ProxyProtocolV2.parse(wire) {
+            case .header(let source, let length):
+                wire.removeFirst(length)
+                if let source { client = source }
+            case .incomplete:
+                policy.rejected("a datagram that ends inside its PROXY header")
+                answering.count(.malformed, over: .udp)
+                return
+            case .invalid(let reason):
+                policy.rejected(reason)
+                answering.count(.malformed, over: .udp)
+                return
+            }
+        }
         let started = answering.logsQueries ? DispatchTime.now().uptimeNanoseconds : 0
-        if case .limited(let reply) = answering.admission(envelope.remoteAddress, over: .udp, query: wire) {
+        if case .limited(let reply) = answering.admission(client, over: .udp, query: wire) {
             if let reply {
                 context.write(
                     wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: reply))), promise: nil)
@@ -239,7 +271,7 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
         case .answer(let answer, let query):
             let response = StubDatagram.fitted(answer.bytes, to: query)
             if response.count < answer.bytes.count { answering.count(.truncated, over: .udp) }
-            answering.logQuery(query, answer, client: envelope.remoteAddress, transport: .udp, started: started)
+            answering.logQuery(query, answer, client: client, transport: .udp, started: started)
             context.write(wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))), promise: nil)
         case .lookup(let query):
             guard lookups.enter(spoofable: true) else {
@@ -257,7 +289,7 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
                 lookups.leave(spoofable: true)
                 let response = StubDatagram.fitted(answer.bytes, to: query)
                 if response.count < answer.bytes.count { answering.count(.truncated, over: .udp) }
-                answering.logQuery(query, answer, client: envelope.remoteAddress, transport: .udp, started: started)
+                answering.logQuery(query, answer, client: client, transport: .udp, started: started)
                 // Written and its flush decided on the loop, in that order: a write queued from here
                 // could land after a flush already scheduled and wait unflushed.
                 let reply = AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: ByteBuffer(bytes: response))
@@ -309,11 +341,14 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
     private var closing = false
     /// Lookups run on the connection's loop (made when the handler is added).
     private var executor: EventLoopTaskExecutor?
+    /// The client a trusted proxy named (PROXY v2); nil without `trusted_proxies`.
+    private let client: ConnectionClient?
 
-    package init(answering: any StubAnswering, lookups: LookupBudget, transport: DNSTransport = .tcp) {
+    package init(answering: any StubAnswering, lookups: LookupBudget, transport: DNSTransport = .tcp, client: ConnectionClient? = nil) {
         self.answering = answering
         self.lookups = lookups
         self.transport = transport
+        self.client = client
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -395,7 +430,8 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
             lastActivity = now
             answered += 1
             let started = answering.logsQueries ? DispatchTime.now().uptimeNanoseconds : 0
-            if case .limited(let reply) = answering.admission(context.remoteAddress, over: transport, query: wire) {
+            let peer = client?.proxied ?? context.remoteAddress
+            if case .limited(let reply) = answering.admission(peer, over: transport, query: wire) {
                 if let reply { write(reply, context: context) }
                 continue
             }
@@ -404,7 +440,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
                 write(response, context: context)
             case .answer(let answer, let query):
                 write(transport.outgoing(answer.bytes, answering: query), context: context)
-                answering.logQuery(query, answer, client: context.remoteAddress, transport: transport, started: started)
+                answering.logQuery(query, answer, client: peer, transport: transport, started: started)
             case .none:
                 // A response, or less than a header: this stream cannot be trusted to be framed
                 // right any more.
@@ -419,7 +455,7 @@ final class TCPQueryHandler: ChannelDuplexHandler, TickingHandler {
                 }
                 pending += 1
                 let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-                let answering = self.answering, lookups = self.lookups, eventLoop = context.eventLoop, client = context.remoteAddress
+                let answering = self.answering, lookups = self.lookups, eventLoop = context.eventLoop, client = peer
                 let transport = self.transport
                 Task(executorPreference: executor) {
                     let answer = await answering.answer(query)

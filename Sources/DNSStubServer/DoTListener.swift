@@ -25,6 +25,8 @@ package struct DoTListener: Service {
     /// What open connections get to finish at shutdown.
     package var drainGrace = ListenerLifetime.drainGrace
     package var onBound: @Sendable (SocketAddress?) -> Void = { _ in }
+    /// PROXY v2 headers from trusted proxies (`trusted_proxies:`), or nil to read none.
+    package var proxyProtocol: ProxyProtocolPolicy?
 
     /// A listener on `host`:`port` with the daemon's certificate in `sslContext`; `lookups` is the
     /// budget of lookups in flight over DNS over TLS, `handshakeTimeout` the time to finish TLS.
@@ -43,14 +45,23 @@ package struct DoTListener: Service {
 
     package func run() async throws {
         let answering = self.answering, sslContext = self.sslContext, lookups = self.lookups, handshakeTimeout = self.handshakeTimeout
+        let proxyProtocol = self.proxyProtocol
         let registry = ConnectionRegistry(limit: maxConnections) { answering.count(.connectionsOpen($0), over: .dot) }
         let channel = try await DNSStreamListener.bind(host: host, port: port, group: MultiThreadedEventLoopGroup.singleton, registry: registry) {
             answering.count(.connectionRejected(reason: "limit"), over: .dot)
         } handlers: { channel in
             let guardHandler = ConnectionGuard(deadline: handshakeTimeout) { answering.count(.connectionRejected(reason: "timeout"), over: .dot) }
+            try channel.pipeline.syncOperations.addHandler(guardHandler)
+            // A trusted proxy's PROXY v2 header comes before TLS.
+            var client: ConnectionClient?
+            if let proxyProtocol {
+                let (handler, box) = proxyProtocol.handler()
+                try channel.pipeline.syncOperations.addHandler(handler)
+                client = box
+            }
             try channel.pipeline.syncOperations.addHandlers([
-                guardHandler, NIOSSLServerHandler(context: sslContext), HandshakeDone(guardHandler),
-                TCPQueryHandler(answering: answering, lookups: lookups, transport: .dot),
+                NIOSSLServerHandler(context: sslContext), HandshakeDone(guardHandler),
+                TCPQueryHandler(answering: answering, lookups: lookups, transport: .dot, client: client),
             ])
         }
         onBound(channel.localAddress)

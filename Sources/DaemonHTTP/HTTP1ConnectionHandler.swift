@@ -33,6 +33,8 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
     }
 
     private let handling: any HTTPRequestHandling
+    /// Who the connection's client is when a trusted proxy said (PROXY v2); nil without `trusted_proxies`.
+    private let client: ConnectionClient?
     private let configuration: Configuration
     private let scheme: String
     private let logger: Logger
@@ -43,7 +45,8 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
     var timer: RepeatedTask?
     private var date = HTTPDate()
 
-    init(handling: any HTTPRequestHandling, configuration: Configuration, scheme: String, logger: Logger) {
+    init(handling: any HTTPRequestHandling, configuration: Configuration, scheme: String, logger: Logger, client: ConnectionClient? = nil) {
+        self.client = client
         self.handling = handling
         self.configuration = configuration
         self.scheme = scheme
@@ -120,10 +123,11 @@ final class HTTP1ConnectionHandler: ChannelInboundHandler, TickingHandler {
         guard let context else { return }
         let keepAlive = head.isKeepAlive && !closeWhenDone
         state = .answering(keepAlive: keepAlive)
-        let request = HTTPRequest(
+        var request = HTTPRequest(
             method: head.method.rawValue, target: head.uri, scheme: scheme,
             authority: head.headers.first(name: "host"), fields: .http1(head.headers), body: body,
             contentLength: head.headers.first(name: "content-length").flatMap(Int.init))
+        request.proxiedClient = client?.proxied
         switch handling.respond(to: request, on: context.channel) {
         case .ready(let answer):
             write(answer, version: head.version, keepAlive: keepAlive)

@@ -27,6 +27,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     private var requests: HTTP2RequestStateMachine
     private var frames: HTTP2FrameLayer
     private let handling: any HTTPRequestHandling
+    /// Who the connection's client is when a trusted proxy said (PROXY v2); nil without `trusted_proxies`.
+    private let client: ConnectionClient?
     private let logger: Logger
     var context: ChannelHandlerContext?
     /// When to flush, read and close (the decisions; this class does the I/O).
@@ -44,7 +46,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     /// The time for deadlines: the read's start while one is processed, else the clock.
     private var moment: NIODeadline { readTime ?? now }
 
-    init(handling: any HTTPRequestHandling, configuration: HTTP2RequestStateMachine.Configuration, logger: Logger) {
+    init(handling: any HTTPRequestHandling, configuration: HTTP2RequestStateMachine.Configuration, logger: Logger, client: ConnectionClient? = nil) {
+        self.client = client
         self.handling = handling
         self.logger = logger
         requests = HTTP2RequestStateMachine(configuration: configuration, now: .now())
@@ -189,10 +192,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler, TickingHandler {
     private func dispatch(_ id: HTTP2StreamID, _ request: HTTP2RequestStateMachine.Request) {
         guard let context else { return }
         let head = request.head
-        let served = HTTPRequest(
+        var served = HTTPRequest(
             method: head.method, target: head.path, scheme: head.headers.first(name: ":scheme"),
             authority: head.authority, fields: .http2(head.headers), body: request.body,
             contentLength: head.contentLength)
+        served.proxiedClient = client?.proxied
         switch handling.respond(to: served, on: context.channel) {
         case .ready(let answer):
             write(id, answer)

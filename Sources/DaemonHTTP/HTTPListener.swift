@@ -45,6 +45,8 @@ package struct HTTPListener: Service {
     let logger: Logger
     /// Called with the bound address once the listener is up.
     package var onBound: @Sendable (SocketAddress?) -> Void = { _ in }
+    /// PROXY v2 headers from trusted proxies (`trusted_proxies:`), or nil to read none.
+    package var proxyProtocol: ProxyProtocolPolicy?
 
     package init(
         host: String, port: Int, sslContext: NIOSSLContext?, handling: any HTTPRequestHandling, limits: @escaping @Sendable () -> Limits,
@@ -89,8 +91,14 @@ package struct HTTPListener: Service {
         let limits = self.limits()
         let guardHandler = ConnectionGuard(deadline: limits.handshakeTimeout) { handling.connectionRejected(reason: "timeout") }
         try sync.addHandler(guardHandler)
+        var client: ConnectionClient?
+        if let proxyProtocol {
+            let (handler, box) = proxyProtocol.handler()
+            try sync.addHandler(handler)
+            client = box
+        }
         guard let sslContext else {
-            try Self.addHTTP1(channel, handling: handling, limits: limits, scheme: "http", logger: logger)
+            try Self.addHTTP1(channel, handling: handling, limits: limits, scheme: "http", logger: logger, client: client)
             guardHandler.protocolReady()
             return
         }
@@ -101,9 +109,9 @@ package struct HTTPListener: Service {
                     switch result {
                     case .negotiated("h2"):
                         try channel.pipeline.syncOperations.addHandler(
-                            HTTP2ConnectionHandler(handling: handling, configuration: limits.http2, logger: logger))
+                            HTTP2ConnectionHandler(handling: handling, configuration: limits.http2, logger: logger, client: client))
                     case .negotiated("http/1.1"), .fallback:
-                        try Self.addHTTP1(channel, handling: handling, limits: limits, scheme: "https", logger: logger)
+                        try Self.addHTTP1(channel, handling: handling, limits: limits, scheme: "https", logger: logger, client: client)
                     case .negotiated:
                         throw NIOHTTP2Errors.invalidALPNToken()
                     }
@@ -112,9 +120,11 @@ package struct HTTPListener: Service {
             })
     }
 
-    private static func addHTTP1(_ channel: any Channel, handling: any HTTPRequestHandling, limits: Limits, scheme: String, logger: Logger) throws {
+    private static func addHTTP1(
+        _ channel: any Channel, handling: any HTTPRequestHandling, limits: Limits, scheme: String, logger: Logger, client: ConnectionClient?
+    ) throws {
         let sync = channel.pipeline.syncOperations
         try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
-        try sync.addHandler(HTTP1ConnectionHandler(handling: handling, configuration: limits.http1, scheme: scheme, logger: logger))
+        try sync.addHandler(HTTP1ConnectionHandler(handling: handling, configuration: limits.http1, scheme: scheme, logger: logger, client: client))
     }
 }

@@ -24,6 +24,9 @@ package struct HTTPRequest: Sendable {
     package var fields: RequestFields
     package var body: ByteBuffer?
     package var contentLength: Int?
+    /// The client a trusted proxy's PROXY v2 header named for this connection; nil when there was
+    /// none (the connection's peer is the client).
+    package var proxiedClient: SocketAddress?
 
     package init(
         method: String, target: String, scheme: String?, authority: String?, fields: RequestFields, body: ByteBuffer?, contentLength: Int?

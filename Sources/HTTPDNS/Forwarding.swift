@@ -25,6 +25,7 @@ extension HTTPDNSResolver {
     ///   upstream, `invalid_query` when `query` is not a query with one question.
     public func forward(_ query: [UInt8]) async throws(DNSError) -> [UInt8] {
         let question = try DNSMessage.question(ofQuery: query)
+        try refuseResolverArpa(question.name)
         if let forwarder = forwarder(for: question.name) { return try await forwarder.forward(query) }
         let id = UInt16(query[0]) << 8 | UInt16(query[1])
         var wire = query

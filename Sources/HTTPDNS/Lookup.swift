@@ -82,10 +82,18 @@ extension HTTPDNSResolver {
         case needsLookup
     }
 
+    /// With ``/DNSCore/ResolverOptions/keepsResolverArpa``: `nxdomain` for a name at or under
+    /// `resolver.arpa`, which is never asked of anyone.
+    func refuseResolverArpa(_ name: DomainName) throws(DNSError) {
+        guard options.keepsResolverArpa, ResolverDiscovery.isSpecialUse(name) else { return }
+        throw DNSError(.nxdomain, "\(name) is under resolver.arpa, which this resolver answers itself and never sends on (RFC 9462)")
+    }
+
     /// Runs `lookup` through the stages, waiting for the upstreams when it must.
     /// - Throws: ``/DNSCore/DNSError`` as ``resolve(_:type:)``.
     package func resolve(_ lookup: consuming Lookup) async throws(DNSError) -> Resolution {
         if lookup.mode != .wait { lookup = lookup.waiting() }
+        if options.keepsResolverArpa, let name = lookup.parsedName() { try refuseResolverArpa(name) }
         // Without local data or forward zones, the first stages and the block check are no-ops:
         // skipped, so that a hit costs what the engine's does (BENCHMARKS.md "Cache hits").
         guard hasStagesBeforeCache else {

@@ -20,6 +20,7 @@ extension HTTPDNSResolver {
         }
         guard IPAddress(host) == nil else { throw DNSError(.invalidName, "\(host) is an IP address: it has no \(type) records") }
         let name = try DomainName(host)
+        try refuseResolverArpa(name)
         let zone = configuration.localZone
         // Local data first, as the daemon answers every type: a local name has no such records
         // (local records are A, AAAA, CNAME, PTR and TXT) unless its local chain leaves the local

@@ -140,6 +140,9 @@ package struct DaemonSettings: Sendable {
     package var rateLimit: RateLimit?
     /// `ddr`: how `_dns.resolver.arpa` is answered (RFC 9462).
     package var ddr = DDR()
+    /// `trusted_proxies`: the load balancers whose PROXY v2 headers name the client (required from
+    /// them, never read from anyone else) on the stub, DoT and the HTTP listener. Empty: none.
+    package var trustedProxies: [IPNetwork] = []
 
     /// `ddr`: the daemon answers `_dns.resolver.arpa` itself, never forwarding it, with SVCB
     /// records for its DoH and DoT listeners (`ddr: off`: with NODATA).
@@ -363,7 +366,7 @@ private struct Reader {
             "dns_listen", "watch", "timeout", "strategy", "hedging", "prefer_ipv6", "preresolve", "tls",
             "auth_token", "protect_dns_query", "limits", "readiness", "proxy_listen", "proxy",
             "dnssec", "trust_anchors", "negative_trust_anchors", "user", "records", "hosts_files", "block", "local_ttl", "forward", "query_log",
-            "rate_limit", "dot_listen", "ddr",
+            "rate_limit", "dot_listen", "ddr", "trusted_proxies",
         ]
         var dnssec = DNSSECSettings()
         var local = LocalZone.Builder()
@@ -418,7 +421,9 @@ private struct Reader {
             case "preresolve":
                 config.lookup.preresolve = try strings(value, key)
                 for host in config.lookup.preresolve {
-                    do { _ = try DomainName(host) } catch { throw fail(value, key, error.message) }
+                    let name: DomainName
+                    do { name = try DomainName(host) } catch { throw fail(value, key, error.message) }
+                    if ResolverDiscovery.isSpecialUse(name) { throw fail(value, key, "\(name) is under resolver.arpa, which is never looked up") }
                 }
             case "dnssec": dnssec.policy = try enumeration(value, key, DNSSECPolicy.self)
             case "trust_anchors":
@@ -429,6 +434,13 @@ private struct Reader {
             case "query_log": config.daemon.queryLog = try queryLog(value)
             case "rate_limit": config.daemon.rateLimit = try rateLimit(value)
             case "ddr": config.daemon.ddr = try ddr(value)
+            case "trusted_proxies":
+                for text in try strings(value, key) {
+                    guard let network = IPNetwork(text) else {
+                        throw fail(value, key, "'\(text)' is not an address or a network (10.0.0.0/8, 2001:db8::/32)")
+                    }
+                    config.daemon.trustedProxies.append(network)
+                }
             case "forward":
                 guard case let .sequence(list) = value, !list.isEmpty else { throw fail(value, key, "expected a list of {zones, upstreams}") }
                 for (index, item) in list.enumerated() { forwardZones.append(try forwardZone(item, "forward[\(index)]")) }
@@ -570,6 +582,12 @@ private struct Reader {
         guard case let .sequence(list) = node else { throw fail(node, "records", "expected a list of 'NAME [TTL] [IN] TYPE DATA' lines") }
         for (index, item) in list.enumerated() {
             let line = try string(item, "records[\(index)]")
+            // resolver.arpa is the daemon's own (RFC 9462): a record there would never be served.
+            if let owner = line.split(separator: " ", maxSplits: 1).first, let name = try? DomainName(String(owner)),
+                ResolverDiscovery.isSpecialUse(name)
+            {
+                throw fail(item, "records[\(index)]", "\(name) is under resolver.arpa, which the daemon answers itself (ddr:)")
+            }
             do { try local.addRecord(line) } catch { throw fail(item, "records[\(index)]", error.message) }
         }
     }
@@ -981,7 +999,9 @@ private struct Reader {
             switch name {
             case "host":
                 let text = try string(value, path)
-                do { _ = try DomainName(text) } catch { throw fail(value, path, error.message) }
+                let name: DomainName
+                do { name = try DomainName(text) } catch { throw fail(value, path, error.message) }
+                if ResolverDiscovery.isSpecialUse(name) { throw fail(value, path, "\(name) is under resolver.arpa, which is never looked up") }
                 host = text
             case "port": port = try integer(value, path, 1...65535)
             case "interval": interval = try seconds(value, path, allowZero: false)
@@ -1010,4 +1030,42 @@ private struct Reader {
     static func isServer(_ text: String) -> Bool {
         IPAddress.endpoint(text) != nil
     }
+}
+
+/// An IPv4 or IPv6 network, `address/prefix` (an address alone is its /32 or /128).
+package struct IPNetwork: Sendable, Hashable, CustomStringConvertible {
+    package let address: IPAddress
+    package let prefix: Int
+
+    /// Parses `10.0.0.0/8`, `2001:db8::/32` or an address; nil for anything else, or a prefix
+    /// longer than the family's. Host bits are cleared.
+    package init?(_ text: String) {
+        let parts = text.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        guard let address = IPAddress(parts[0]) else { return nil }
+        let bits = address.bytes.count * 8
+        var prefix = bits
+        if parts.count == 2 {
+            guard let value = Int(parts[1]), (0...bits).contains(value), parts[1].allSatisfy(\.isASCII) else { return nil }
+            prefix = value
+        }
+        self.prefix = prefix
+        self.address = IPAddress(bytes: Self.masked(address.bytes, prefix))!
+    }
+
+    /// Whether `ip` is in the network (an IPv4 address in IPv6, `::ffff:a.b.c.d`, counts as IPv4).
+    package func contains(_ ip: IPAddress) -> Bool {
+        var bytes = ip.bytes
+        if bytes.count == 16, bytes.prefix(10).allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff { bytes = Array(bytes.suffix(4)) }
+        guard bytes.count == address.bytes.count else { return false }
+        return Self.masked(bytes, prefix) == address.bytes
+    }
+
+    static func masked(_ bytes: [UInt8], _ prefix: Int) -> [UInt8] {
+        bytes.enumerated().map { index, byte in
+            let kept = min(max(prefix - index * 8, 0), 8)
+            return kept == 8 ? byte : kept == 0 ? 0 : byte & ~UInt8(0) << UInt8(8 - kept)
+        }
+    }
+
+    package var description: String { "\(address)/\(prefix)" }
 }

@@ -209,6 +209,8 @@ package final class Daemon: Sendable {
             host: host, port: port, sslContext: try Self.tlsContext(config), handling: gateway,
             limits: { HTTPListener.Limits(state.current.config.daemon.limits, drainTimeout: drainTimeout) },
             maxConnections: maxConnections, drainTimeout: drainTimeout, logger: logger)
+        let proxyProtocol = Self.proxyProtocol(config, metrics: state.metrics, logger: logger)
+        http.proxyProtocol = proxyProtocol
         http.onBound = { [self] address in
             bound.withLock { $0.http = address }
             listening()
@@ -233,6 +235,7 @@ package final class Daemon: Sendable {
             var stub = DNSStub(
                 answering: DNSService(state: state), host: dnsHost, port: dnsPort, maxConnections: maxConnections,
                 lookups: state.lookups)
+            stub.proxyProtocol = proxyProtocol
             stub.onBound = { [self] udp, tcp in
                 bound.withLock {
                     $0.dnsUDP = udp
@@ -249,6 +252,7 @@ package final class Daemon: Sendable {
                 answering: DNSService(state: state), host: dotHost, port: dotPort, sslContext: dotContext, maxConnections: maxConnections,
                 handshakeTimeout: .milliseconds(Int64(limits.requestTimeout / .milliseconds(1))),
                 lookups: state.lookups)
+            dot.proxyProtocol = proxyProtocol
             dot.onBound = { [self] address in
                 bound.withLock { $0.dot = address }
                 listening()
@@ -387,6 +391,27 @@ package final class Daemon: Sendable {
 extension Daemon {
     /// What the local data holds: records, and what each block or allow list gave (lines it could
     /// not read are counted, not fatal: public lists mix formats).
+    /// `trusted_proxies`: the PROXY v2 policy of the stub, DoT and HTTP listeners, or nil. A refused
+    /// header is counted (`httpdns_proxy_protocol_rejected_total`) and logged at most every 10 s.
+    static func proxyProtocol(_ config: ConfigFile, metrics: DaemonMetrics, logger: Logger) -> ProxyProtocolPolicy? {
+        let networks = config.daemon.trustedProxies
+        guard !networks.isEmpty else { return nil }
+        let lastWarning = Atomic<UInt64>(0)
+        return ProxyProtocolPolicy(
+            trusts: { peer in
+                guard let ip = IPAddress(socketAddress: peer) else { return false }
+                return networks.contains { $0.contains(ip) }
+            },
+            rejected: { reason in
+                metrics.proxyHeaderRejected.increment()
+                let now = DispatchTime.now().uptimeNanoseconds, last = lastWarning.load(ordering: .relaxed)
+                guard last == 0 || now &- last >= 10_000_000_000,
+                    lastWarning.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
+                else { return }
+                logger.warning("a trusted proxy's connection or datagram was refused: \(reason)", source: DaemonLog.source)
+            })
+    }
+
     /// What `_dns.resolver.arpa` advertises (RFC 9462), or why nothing is though it could be.
     static func logDiscovery(_ discovery: Runtime.Discovery, logger: Logger) {
         if let problem = discovery.problem {
@@ -407,6 +432,17 @@ extension Daemon {
             ])
         for list in zone.lists {
             if list.count.skipped > 0 { logger.warning("\(list)") } else { logger.info("\(list)") }
+        }
+    }
+}
+
+extension IPAddress {
+    /// The address of an IPv4 or IPv6 socket address; nil for a Unix socket.
+    init?(socketAddress: SocketAddress) {
+        switch socketAddress {
+        case .v4(let v4): self.init(bytes: withUnsafeBytes(of: v4.address.sin_addr) { Array($0) })
+        case .v6(let v6): self.init(bytes: withUnsafeBytes(of: v6.address.sin6_addr) { Array($0) })
+        default: return nil
         }
     }
 }

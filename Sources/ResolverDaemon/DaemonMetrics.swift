@@ -27,6 +27,8 @@ final class DaemonMetrics: Sendable {
     private let stubMalformed: (udp: Counter, tcp: Counter, dot: Counter)
     private let stubDropped: (udp: Counter, tcp: Counter, dot: Counter)
     let stubTruncated: Counter
+    /// PROXY v2 headers refused from trusted proxies (malformed, missing, or cut short).
+    let proxyHeaderRejected: Counter
     private let connectionsOpen: (https: Gauge, dns: Gauge, dot: Gauge)
     private let rejected = Mutex<[String: Counter]>([:])
     let ready: Gauge
@@ -45,6 +47,7 @@ final class DaemonMetrics: Sendable {
         stubMalformed = pair("httpdns_dns_stub_malformed_total")
         stubDropped = pair("httpdns_dns_stub_dropped_total")
         stubTruncated = Counter(label: "httpdns_dns_stub_truncated_total", factory: factory)
+        proxyHeaderRejected = Counter(label: "httpdns_proxy_protocol_rejected_total", factory: factory)
         connectionsOpen = (
             Gauge(label: "httpdns_connections_open", dimensions: [("listener", "http")], factory: factory),
             Gauge(label: "httpdns_connections_open", dimensions: [("listener", "dns_tcp")], factory: factory),

@@ -33,11 +33,15 @@ final class Runtime: Sendable {
     /// The SVCB records `_dns.resolver.arpa` is answered with (RFC 9462): this daemon's DoH and DoT
     /// listeners, or none (``Discovery``).
     let discovery: Discovery
+    /// The configuration the listeners were bound with (the first; a reload keeps them).
+    let listenerConfig: ConfigFile
     private let forwarders: [SystemResolver]
 
     /// `logger` gets the engine's upstream events (circuit opened/closed, failures); the engine's
     /// metrics go to `metrics`.
-    convenience init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger) throws(DNSError) {
+    /// `listeners` is the configuration the listeners were bound with (a reload changes neither
+    /// them nor their certificate): what DDR advertises. Default `config`.
+    convenience init(_ config: ConfigFile, metrics: any MetricsFactory, logger: Logger, listeners: ConfigFile? = nil) throws(DNSError) {
         let system = try SystemResolver(servers: config.lookup.systemDNS)
         let forwarders = Mutex<[SystemResolver]>([])
         var options = config.lookup.options
@@ -45,6 +49,9 @@ final class Runtime: Sendable {
         let probe = config.readinessProbe
         options.healthCheckName = probe.name.description
         options.healthCheckType = probe.type
+        // A forwarder never sends resolver.arpa on (RFC 9462 §6.1): not from the HTTP API, a local
+        // CNAME into it, a watched host or the proxy either.
+        options.keepsResolverArpa = true
         let resolver = try HTTPDNSResolver(
             configuration: config.lookup.configuration, options: options,
             fallback: config.lookup.options.fallback == .system ? system : nil, metrics: metrics, logger: logger,
@@ -56,7 +63,7 @@ final class Runtime: Sendable {
         if let shared = config.daemon.sharedCache {
             resolver.engine.attachSharedCache(Self.redisCache(shared, metrics: metrics, logger: logger))
         }
-        self.init(config, resolver: resolver, system: system, forwarders: forwarders.withLock { $0 })
+        self.init(config, resolver: resolver, system: system, forwarders: forwarders.withLock { $0 }, listeners: listeners)
     }
 
     /// The `cache.shared` Redis cache (the config checked that the address is loopback or a socket).
@@ -76,7 +83,7 @@ final class Runtime: Sendable {
 
     /// A runtime around a resolver built elsewhere (tests give one with scripted upstreams).
     /// `forwarders` are the plain-DNS upstreams of its forward zones, stopped with it.
-    init(_ config: ConfigFile, resolver: HTTPDNSResolver, system: SystemResolver, forwarders: [SystemResolver] = []) {
+    init(_ config: ConfigFile, resolver: HTTPDNSResolver, system: SystemResolver, forwarders: [SystemResolver] = [], listeners: ConfigFile? = nil) {
         self.forwarders = forwarders
         self.config = config
         self.system = system
@@ -91,7 +98,8 @@ final class Runtime: Sendable {
             resolver: resolver, prober: ConnectionProber(mode: .tls, timeout: probeTimeout, caFile: caFile),
             memory: .seconds(10))
         policy = RequestPolicy(config)
-        discovery = Discovery(config)
+        listenerConfig = listeners ?? config
+        discovery = Discovery(config, listeners: listeners ?? config)
     }
 
     func shutdown() {
@@ -109,13 +117,19 @@ final class Runtime: Sendable {
         /// Why nothing is advertised though DDR is on and a listener is encrypted, for the log.
         var problem: String?
 
-        init(_ config: ConfigFile) {
+        /// `config`'s `ddr:` and `/dns-query` protection over the listeners and certificate of
+        /// `listeners` (those bound at start: F62-5, a reload does not move them).
+        init(_ config: ConfigFile, listeners: ConfigFile? = nil) {
             let settings = config.daemon.ddr
             ttl = settings.ttl
-            guard settings.enabled, let tls = config.daemon.tls else { return }
-            let doh = config.daemon.protectDNSQuery && config.daemon.authToken != nil ? nil : Self.listener(config.daemon.listen)
-            let dot = config.daemon.dotListen.flatMap(Self.listener)
-            guard doh != nil || dot != nil else { return }
+            let bound = (listeners ?? config).daemon
+            guard settings.enabled, let tls = bound.tls else { return }
+            let doh = config.daemon.protectDNSQuery && config.daemon.authToken != nil ? nil : Self.listener(bound.listen)
+            let dot = bound.dotListen.flatMap(Self.listener)
+            guard doh != nil || dot != nil else {
+                problem = "ddr: /dns-query needs the auth token and there is no dot_listen: nothing to advertise"
+                return
+            }
             guard let name = settings.name ?? Self.certificateName(tls.certificate) else {
                 problem = "ddr: \(tls.certificate) names no DNS name (only addresses): set ddr.name to the name clients verify it for"
                 return

@@ -21,31 +21,53 @@ enum Discovery {
         var verified: Bool { error == nil && endpoint != nil }
     }
 
+    /// The most designations checked: a forged answer of 65 KiB holds 2,910 (F62-1).
+    static let maxChecked = 8
+
     /// Exit status: 0 when a designation was verified and every HOST resolved; 1 otherwise.
     static func run(_ server: String, hosts: [String], options: LookupOptions) async throws -> Never {
-        guard let (address, _) = IPAddress.endpoint(server) else {
+        guard let (asked, _) = IPAddress.endpoint(server) else {
             throw ValidationError("--ddr takes the IP[:PORT] of a plain DNS resolver, not '\(server)'")
         }
-        let settings = try options.makeSettings()
+        // An IPv4 address written as IPv6 (::ffff:a.b.c.d) is the IPv4 address a certificate names.
+        let address = asked.unmappedIPv4 ?? asked
+        var settings = try options.makeSettings()
+        // Only the verified resolvers answer: no local data, forward zone or system DNS of a --config.
+        settings.configuration.forwardZones = []
+        settings.configuration.localZone = nil
+        settings.options.fallback = .none
         let timeout = settings.options.timeout
         let plain: SystemResolver
         do { plain = try SystemResolver(servers: [server], attemptTimeout: timeout, tries: 1) } catch { throw ValidationError(error.message) }
         defer { plain.shutdown() }
-        let records: [ServiceBinding]
+        var records: [ServiceBinding] = []
+        var undecodable: [String] = []
         do {
             let message = try await plain.message(DNSMessage.Question(name: ResolverDiscovery.name, type: .svcb), timeout: timeout)
-            records = message.answers.compactMap { record -> ServiceBinding? in
-                guard record.type == .svcb, record.name == ResolverDiscovery.name, case let .opaque(rdata) = record.data else { return nil }
-                return try? ServiceBinding(rdata: rdata)
+            for record in message.answers where record.type == .svcb && record.name == ResolverDiscovery.name {
+                guard case let .opaque(rdata) = record.data else { continue }
+                do { records.append(try ServiceBinding(rdata: rdata)) } catch { undecodable.append(error.message) }
             }
         } catch {
             report(server: server, records: [], checked: [], skipped: [], error: error.message, json: options.json)
             throw ExitCode(Exit.failed)
         }
-        let (designations, skipped) = ResolverDiscovery.designations(records)
-        var checked: [Checked] = []
-        for designation in designations {
-            checked.append(await verify(designation, designatedBy: address, settings: settings))
+        var (designations, skipped) = ResolverDiscovery.designations(records)
+        for reason in undecodable { skipped.append(.init(record: ServiceBinding(priority: 0, target: .root, parameters: []), reason: reason)) }
+        for designation in designations.dropFirst(maxChecked) {
+            let record = ServiceBinding(priority: designation.priority, target: designation.target, parameters: [])
+            skipped.append(.init(record: record, reason: "not checked: only the first \(maxChecked) designations are"))
+        }
+        designations = Array(designations.prefix(maxChecked))
+        // All at once, each within the budget of one lookup: the whole check takes one --timeout.
+        let toCheck = designations, fixed = settings
+        let checked = await withTaskGroup(of: (Int, Checked).self) { group in
+            for (index, designation) in toCheck.enumerated() {
+                group.addTask { (index, await verify(designation, designatedBy: address, settings: fixed)) }
+            }
+            var results = [Checked?](repeating: nil, count: toCheck.count)
+            for await (index, result) in group { results[index] = result }
+            return results.compactMap { $0 }
         }
         report(server: server, records: records, checked: checked, skipped: skipped, error: nil, json: options.json)
         let verified = checked.filter(\.verified).compactMap(\.endpoint)
@@ -87,6 +109,12 @@ enum Discovery {
             }
         } catch {
             checked.error = error.message
+            return checked
+        }
+        // What was built is what the record says (ResolverDiscovery checked the name and path;
+        // this is the second lock): the target as host and TLS name, the port (F62-2).
+        guard endpoint.host == host, endpoint.port == Int(designation.port), endpoint.tlsName == nil || endpoint.tlsName == host else {
+            checked.error = "the target and port do not make an endpoint of that name and port"
             return checked
         }
         endpoint.bootstrap = [address]
@@ -171,5 +199,14 @@ enum Discovery {
         for item in skipped {
             print("  skipped priority \(item.record.priority) \(item.record.target): \(item.reason)")
         }
+    }
+}
+
+extension IPAddress {
+    /// The IPv4 address of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`); nil for any other.
+    var unmappedIPv4: IPAddress? {
+        let bytes = self.bytes
+        guard bytes.count == 16, bytes.prefix(10).allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff else { return nil }
+        return IPAddress(bytes: bytes.suffix(4))
     }
 }

@@ -374,6 +374,9 @@ struct Lookup: AsyncParsableCommand {
             ].filter { !$0.1 }.map(\.0)
             if !given.isEmpty { throw ValidationError("--ddr discovers the resolvers to ask; drop \(given.joined(separator: ", "))") }
             if options.serviceBindingType != nil { throw ValidationError("--ddr looks up addresses (--type a, aaaa or both)") }
+            if options.fallback != nil, options.fallback?.lowercased() != "none" {
+                throw ValidationError("--ddr looks HOSTs up through the verified resolvers only; drop --fallback")
+            }
         } else if hosts.isEmpty {
             throw ValidationError("give at least one HOST")
         }

@@ -136,8 +136,35 @@ import Testing
     @Test func theTemplatesPathIsWhatComesBeforeItsVariable() {
         #expect(ResolverDiscovery.path(ofTemplate: "/dns-query{?dns}") == "/dns-query")
         #expect(ResolverDiscovery.path(ofTemplate: "/{?dns}") == "/")
-        #expect(ResolverDiscovery.path(ofTemplate: "/a{?dns}b") == "/a")
-        #expect(ResolverDiscovery.path(ofTemplate: "/a{?dn") == nil)
-        #expect(ResolverDiscovery.path(ofTemplate: "") == nil)
+        #expect(ResolverDiscovery.path(ofTemplate: "/p%20q:@!{?dns}") == "/p%20q:@!")
+        // Only /PATH{?dns}, and nothing in PATH that would change the URL it becomes (F62-2, F62-4).
+        for template in [
+            "/a{?dns}b", "/a{?dn", "", "{?dns}", "dns-query{?dns}", "/a?b{?dns}", "/a#b{?dns}", "/a b{?dns}", "/a\r\n{?dns}", "/\u{1b}[2K{?dns}",
+            "/a{?dns}{&x}",
+        ] {
+            #expect(ResolverDiscovery.path(ofTemplate: template) == nil, "\(template)")
+        }
+    }
+
+    @Test func whatCameOverPlainDNSIsPrintedEscaped() {
+        let record = ServiceBinding(priority: 1, target: name, parameters: [.alpn(["\u{1b}[2K\r verified"])])
+        let reason = ResolverDiscovery.designations([record]).skipped.first?.reason ?? ""
+        #expect(reason.contains("\\x1b[2K\\x0d verified") && !reason.contains("\u{1b}") && !reason.contains("\r"), "\(reason)")
+    }
+
+    /// A target becomes a URL's host and the TLS name: host names only (F62-2).
+    @Test func targetsThatAreNoHostNameAreSkipped() throws {
+        var wire: [UInt8] = []
+        for label in ["evil", "test:1@127", "0", "0", "1"] { wire += [UInt8(label.utf8.count)] + Array(label.utf8) }
+        let tricky = DomainName(uncheckedWire: wire + [0])
+        let targets = [tricky, try DomainName("127.0.0.1"), try DomainName("1.2.3.4.5"), try DomainName("_dns.resolver.arpa")]
+        let records = targets.map { ServiceBinding(priority: 1, target: $0, parameters: [.alpn(["dot"])]) }
+        let (designations, skipped) = ResolverDiscovery.designations(records)
+        #expect(designations.isEmpty)
+        #expect(
+            skipped.map(\.reason) == [
+                "the target is not a host name", "the target is an IP address, not a name", "the target is an IP address, not a name",
+                "the target is not a host name",
+            ])
     }
 }

@@ -4,7 +4,8 @@
     ddr_forger.py IP PORT RECORD...
 
 With TRAP=IP:PORT in the environment it also listens there on TCP and prints "trap connection" for each
-connection accepted: the address a forged hint names, which no client should dial. Answers `_dns.resolver.arpa` SVCB over UDP with the SVCB RECORDs given in presentation format
+connection accepted: the address a forged hint names, which no client should dial. With SILENT=IP:PORT it
+accepts connections there and never says a word (a designation that stalls every handshake). Answers `_dns.resolver.arpa` SVCB over UDP with the SVCB RECORDs given in presentation format
 (`1 doh-a.test. alpn=h2 port=18443 key7="/dns-query{?dns}"`), every other question with REFUSED,
 until killed. Prints "ready" once bound.
 """
@@ -38,6 +39,20 @@ if os.environ.get("TRAP"):
             connection.close()
 
     threading.Thread(target=accept, daemon=True).start()
+held = []
+if os.environ.get("SILENT"):
+    silent_host, _, silent_port = os.environ["SILENT"].rpartition(":")
+    silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    silent.bind((silent_host, int(silent_port)))
+    silent.listen(64)
+
+    def hold():
+        while True:
+            connection, _ = silent.accept()
+            held.append(connection)
+
+    threading.Thread(target=hold, daemon=True).start()
 sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM)
 sock.bind((ip, port))
 print("ready", flush=True)

@@ -187,6 +187,41 @@ extension DaemonSuites {
             #expect(!trapped.contains("trap connection"), "the forged hint's address was dialled")
         }
 
+        /// A forged answer of twenty designations, each at a port that accepts and never speaks:
+        /// checked eight at a time within one `--timeout`, the rest reported, not dialled (F62-1:
+        /// one at a time with no cap, a 65 KiB answer held the client for hours).
+        @Test func aForgersManyStallingDesignationsCostOneTimeout() async throws {
+            try TestEnvironment.requireRunning()
+            let forger = "127.0.0.64", port = 18568, silent = 18569
+            let records = (1...20).map { "\($0) json.test. alpn=dot port=\(silent)" }
+            let log = FileManager.default.temporaryDirectory.appendingPathComponent("ddr-many-\(UUID().uuidString).log").path
+            let pid = try #require(
+                try await CLI.startDetached(
+                    [
+                        "/usr/bin/env", "SILENT=\(forger):\(silent)", "/usr/bin/python3", "\(TestEnvironment.root)/Tests/Fakes/ddr_forger.py", forger,
+                        "\(port)",
+                    ]
+                        + records, log: log))
+            defer {
+                kill(pid, SIGKILL)
+                try? FileManager.default.removeItem(atPath: log)
+            }
+            for _ in 0..<50 where !((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("ready") {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            let started = ContinuousClock.now
+            let output = try await CLI.run(
+                ["lookup", "--ddr", "\(forger):\(port)", "--ca-file", TestEnvironment.caFile, "--timeout", "2", "--json", "www.hd.test"])
+            let elapsed = ContinuousClock.now - started
+            #expect(output.status == 1 && output.lines.count == 1, "\(output.stdout)\(output.stderr)")
+            #expect(elapsed < .seconds(5), "\(elapsed)")
+            let discovery = try #require(try output.jsonLines().first)
+            let found = Self.designations(discovery)
+            #expect(found.count == 8 && found.allSatisfy { $0["verified"] as? Bool == false }, "\(found)")
+            let skipped = discovery["skipped"] as? [[String: Any]] ?? []
+            #expect(skipped.filter { ($0["reason"] as? String)?.hasPrefix("not checked") == true }.count == 12, "\(skipped)")
+        }
+
         /// Waits until the daemon's stub answers (it is up before its upstream is ready).
         func waitForDNS(port: Int) async throws {
             for _ in 0..<50 {

@@ -139,6 +139,15 @@ import Testing
         ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {lame_duck: -1}\n", "c.yaml:3: readiness.lame_duck: expected a number of seconds"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nreadiness: {dns_name: 'a b'}\n", "c.yaml:3: readiness.dns_name:"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nuser: no-such-user-here\n", "c.yaml:3: user: no user 'no-such-user-here' on this system"),
+        (
+            "upstreams:\n  - doh: https://127.0.0.1/q\nrecords: ['x.resolver.arpa A 10.0.0.1']\n",
+            "c.yaml:3: records[0]: x.resolver.arpa is under resolver.arpa"
+        ),
+        (
+            "upstreams:\n  - doh: https://127.0.0.1/q\npreresolve: [_dns.resolver.arpa]\n",
+            "c.yaml:3: preresolve: _dns.resolver.arpa is under resolver.arpa"
+        ),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\nwatch:\n  - {host: a.resolver.arpa}\n", "watch[0].host: a.resolver.arpa is under resolver.arpa"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: maybe\n", "c.yaml:3: ddr: expected on, off or {name: NAME, ttl: SECONDS}"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: 'a b'}\n", "c.yaml:3: ddr.name:"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: 192.0.2.1}\n", "c.yaml:3: ddr.name: expected the DNS name"),

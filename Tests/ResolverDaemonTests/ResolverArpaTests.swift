@@ -68,4 +68,40 @@ import Testing
             resolver: resolver)
         #expect(upstream.asked.withLock { $0 } == ["resolver.arpa.test TXT"])
     }
+
+    /// F62-3: the guard is the engine's, so the HTTP API, a local CNAME into resolver.arpa, a
+    /// watched host and the proxy (every path that asks the resolver) send nothing upstream either.
+    @Test func theEngineNeverSendsResolverArpaUpstream() async throws {
+        let upstream = RelayedCloakingTests.ChainUpstream([:])
+        var options = HTTPDNSOptions()
+        options.keepsResolverArpa = true
+        var builder = LocalZone.Builder()
+        try builder.addRecord("alias.home.test CNAME x.resolver.arpa")
+        let configuration = HTTPDNSConfiguration(upstreams: [], localZone: try builder.build())
+        let resolver = HTTPDNSResolver(configuration: configuration, options: options, upstreams: [upstream])
+        for host in ["x.resolver.arpa", "_DNS.resolver.arpa", "resolver.arpa"] {
+            await #expect { try await resolver.resolve(host, type: .a) } throws: { ($0 as? DNSError)?.code == .nxdomain }
+        }
+        await #expect { try await resolver.serviceBindings(for: "_dns.resolver.arpa", type: .svcb) } throws: { ($0 as? DNSError)?.code == .nxdomain }
+        let query = DNSMessage(id: 7, flags: 0x0100, questions: [.init(name: ResolverDiscovery.name, type: .svcb)]).encode()
+        await #expect { try await resolver.forward(query) } throws: { ($0 as? DNSError)?.code == .nxdomain }
+        // A local alias into it: NXDOMAIN, from the daemon alone.
+        let wire = DNSMessage(id: 9, flags: 0x0100, questions: [.init(name: try DomainName("alias.home.test"), type: .a)]).encode()
+        let answer = try DNSMessage(decoding: await DNSResponder.answer(try DNSQuery(wire), resolver: resolver).bytes)
+        #expect(answer.responseCode == .nameError, "\(answer.answers)")
+        #expect(upstream.asked.withLock { $0 }.isEmpty, "\(upstream.asked.withLock { $0 })")
+        // Without the option (a client asking a designated resolver about itself), it is asked.
+        let client = HTTPDNSResolver(configuration: HTTPDNSConfiguration(upstreams: []), options: HTTPDNSOptions(), upstreams: [upstream])
+        _ = try await client.forward(query)
+        #expect(upstream.asked.withLock { $0 } == ["_dns.resolver.arpa SVCB"])
+    }
+
+    /// F62-5: a reload does not move the listeners, so what is advertised stays what is bound.
+    @Test func theAdvertisementFollowsTheBoundListenersNotAReloadedFile() throws {
+        try TestEnvironment.requireRunning()
+        let bound = try ConfigFile.parse(Self.base + Self.tls + "listen: 127.0.0.1:8443\ndot_listen: 127.0.0.1:853\n")
+        let reloaded = try ConfigFile.parse(Self.base + Self.tls + "listen: 127.0.0.1:9443\ndot_listen: 127.0.0.1:9853\nddr: {ttl: 60}\n")
+        let discovery = Runtime.Discovery(reloaded, listeners: bound)
+        #expect(discovery.records.map(\.port) == [8443, 853] && discovery.ttl == 60)
+    }
 }

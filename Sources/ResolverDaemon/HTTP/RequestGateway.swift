@@ -103,7 +103,9 @@ final class RequestGateway: HTTPRequestHandling {
             metrics.dohMalformed.increment()
             return .ready(record(.text(400, "not a DNS query: \(error.reason)\n"), route: route, method: method, started: started))
         }
-        if case .limited(let reply) = service.admission(channel.remoteAddress, over: .doh, query: wire) {
+        // The client a trusted proxy named (PROXY v2), else the connection's peer.
+        let peer = request.proxiedClient ?? channel.remoteAddress
+        if case .limited(let reply) = service.admission(peer, over: .doh, query: wire) {
             guard let refused = reply else {
                 return .ready(record(.text(429, "rate limited\n", headers: [("retry-after", "1")]), route: route, method: method, started: started))
             }
@@ -111,12 +113,12 @@ final class RequestGateway: HTTPRequestHandling {
         }
         if let answer = service.answerWithoutWaiting(query, runtime: runtime) {
             metrics.dohAnswered(post: method == "POST", nanoseconds: DispatchTime.now().uptimeNanoseconds - started)
-            service.logQuery(query, answer, client: channel.remoteAddress, transport: .doh, started: started)
+            service.logQuery(query, answer, client: peer, transport: .doh, started: started)
             return .ready(Self.dnsAnswer(answer, to: query))
         }
         guard enter(runtime) else { return .ready(record(busy(runtime), route: route, method: method, started: started)) }
         let promise = channel.eventLoop.makePromise(of: HTTPAnswer.self)
-        let client = service.logsQueries ? channel.remoteAddress : nil
+        let client = service.logsQueries ? peer : nil
         let service = self.service, resolver = runtime.resolver
         // On the connection's loop, where the answer is written (EventLoopTaskExecutor).
         Task(executorPreference: EventLoopTaskExecutor.forCurrentLoop()) {

@@ -67,7 +67,7 @@ struct Reloader: Service {
             if !(state.privilegesDropped.load(ordering: .relaxed) && config.daemon.tls == running.daemon.tls) {
                 _ = try Daemon.tlsContext(config)
             }
-            let runtime = try Runtime(config, metrics: state.metrics.factory, logger: logger)
+            let runtime = try Runtime(config, metrics: state.metrics.factory, logger: logger, listeners: state.current.listenerConfig)
             Daemon.logDiscovery(runtime.discovery, logger: logger)
             let old = state.replace(with: runtime)
             state.forget(except: Set(config.daemon.watch.map(\.host)))
