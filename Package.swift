@@ -314,7 +314,12 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ]),
-        .testTarget(name: "DaemonListeningTests", dependencies: ["DaemonListening", .product(name: "NIOCore", package: "swift-nio")]),
+        .testTarget(
+            name: "DaemonListeningTests",
+            dependencies: [
+                "DaemonListening", "TestSupport", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ]),
         .testTarget(
             name: "ForwardProxyTests",
             dependencies: [

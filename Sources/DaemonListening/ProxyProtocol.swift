@@ -68,7 +68,9 @@ public enum ProxyProtocolV2 {
         rest.reserveCapacity(length)
         while rest.count < length, let byte = iterator.next() { rest.append(byte) }
         guard rest.count == length else { return .incomplete }
-        guard tlvsAreWellFormed(rest[addressLength...]) else { return .invalid("PROXY protocol TLVs run past the header") }
+        // UNSPEC's bytes are to be skipped unread (the specification: "the receiver … must ignore
+        // address information"); after known addresses come TLVs, which must fit.
+        guard family == 0 || tlvsAreWellFormed(rest[addressLength...]) else { return .invalid("PROXY protocol TLVs run past the header") }
         guard command == 1 else { return .header(source: nil, length: 16 + length) }
         let source: SocketAddress?
         switch family {
@@ -107,7 +109,9 @@ public enum ProxyProtocolV2 {
             }
         }
         let v6 = source.protocol == .inet6
-        let addresses = bytes(source) + bytes(destination)
+        // Both addresses in the source's family (a destination of the other is written as zeros).
+        let destinationBytes = destination.protocol == source.protocol ? bytes(destination) : [UInt8](repeating: 0, count: v6 ? 16 : 4)
+        let addresses = bytes(source) + destinationBytes
         let ports = [source.port ?? 0, destination.port ?? 0].flatMap { [UInt8($0 >> 8 & 0xff), UInt8($0 & 0xff)] }
         let body = addresses + ports + tlvs
         return signature + [0x21, (v6 ? 0x20 : 0x10) | (datagram ? 2 : 1), UInt8(body.count >> 8 & 0xff), UInt8(body.count & 0xff)] + body

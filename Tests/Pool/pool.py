@@ -50,7 +50,7 @@ def check(condition, message):
         failures.append(message)
 
 
-def member_config(index):
+def member_config(index, work):
     return f"""
 upstreams:
   - {{doh: "https://doh-a.test:{PORTS['DOH_PORT']}/dns-query", bootstrap: [127.0.0.1]}}
@@ -61,13 +61,15 @@ listen: "127.0.0.1:{HTTP[index]}"
 dns_listen: "127.0.0.1:{MEMBERS[index]}"
 watch:
 readiness: {{dns_name: health.pool.test, lame_duck: 3, interval: 2}}
+trusted_proxies: [127.0.0.2]
+query_log: {{file: {work}/member{index + 1}.jsonl}}
 """
 
 
 def start_member(binary, work, index):
     path = os.path.join(work, f"member{index + 1}.yaml")
     with open(path, "w") as f:
-        f.write(member_config(index))
+        f.write(member_config(index, work))
     log = open(os.path.join(work, f"member{index + 1}.log"), "w")
     return subprocess.Popen([binary, "daemon", "--config", path], stdout=subprocess.DEVNULL, stderr=log)
 
@@ -187,6 +189,18 @@ def main():
         shares = [(stub_queries(i) or 0) - before[i] for i in range(3)]
         # Reported, not asserted: the ring is dnsdist's, and a member's arc can be tiny (4 of 300 seen).
         check(sum(shares) >= len(NAMES), f"every warm-up name reached a member; chashed split them {shares}")
+        # dnsdist relays with a PROXY v2 header from 127.0.0.2: the members log the client (this
+        # script, 127.0.0.1), never dnsdist.
+        time.sleep(1.5)
+        clients = {}
+        for i in range(3):
+            path = os.path.join(work, f"member{i + 1}.jsonl")
+            for line in (open(path).read().splitlines() if os.path.exists(path) else []):
+                entry = json.loads(line)
+                if entry.get("name") in NAMES:
+                    clients[entry.get("client")] = clients.get(entry.get("client"), 0) + 1
+        check(clients.get("127.0.0.1", 0) >= len(NAMES) and set(clients) == {"127.0.0.1"},
+              f"the members' query logs name the client behind dnsdist, not dnsdist: {clients}")
 
         # 1. SIGTERM of member 1 under load: lame duck 3 s, dnsdist's check every 1 s.
         stopped = {}
