@@ -18,6 +18,7 @@
 #             the shared decoder (Fuzz/HPACKWriterFuzzer.swift)
 #   querylog  the query log's line formatter on any relayed response, into a nearly full buffer
 #             (Fuzz/QueryLogFuzzer.swift; seeds: compressed-CNAME answers of F19)
+#   proxyheader  a trusted proxy's PROXY protocol v2 header (Fuzz/ProxyHeaderFuzzer.swift)
 #   threadhits  the per-thread hit table's unaligned host loads, in-place slots and their release
 #             when a thread ends (Fuzz/ThreadHitsFuzzer.swift)
 # A crash leaves its input in Fuzz/crashers/TARGET/ (decoder: Fuzz/crashers/), which the test
@@ -28,7 +29,7 @@ cd "$root"
 runs=${1:-1000000}
 seconds=${2:-600}
 shift $(( $# < 2 ? $# : 2 ))
-targets=("${@:-decoder stub doh vendor dnssec connect h2client h2frames querylog hpack threadhits}")
+targets=("${@:-decoder stub doh vendor dnssec connect h2client h2frames querylog hpack threadhits proxyheader}")
 # shellcheck disable=SC2206
 targets=(${targets[*]})
 out=.build-fuzz
@@ -64,13 +65,15 @@ for target in "${targets[@]}"; do
         querylog) sources="$codec Sources/ResolverDaemon/QueryLogFormat.swift Fuzz/QueryLogFuzzer.swift"; seeds=Fuzz/corpus-querylog; crashers=Fuzz/crashers/querylog; max_len=1300 ;;
         hpack) sources="Fuzz/HPACKWriterFuzzer.swift $wire"; seeds=Fuzz/corpus-hpack; crashers=Fuzz/crashers/hpack; max_len=4096 ;;
         threadhits) sources="$codec Sources/DNSCore/ThreadHits.swift Fuzz/ThreadHitsFuzzer.swift"; seeds=Fuzz/corpus-threadhits; crashers=Fuzz/crashers/threadhits; max_len=2048 ;;
-        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client, h2frames, querylog, hpack, threadhits)" >&2; exit 2 ;;
+        proxyheader) sources="Sources/DaemonListening/ProxyHeaderWire.swift Fuzz/ProxyHeaderFuzzer.swift"; seeds=Fuzz/corpus-proxyheader; crashers=Fuzz/crashers/proxyheader; max_len=1200 ;;
+        *) echo "unknown target '$target' (decoder, stub, doh, vendor, dnssec, connect, h2client, h2frames, querylog, hpack, threadhits, proxyheader)" >&2; exit 2 ;;
     esac
     mkdir -p "$out/corpus-$target" "$crashers"
     # One module named after what the files import (DNSCore; DaemonHTTP for the CONNECT scan), so
     # that import is of their own module.
     module=DNSCore
     [ "$target" = connect ] && module=DaemonHTTP
+    [ "$target" = proxyheader ] && module=DaemonListening
     # shellcheck disable=SC2086
     swiftc -sanitize=fuzzer,address -parse-as-library -O -package-name swift_httpdns -module-name "$module" \
         $sources -o "$out/$target-fuzzer" 2>&1 | { grep -vE "Cannot export local symbol|ignoring import|is part of module|^ *[0-9]* \||^ *\|" || true; }

@@ -65,7 +65,8 @@ import Testing
             #expect(message.contains(reason), "\(message)")
         }
         // The largest header there may be: 16 + 1,024 bytes.
-        let largest = ProxyProtocolV2.signature + [0x21, 0x11, 0x04, 0x00] + [UInt8](repeating: 0, count: 12) + [0xe0, 0x03, 0xf1]
+        let largest =
+            ProxyProtocolV2.signature + [0x21, 0x11, 0x04, 0x00] + [UInt8](repeating: 0, count: 12) + [0xe0, 0x03, 0xf1]
             + [UInt8](repeating: 7, count: 1_009)
         #expect(largest.count == ProxyProtocolV2.maxLength)
         #expect(ProxyProtocolV2.parse(largest) == .header(source: try! SocketAddress(ipAddress: "0.0.0.0", port: 0), length: 1_040))
