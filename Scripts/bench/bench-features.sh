@@ -9,6 +9,9 @@
 #   blocklist base + a block list of 1,000,000 names and 1,000 local records (every question is
 #             checked against them; the asked names are in neither)
 #   ratelimit base + rate_limit with a rate no client reaches (every question takes a token)
+#   proxied   base + trusted_proxies naming another address: what the PROXY v2 setting costs the
+#             clients that are not proxies (every datagram's source checked, a pass-through handler
+#             first in every connection's pipeline)
 # and, on base, the same names with an OPT record (base-edns) and with one padded to 128 bytes
 # (base-padded, its ratio against base-edns): what EDNS padding costs (RFC 8467; DoH answers padded
 # to 468 bytes, UDP answers never).
@@ -45,8 +48,8 @@ with open(f"{work}/records.yaml", "w") as out:
     for i in range(1000):
         out.write(f'  - "host{i}.home.test A 192.168.{i // 250}.{i % 250 + 1}"\n')
 PY
-declare -A port=([base]=18521 [querylog]=18523 [blocklist]=18525 [ratelimit]=18527 [old-base]=18531 [old-querylog]=18533 [old-ratelimit]=18535)
-daemons=(base querylog blocklist ratelimit)
+declare -A port=([base]=18521 [querylog]=18523 [blocklist]=18525 [ratelimit]=18527 [proxied]=18529 [old-base]=18531 [old-querylog]=18533 [old-ratelimit]=18535)
+daemons=(base querylog blocklist ratelimit proxied)
 if [ -n "${COMPARE_BIN:-}" ]; then daemons+=(old-base old-querylog old-ratelimit); fi
 declare -A pid_of
 pids=()
@@ -67,6 +70,7 @@ YAML
         querylog | old-querylog) echo "query_log: {file: $work/$name.jsonl, max_bytes: 1000000000}" >>"$work/$name.yaml" ;;
         blocklist) { echo "block: {lists: [$work/block.txt]}"; cat "$work/records.yaml"; } >>"$work/$name.yaml" ;;
         ratelimit | old-ratelimit) echo "rate_limit: {queries_per_second: 10000000, burst: 10000000}" >>"$work/$name.yaml" ;;
+        proxied) echo "trusted_proxies: [127.0.0.99/32, \"10.0.0.0/8\"]" >>"$work/$name.yaml" ;;
     esac
     daemon_bin=$bin
     case $name in old-*) daemon_bin=$COMPARE_BIN ;; esac
@@ -127,7 +131,7 @@ print(f"cached path, {sys.argv[2]} x {sys.argv[3]} s per client and daemon, roun
 print("\n| client | daemon | q/s min | median | max | median / base | CPU ns/query median | CPU / base |")
 print("|---|---|---|---|---|---|---|---|")
 for client in ("h2load-doh", "dnsperf-udp"):
-    for name in ("base", "base-edns", "base-padded", "querylog", "blocklist", "ratelimit", "old-base", "old-querylog", "old-ratelimit"):
+    for name in ("base", "base-edns", "base-padded", "querylog", "blocklist", "ratelimit", "proxied", "old-base", "old-querylog", "old-ratelimit"):
         values = [float(r[2]) for r in rows if r[0] == client and r[1] == name]
         if not values:
             continue
