@@ -246,12 +246,10 @@ private final class UDPQueryHandler: ChannelInboundHandler, Sendable {
                 wire.removeFirst(length)
                 if let source { client = source }
             case .incomplete:
-                policy.rejected("a datagram that ends inside its PROXY header")
-                answering.count(.malformed, over: .udp)
+                policy.rejected("a datagram that ends inside its PROXY header (from \(envelope.remoteAddress.endpointText), over UDP)")
                 return
             case .invalid(let reason):
-                policy.rejected(reason)
-                answering.count(.malformed, over: .udp)
+                policy.rejected("\(reason) (from \(envelope.remoteAddress.endpointText), over UDP)")
                 return
             }
         }

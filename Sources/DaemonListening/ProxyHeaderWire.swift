@@ -44,6 +44,13 @@ public enum ProxyHeaderWire {
         guard family <= 3, transport <= 2 else { return .invalid("PROXY protocol address family/protocol byte \(head[13]) is not defined") }
         let length = Int(head[14]) << 8 | Int(head[15])
         guard 16 + length <= maxLength else { return .invalid("a PROXY protocol header of \(16 + length) bytes, over \(maxLength)") }
+        if command == 0 {
+            // LOCAL: the balancer speaking for itself; its block, family included, is discarded
+            // unread (§2.2), whatever it holds.
+            var skipped = 0
+            while skipped < length, iterator.next() != nil { skipped += 1 }
+            return skipped == length ? .header(source: nil, length: 16 + length) : .incomplete
+        }
         let addressLength =
             switch family {
             case 1: 12
@@ -61,10 +68,15 @@ public enum ProxyHeaderWire {
         // UNSPEC's bytes are to be skipped unread (the specification: "the receiver … must ignore
         // address information"); after known addresses come TLVs, which must fit.
         guard family == 0 || tlvsAreWellFormed(rest[addressLength...]) else { return .invalid("PROXY protocol TLVs run past the header") }
-        guard command == 1 else { return .header(source: nil, length: 16 + length) }
         switch family {
         case 1: return .header(source: Source(address: Array(rest[0..<4]), port: Int(rest[8]) << 8 | Int(rest[9])), length: 16 + length)
-        case 2: return .header(source: Source(address: Array(rest[0..<16]), port: Int(rest[32]) << 8 | Int(rest[33])), length: 16 + length)
+        case 2:
+            // An IPv4 client written as IPv6 (::ffff:a.b.c.d) is that IPv4 client (F63-3): logged,
+            // anonymized and rate-limited as one.
+            let address = Array(rest[0..<16])
+            let mapped = address.prefix(10).allSatisfy { $0 == 0 } && address[10] == 0xff && address[11] == 0xff
+            return .header(
+                source: Source(address: mapped ? Array(address.suffix(4)) : address, port: Int(rest[32]) << 8 | Int(rest[33])), length: 16 + length)
         default: return .header(source: nil, length: 16 + length)
         }
     }

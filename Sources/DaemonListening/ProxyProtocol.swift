@@ -136,14 +136,16 @@ public final class ProxyHeaderHandler: ChannelInboundHandler, RemovableChannelHa
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
-        if !done, buffered != nil { rejected("the connection closed inside its PROXY header") }
+        if !done, buffered != nil {
+            rejected("the connection closed inside its PROXY header (from \(context.channel.remoteAddress?.endpointText ?? "?"))")
+        }
         context.fireChannelInactive()
     }
 
     private func fail(_ context: ChannelHandlerContext, _ reason: String) {
         done = true
         buffered = nil
-        rejected(reason)
+        rejected("\(reason) (from \(context.channel.remoteAddress?.endpointText ?? "?") to \(context.channel.localAddress?.endpointText ?? "?"))")
         context.close(promise: nil)
     }
 }
@@ -165,5 +167,14 @@ public struct ProxyProtocolPolicy: Sendable {
     public func handler() -> (ProxyHeaderHandler, ConnectionClient) {
         let client = ConnectionClient()
         return (ProxyHeaderHandler(client: client, trusts: trusts, rejected: rejected), client)
+    }
+}
+
+extension SocketAddress {
+    /// `192.0.2.1:53` or `[2001:db8::1]:53`, as logs write an endpoint.
+    public var endpointText: String {
+        guard let ip = ipAddress else { return "\(self)" }
+        let host = self.protocol == .inet6 ? "[\(ip)]" : ip
+        return port.map { "\(host):\($0)" } ?? host
     }
 }

@@ -439,6 +439,9 @@ private struct Reader {
                     guard let network = IPNetwork(text) else {
                         throw fail(value, key, "'\(text)' is not an address or a network (10.0.0.0/8, 2001:db8::/32)")
                     }
+                    // Every address trusted: every client could name any address, and one that sends
+                    // no header would be refused (F63-6).
+                    guard network.prefix > 0 else { throw fail(value, key, "'\(text)' trusts every address; name the load balancers") }
                     config.daemon.trustedProxies.append(network)
                 }
             case "forward":
@@ -1038,18 +1041,25 @@ package struct IPNetwork: Sendable, Hashable, CustomStringConvertible {
     package let prefix: Int
 
     /// Parses `10.0.0.0/8`, `2001:db8::/32` or an address; nil for anything else, or a prefix
-    /// longer than the family's. Host bits are cleared.
+    /// longer than the family's. Host bits are cleared. An IPv4-mapped network (`::ffff:10.0.0.5`,
+    /// `::ffff:10.0.0.0/104`: how a dual-stack listener shows IPv4 peers) is read as the IPv4
+    /// network it holds, which is what peers are matched as.
     package init?(_ text: String) {
         let parts = text.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
-        guard let address = IPAddress(parts[0]) else { return nil }
-        let bits = address.bytes.count * 8
-        var prefix = bits
+        guard let parsed = IPAddress(parts[0]) else { return nil }
+        var bytes = parsed.bytes
+        var prefix = bytes.count * 8
         if parts.count == 2 {
-            guard let value = Int(parts[1]), (0...bits).contains(value), parts[1].allSatisfy(\.isASCII) else { return nil }
+            guard !parts[1].isEmpty, parts[1].utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int(parts[1]), (0...prefix).contains(value)
+            else { return nil }
             prefix = value
         }
+        if bytes.count == 16, bytes.prefix(10).allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff, prefix >= 96 {
+            bytes = Array(bytes.suffix(4))
+            prefix -= 96
+        }
         self.prefix = prefix
-        self.address = IPAddress(bytes: Self.masked(address.bytes, prefix))!
+        self.address = IPAddress(bytes: Self.masked(bytes, prefix))!
     }
 
     /// Whether `ip` is in the network (an IPv4 address in IPv6, `::ffff:a.b.c.d`, counts as IPv4).

@@ -33,7 +33,8 @@ final class Runtime: Sendable {
     /// The SVCB records `_dns.resolver.arpa` is answered with (RFC 9462): this daemon's DoH and DoT
     /// listeners, or none (``Discovery``).
     let discovery: Discovery
-    /// The configuration the listeners were bound with (the first; a reload keeps them).
+    /// The configuration the daemon started with: its listeners, certificate and the other keys
+    /// that take effect only at a restart (a reload keeps them, and compares with them).
     let listenerConfig: ConfigFile
     private let forwarders: [SystemResolver]
 

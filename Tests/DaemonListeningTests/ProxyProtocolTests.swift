@@ -23,6 +23,13 @@ import Testing
         #expect(ProxyProtocolV2.parse(tlvs + [0xde, 0xad]) == .header(source: Self.client, length: 28 + 9))
     }
 
+    /// An IPv4 client written as IPv6 is that IPv4 client (F63-3).
+    @Test func anIPv4MappedClientIsItsIPv4Address() {
+        let mapped = try! SocketAddress(ipAddress: "::ffff:198.51.100.7", port: 4242)
+        let header = ProxyProtocolV2.header(source: mapped, destination: try! SocketAddress(ipAddress: "::1", port: 53))
+        #expect(ProxyProtocolV2.parse(header) == .header(source: Self.client, length: 52))
+    }
+
     @Test func localAndUnspecifiedHeadersLeaveThePeersAddress() {
         let local = ProxyProtocolV2.signature + [0x20, 0x00, 0, 0]
         #expect(ProxyProtocolV2.parse(local) == .header(source: nil, length: 16))
@@ -30,6 +37,10 @@ import Testing
         var localWithAddresses = ProxyProtocolV2.header(source: Self.client, destination: Self.daemon)
         localWithAddresses[12] = 0x20
         #expect(ProxyProtocolV2.parse(localWithAddresses) == .header(source: nil, length: 28))
+        // LOCAL's block is discarded unread, whatever its family says (§2.2; F63-5).
+        #expect(ProxyProtocolV2.parse(ProxyProtocolV2.signature + [0x20, 0x11, 0, 0]) == .header(source: nil, length: 16))
+        #expect(ProxyProtocolV2.parse(ProxyProtocolV2.signature + [0x20, 0x11, 0, 3, 0xe0, 0, 9]) == .header(source: nil, length: 19))
+        #expect(ProxyProtocolV2.parse(ProxyProtocolV2.signature + [0x20, 0x11, 0, 3, 0xe0]) == .incomplete)
         let unspecified = ProxyProtocolV2.signature + [0x21, 0x00, 0, 2, 0xaa, 0xbb]
         #expect(ProxyProtocolV2.parse(unspecified) == .header(source: nil, length: 18))
         let unix = ProxyProtocolV2.signature + [0x21, 0x31, 0, 216] + [UInt8](repeating: 0x41, count: 216)

@@ -94,6 +94,26 @@ extension DaemonSuites {
             #expect(seen.contains("127.0.0.2 udp"), "\(seen)")
             #expect(!seen.contains { $0.hasPrefix("198.51.100.8") || $0.hasPrefix("198.51.100.9") }, "an untrusted header named the client: \(seen)")
             #expect(!seen.contains { $0.hasPrefix("127.0.0.5 ") }, "a trusted proxy's query was logged as the proxy: \(seen)")
+            // The refusals are logged with the peer (at most every 10 s: the first one).
+            #expect(daemon.logText.contains("from 127.0.0.5"), "\(daemon.logText.suffix(2000))")
+
+            // trusted_proxies takes effect at a restart: every reload that changes it says so, the
+            // second one too (F63-1), and the listeners keep the list they started with.
+            let original = try String(contentsOf: daemon.configFile, encoding: .utf8)
+            for (round, list) in ["[127.0.0.6/32]", "[127.0.0.7/32]"].enumerated() {
+                try original.replacingOccurrences(of: "[127.0.0.5/32, \"::1\"]", with: list)
+                    .write(to: daemon.configFile, atomically: true, encoding: .utf8)
+                kill(daemon.process.processIdentifier, SIGHUP)
+                for _ in 0..<50
+                where daemon.logText.components(separatedBy: "trusted_proxies changed: takes effect after a restart").count < round + 2 {
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                #expect(
+                    daemon.logText.components(separatedBy: "trusted_proxies changed: takes effect after a restart").count == round + 2,
+                    "reload \(round + 1)")
+            }
+            let still = try await Self.ask("udp", from: "127.0.0.5", header: "198.51.100.7:4242")
+            #expect(still["rcode"] as? String == "NOERROR", "\(still)")
         }
     }
 }

@@ -148,6 +148,11 @@ import Testing
             "c.yaml:3: preresolve: _dns.resolver.arpa is under resolver.arpa"
         ),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nwatch:\n  - {host: a.resolver.arpa}\n", "watch[0].host: a.resolver.arpa is under resolver.arpa"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ntrusted_proxies: [0.0.0.0/0]\n", "c.yaml:3: trusted_proxies: '0.0.0.0/0' trusts every address"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ntrusted_proxies: ['::/0']\n", "c.yaml:3: trusted_proxies: '::/0' trusts every address"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ntrusted_proxies: [10.0.0.0/+8]\n", "c.yaml:3: trusted_proxies: '10.0.0.0/+8' is not an address"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ntrusted_proxies: [10.0.0.0/33]\n", "c.yaml:3: trusted_proxies: '10.0.0.0/33' is not an address"),
+        ("upstreams:\n  - doh: https://127.0.0.1/q\ntrusted_proxies: [lb.test]\n", "c.yaml:3: trusted_proxies: 'lb.test' is not an address"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: maybe\n", "c.yaml:3: ddr: expected on, off or {name: NAME, ttl: SECONDS}"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: 'a b'}\n", "c.yaml:3: ddr.name:"),
         ("upstreams:\n  - doh: https://127.0.0.1/q\nddr: {name: 192.0.2.1}\n", "c.yaml:3: ddr.name: expected the DNS name"),
@@ -201,6 +206,19 @@ import Testing
         #expect(try limit("queries_per_second: 10, action: drop, slip: 3")?.slip == 3)
         #expect(try limit("queries_per_second: 10, slip: 0")?.slip == 0)
         #expect(throws: DNSError.self) { try limit("queries_per_second: 10, slip: 11") }
+    }
+
+    @Test func trustedProxiesAreNetworksMatchedAsPeersAre() throws {
+        let config = try ConfigFile.parse(
+            "upstreams:\n  - doh: https://127.0.0.1/q\ntrusted_proxies: [10.1.2.3/8, 127.0.0.5, '2001:db8::1/64', '::ffff:192.0.2.9', '::ffff:198.51.100.0/120']\n"
+        )
+        #expect(
+            config.daemon.trustedProxies.map(\.description) == ["10.0.0.0/8", "127.0.0.5/32", "2001:db8::/64", "192.0.2.9/32", "198.51.100.0/24"])
+        let networks = config.daemon.trustedProxies
+        func trusted(_ text: String) -> Bool { networks.contains { $0.contains(IPAddress(text)!) } }
+        #expect(trusted("10.200.0.1") && trusted("127.0.0.5") && trusted("2001:db8::ffff") && trusted("192.0.2.9") && trusted("198.51.100.77"))
+        #expect(trusted("::ffff:10.9.9.9") && trusted("::ffff:127.0.0.5"), "an IPv4 peer on a dual-stack listener")
+        #expect(!trusted("11.0.0.1") && !trusted("127.0.0.6") && !trusted("2001:db9::1") && !trusted("::ffff:127.0.0.6"))
     }
 
     @Test func ddrIsOnByDefaultAndReadsItsNameAndTTL() throws {

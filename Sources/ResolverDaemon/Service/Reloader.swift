@@ -47,7 +47,9 @@ struct Reloader: Service {
         do {
             var config = try ConfigFile.load(path)
             state.adjust(&config)
-            let running = state.current.config
+            // What the daemon started with: those keys do not change until a restart, so every
+            // reload compares with them, not with the last reload's file (F63-1).
+            let running = state.current.listenerConfig
             for (key, changed) in [
                 ("listen", config.daemon.listen != running.daemon.listen), ("tls", config.daemon.tls != running.daemon.tls),
                 ("dns_listen", config.daemon.dnsListen != running.daemon.dnsListen),
@@ -58,6 +60,7 @@ struct Reloader: Service {
                 ("limits.idle_timeout", config.daemon.limits.idleTimeout != running.daemon.limits.idleTimeout),
                 ("query_log", config.daemon.queryLog != running.daemon.queryLog),
                 ("rate_limit", config.daemon.rateLimit != running.daemon.rateLimit),
+                ("trusted_proxies", config.daemon.trustedProxies != running.daemon.trustedProxies),
             ] where changed {
                 logger.warning("\(key) changed: takes effect after a restart", metadata: ["key": "\(key)"])
             }
