@@ -39,7 +39,7 @@ codec="Sources/DNSCore/DoHWire.swift Sources/DNSCore/AddressAnswer.swift Sources
        Sources/DNSCore/LocalZone.swift Sources/DNSCore/NameSet.swift Sources/DNSCore/HostPattern.swift Sources/DNSCore/WireQuestion.swift
        Sources/DNSCore/NegativeAuthority.swift Sources/DNSCore/EDNSPadding.swift"
 daemon="Sources/DNSWire/DNSQuery.swift Sources/DNSWire/DNSResponseWriter.swift
-        Sources/DNSWire/DNSAnswers.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
+        Sources/DNSWire/DNSAnswers.swift Sources/DNSCore/ResolverDiscovery.swift Sources/ResolverDaemon/HTTP/DoHRequest.swift Fuzz/DaemonFuzzCheck.swift"
 vendor="Sources/HTTPDNS/CommercialAPIs/VendorWire.swift Sources/HTTPDNS/CommercialAPIs/AlibabaWire.swift Sources/HTTPDNS/CommercialAPIs/TencentWire.swift
         Sources/HTTPDNS/CommercialAPIs/VendorCipherText.swift Fuzz/VendorCryptoStub.swift"
 # The HTTP/2 wire code is a module of its own (its users import it), built once, instrumented the
