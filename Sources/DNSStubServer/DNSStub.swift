@@ -81,12 +81,7 @@ package struct DNSStub: Service {
             } handlers: { channel in
                 let guardHandler = ConnectionGuard(deadline: .seconds(3600))
                 try channel.pipeline.syncOperations.addHandler(guardHandler)
-                var client: ConnectionClient?
-                if let proxyProtocol {
-                    let (handler, box) = proxyProtocol.handler()
-                    try channel.pipeline.syncOperations.addHandler(handler)
-                    client = box
-                }
+                let client = try ProxyProtocolPolicy.install(proxyProtocol, on: channel)
                 try channel.pipeline.syncOperations.addHandler(TCPQueryHandler(answering: answering, lookups: lookups, client: client))
                 guardHandler.protocolReady()
             }

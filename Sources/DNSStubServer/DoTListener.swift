@@ -53,12 +53,7 @@ package struct DoTListener: Service {
             let guardHandler = ConnectionGuard(deadline: handshakeTimeout) { answering.count(.connectionRejected(reason: "timeout"), over: .dot) }
             try channel.pipeline.syncOperations.addHandler(guardHandler)
             // A trusted proxy's PROXY v2 header comes before TLS.
-            var client: ConnectionClient?
-            if let proxyProtocol {
-                let (handler, box) = proxyProtocol.handler()
-                try channel.pipeline.syncOperations.addHandler(handler)
-                client = box
-            }
+            let client = try ProxyProtocolPolicy.install(proxyProtocol, on: channel)
             try channel.pipeline.syncOperations.addHandlers([
                 NIOSSLServerHandler(context: sslContext), HandshakeDone(guardHandler),
                 TCPQueryHandler(answering: answering, lookups: lookups, transport: .dot, client: client),

@@ -91,12 +91,7 @@ package struct HTTPListener: Service {
         let limits = self.limits()
         let guardHandler = ConnectionGuard(deadline: limits.handshakeTimeout) { handling.connectionRejected(reason: "timeout") }
         try sync.addHandler(guardHandler)
-        var client: ConnectionClient?
-        if let proxyProtocol {
-            let (handler, box) = proxyProtocol.handler()
-            try sync.addHandler(handler)
-            client = box
-        }
+        let client = try ProxyProtocolPolicy.install(proxyProtocol, on: channel)
         guard let sslContext else {
             try Self.addHTTP1(channel, handling: handling, limits: limits, scheme: "http", logger: logger, client: client)
             guardHandler.protocolReady()

@@ -168,6 +168,15 @@ public struct ProxyProtocolPolicy: Sendable {
         let client = ConnectionClient()
         return (ProxyHeaderHandler(client: client, trusts: trusts, rejected: rejected), client)
     }
+
+    /// Adds `policy`'s header handler to `channel`'s pipeline (where the header comes: before TLS)
+    /// and returns the box its client goes in; nil, adding nothing, without a policy.
+    public static func install(_ policy: ProxyProtocolPolicy?, on channel: any Channel) throws -> ConnectionClient? {
+        guard let policy else { return nil }
+        let (handler, client) = policy.handler()
+        try channel.pipeline.syncOperations.addHandler(handler)
+        return client
+    }
 }
 
 extension SocketAddress {

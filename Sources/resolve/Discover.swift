@@ -78,17 +78,7 @@ enum Discovery {
         let resolver: HTTPDNSResolver
         do { resolver = try HTTPDNSResolver(configuration: configuration, options: settings.options) } catch { throw ValidationError(error.message) }
         let results = await resolver.warm(hosts, type: try options.addressQuery).map(\.result)
-        var failed = false
-        for (host, result) in zip(hosts, results) {
-            switch result {
-            case let .success(resolution):
-                print(options.json ? LookupOutput.json(resolution) : LookupOutput.human(resolution))
-            case let .failure(error):
-                failed = true
-                print(options.json ? LookupOutput.json(host: host, error: error) : LookupOutput.human(host: host, error: error))
-            }
-        }
-        throw ExitCode(failed ? Exit.failed : Exit.ok)
+        throw ExitCode(Lookup.printResults(hosts, results, json: options.json) ? Exit.ok : Exit.failed)
     }
 
     /// The upstream a designation describes — reached at the address that was asked, its

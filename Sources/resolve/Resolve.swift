@@ -405,21 +405,26 @@ struct Lookup: AsyncParsableCommand {
         }
         // Every host is resolved concurrently; output keeps argument order.
         let results = await resolver.warm(hosts, type: type).map(\.result)
-        var failed = false
-        for (host, result) in zip(hosts, results) {
-            switch result {
-            case let .success(resolution):
-                print(options.json ? LookupOutput.json(resolution) : LookupOutput.human(resolution))
-            case let .failure(error):
-                failed = true
-                print(options.json ? LookupOutput.json(host: host, error: error) : LookupOutput.human(host: host, error: error))
-            }
-        }
-        throw ExitCode(failed ? Exit.failed : Exit.ok)
+        throw ExitCode(Lookup.printResults(hosts, results, json: options.json) ? Exit.ok : Exit.failed)
     }
 }
 
 extension Lookup {
+    /// Prints each host's lookup in argument order (JSON Lines with `json`); whether all resolved.
+    static func printResults(_ hosts: [String], _ results: [Result<Resolution, DNSError>], json: Bool) -> Bool {
+        var resolved = true
+        for (host, result) in zip(hosts, results) {
+            switch result {
+            case let .success(resolution):
+                print(json ? LookupOutput.json(resolution) : LookupOutput.human(resolution))
+            case let .failure(error):
+                resolved = false
+                print(json ? LookupOutput.json(host: host, error: error) : LookupOutput.human(host: host, error: error))
+            }
+        }
+        return resolved
+    }
+
     /// `--type https|svcb`: the records of every host, concurrently, printed in argument order.
     func lookUpServiceBindings(_ type: RecordType, with resolver: HTTPDNSResolver) async throws -> Never {
         let results = await withTaskGroup(of: (Int, Result<ServiceBindingAnswer, DNSError>).self) { group in
